@@ -1,0 +1,399 @@
+package drain
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/wab"
+)
+
+// DeadLetterDirName is the dead-letter lane's directory inside the WAB
+// directory.
+const DeadLetterDirName = "dead_letter"
+
+// DeadLetterDir is the dead-letter lane of the WAB directory wabDir.
+func DeadLetterDir(wabDir string) string { return filepath.Join(wabDir, DeadLetterDirName) }
+
+const (
+	deadLetterPrefix = "dl_"
+	deadLetterSuffix = ".wab.sealed"
+)
+
+// DeadLetterName is the file name of the seq-th dead-letter file:
+// dl_%08d.wab.sealed.
+func DeadLetterName(seq uint64) string {
+	return fmt.Sprintf("%s%08d%s", deadLetterPrefix, seq, deadLetterSuffix)
+}
+
+// ParseDeadLetterName returns the sequence number of a dead-letter file
+// name, and false for any other name (temporary files included).
+func ParseDeadLetterName(name string) (uint64, bool) {
+	digits, ok := strings.CutPrefix(name, deadLetterPrefix)
+	if !ok {
+		return 0, false
+	}
+	digits, ok = strings.CutSuffix(digits, deadLetterSuffix)
+	if !ok || len(digits) < 8 {
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	seq, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return seq, true
+}
+
+// Dead-letter Meta encoding, version 1. Every dead-letter record's Meta is
+//
+//	offset  size  field
+//	0       1     format version, 1
+//	1       16    the record's original id (sink.RecordID)
+//	17      2     origin shard, big-endian
+//	19      8     origin segment sequence number, big-endian
+//	27      8     record index within the origin segment, big-endian
+//	35      var   reason length (uvarint), then the reason (UTF-8, at most
+//	              MaxReasonBytes bytes; longer reasons are truncated)
+//
+// Nothing follows the reason.
+const (
+	metaVersion    = 1
+	metaFixedBytes = 35
+	// MaxReasonBytes bounds the reason kept with a dead-letter record.
+	MaxReasonBytes = 4096
+)
+
+// DeadLetterMeta is what a dead-letter record keeps besides its payload:
+// why it was rejected and where it came from.
+type DeadLetterMeta struct {
+	Reason string
+	// ID is the record's id as it was delivered to the sink.
+	ID sink.RecordID
+	// Shard, Seq and Index locate the record in its origin segment.
+	Shard uint16
+	Seq   uint64
+	Index uint64
+}
+
+// EncodeMeta encodes m in the version-1 format described above.
+func EncodeMeta(m DeadLetterMeta) []byte {
+	reason := truncateUTF8(m.Reason, MaxReasonBytes)
+	b := make([]byte, metaFixedBytes, metaFixedBytes+binary.MaxVarintLen64+len(reason))
+	b[0] = metaVersion
+	copy(b[1:17], m.ID[:])
+	binary.BigEndian.PutUint16(b[17:19], m.Shard)
+	binary.BigEndian.PutUint64(b[19:27], m.Seq)
+	binary.BigEndian.PutUint64(b[27:35], m.Index)
+	b = binary.AppendUvarint(b, uint64(len(reason)))
+	return append(b, reason...)
+}
+
+// ErrBadMeta is returned (wrapped) by DecodeMeta for bytes that are not a
+// dead-letter Meta.
+var ErrBadMeta = errors.New("drain: malformed dead-letter meta")
+
+// DecodeMeta decodes a dead-letter record's Meta.
+func DecodeMeta(b []byte) (DeadLetterMeta, error) {
+	var m DeadLetterMeta
+	if len(b) < metaFixedBytes+1 {
+		return m, fmt.Errorf("%w: %d bytes", ErrBadMeta, len(b))
+	}
+	if b[0] != metaVersion {
+		return m, fmt.Errorf("%w: version %d", ErrBadMeta, b[0])
+	}
+	copy(m.ID[:], b[1:17])
+	m.Shard = binary.BigEndian.Uint16(b[17:19])
+	m.Seq = binary.BigEndian.Uint64(b[19:27])
+	m.Index = binary.BigEndian.Uint64(b[27:35])
+	n, k := binary.Uvarint(b[metaFixedBytes:])
+	if k <= 0 {
+		return m, fmt.Errorf("%w: bad reason length", ErrBadMeta)
+	}
+	rest := b[metaFixedBytes+k:]
+	if n != uint64(len(rest)) {
+		return m, fmt.Errorf("%w: reason length %d, %d bytes left", ErrBadMeta, n, len(rest))
+	}
+	m.Reason = string(rest)
+	return m, nil
+}
+
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 {
+		r, size := utf8.DecodeLastRuneInString(s)
+		if r != utf8.RuneError || size != 1 {
+			break
+		}
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// Size estimate for the cap check, made before a file exists. It is
+// conservative: the segment format's header, footer and per-record framing
+// are smaller than these allowances.
+const (
+	estFileOverhead   = 256
+	estRecordOverhead = 64
+)
+
+func estimateSize(recs []wab.Record) int64 {
+	n := int64(estFileOverhead)
+	for _, r := range recs {
+		n += estRecordOverhead + int64(len(r.Payload)) + int64(len(r.Meta))
+	}
+	return n
+}
+
+// deadLetters is the drain's writer for the lane: it tracks the files'
+// total size against the cap and numbers new files past the highest on
+// disk.
+type deadLetters struct {
+	fs       vfs.FS
+	dir      string
+	maxBytes int64
+	now      func() time.Time
+
+	mu    sync.Mutex
+	files int
+	bytes int64
+	next  uint64
+}
+
+func openDeadLetters(fsys vfs.FS, dir string, maxBytes int64, now func() time.Time) (*deadLetters, error) {
+	if err := fsys.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("drain: create dead-letter directory: %w", err)
+	}
+	dl := &deadLetters{fs: fsys, dir: dir, maxBytes: maxBytes, now: now}
+	if err := dl.rescan(); err != nil {
+		return nil, err
+	}
+	return dl, nil
+}
+
+// rescan recounts the lane from disk (an operator may have removed files)
+// and moves the next file number past the highest one present.
+func (dl *deadLetters) rescan() error {
+	files, err := scanDeadLetters(dl.fs, dl.dir)
+	if err != nil {
+		return err
+	}
+	var bytes int64
+	var next uint64
+	for _, f := range files {
+		bytes += f.Bytes
+		next = max(next, f.Seq+1)
+	}
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	dl.files, dl.bytes = len(files), bytes
+	dl.next = max(dl.next, next)
+	return nil
+}
+
+func (dl *deadLetters) totals() (int, int64) {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	return dl.files, dl.bytes
+}
+
+// hasRoom reports whether need more bytes fit under the cap. An empty lane
+// always has room: with nothing left for an operator to remove, refusing
+// would wedge the drain for good, so a single write larger than the cap is
+// let through.
+func (dl *deadLetters) hasRoom(need int64) bool {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	return dl.bytes == 0 || dl.bytes+need <= dl.maxBytes
+}
+
+// write makes one dead-letter file holding recs, durably, and returns its
+// path and size.
+func (dl *deadLetters) write(instance [16]byte, recs []wab.Record) (string, int64, error) {
+	dl.mu.Lock()
+	seq := dl.next
+	// Numbers are never reused, even after a failed write that may have
+	// left a file behind.
+	dl.next++
+	dl.mu.Unlock()
+
+	var uid [8]byte
+	if _, err := rand.Read(uid[:]); err != nil {
+		return "", 0, fmt.Errorf("segment uid: %w", err)
+	}
+	h := wab.Header{
+		Shard:    wab.DeadLetterShard,
+		Seq:      seq,
+		UID:      binary.BigEndian.Uint64(uid[:]),
+		Created:  dl.now().UnixNano(),
+		Instance: instance,
+	}
+	path := filepath.Join(dl.dir, DeadLetterName(seq))
+	if err := wab.WriteSealed(dl.fs, path, h, recs); err != nil {
+		return "", 0, fmt.Errorf("write %s: %w", path, err)
+	}
+	fi, err := dl.fs.Stat(path)
+	if err != nil {
+		return "", 0, fmt.Errorf("stat %s: %w", path, err)
+	}
+	dl.mu.Lock()
+	dl.files++
+	dl.bytes += fi.Size()
+	dl.mu.Unlock()
+	return path, fi.Size(), nil
+}
+
+// DeadLetterFile describes one file of the dead-letter lane.
+type DeadLetterFile struct {
+	Name  string
+	Path  string
+	Seq   uint64
+	Bytes int64
+	// Records is filled in by ListDeadLetters only.
+	Records uint64
+}
+
+// scanDeadLetters lists the lane's files with their sizes, by sequence
+// number, without reading them. A missing directory is an empty lane.
+func scanDeadLetters(fsys vfs.FS, dir string) ([]DeadLetterFile, error) {
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("drain: list dead-letter directory: %w", err)
+	}
+	var out []DeadLetterFile
+	for _, name := range names {
+		seq, ok := ParseDeadLetterName(name)
+		if !ok {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		fi, err := fsys.Stat(path)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // removed while we looked
+			}
+			return nil, fmt.Errorf("drain: stat dead-letter file: %w", err)
+		}
+		out = append(out, DeadLetterFile{Name: name, Path: path, Seq: seq, Bytes: fi.Size()})
+	}
+	slices.SortFunc(out, func(a, b DeadLetterFile) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out, nil
+}
+
+// ListDeadLetters lists the dead-letter files of the WAB directory wabDir,
+// oldest first, with their sizes and record counts. Counting reads (and
+// checks) every file.
+func ListDeadLetters(fsys vfs.FS, wabDir string) ([]DeadLetterFile, error) {
+	files, err := scanDeadLetters(fsys, DeadLetterDir(wabDir))
+	if err != nil {
+		return nil, err
+	}
+	for i := range files {
+		n, err := countRecords(fsys, files[i].Path)
+		if err != nil {
+			return nil, err
+		}
+		files[i].Records = n
+	}
+	return files, nil
+}
+
+func countRecords(fsys vfs.FS, path string) (uint64, error) {
+	r, err := wab.OpenSegment(fsys, path)
+	if err != nil {
+		return 0, fmt.Errorf("drain: open dead-letter file: %w", err)
+	}
+	defer r.Close()
+	var n uint64
+	for {
+		if _, err := r.Next(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return n, nil
+			}
+			return n, fmt.Errorf("drain: read dead-letter file %s: %w", path, err)
+		}
+		n++
+	}
+}
+
+// DeadLetterRecord is one record read back from the dead-letter lane.
+type DeadLetterRecord struct {
+	Durability wab.Durability
+	Received   time.Time
+	Payload    []byte
+	Meta       DeadLetterMeta
+	// MetaErr is set, and Meta zero, when the record's Meta could not be
+	// decoded; RawMeta always holds it.
+	MetaErr error
+	RawMeta []byte
+}
+
+// ReadDeadLetter reads a dead-letter file: its header and every record
+// with its decoded Meta.
+func ReadDeadLetter(fsys vfs.FS, path string) (wab.Header, []DeadLetterRecord, error) {
+	r, err := wab.OpenSegment(fsys, path)
+	if err != nil {
+		return wab.Header{}, nil, fmt.Errorf("drain: open dead-letter file: %w", err)
+	}
+	defer r.Close()
+	h := r.Header()
+	var out []DeadLetterRecord
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return h, out, nil
+			}
+			return h, out, fmt.Errorf("drain: read dead-letter file %s: %w", path, err)
+		}
+		dr := DeadLetterRecord{
+			Durability: rec.Durability,
+			Received:   time.Unix(0, rec.Received),
+			Payload:    cloneBytes(rec.Payload),
+			RawMeta:    cloneBytes(rec.Meta),
+		}
+		dr.Meta, dr.MetaErr = DecodeMeta(rec.Meta)
+		out = append(out, dr)
+	}
+}
+
+// RemoveDeadLetter deletes the named dead-letter file (a base name as
+// listed by ListDeadLetters) from wabDir's lane, durably. A running drain
+// notices the freed space at its next rescan.
+func RemoveDeadLetter(fsys vfs.FS, wabDir, name string) error {
+	if _, ok := ParseDeadLetterName(name); !ok || filepath.Base(name) != name {
+		return fmt.Errorf("drain: %q is not a dead-letter file name", name)
+	}
+	dir := DeadLetterDir(wabDir)
+	if err := fsys.Remove(filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("drain: remove dead-letter file: %w", err)
+	}
+	if err := fsys.SyncDir(dir); err != nil {
+		return fmt.Errorf("drain: sync dead-letter directory: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,809 @@
+// Package drain delivers sealed write-ahead-buffer segments to a sink.
+//
+// The drain is the only reader that removes data from the WAB. For each
+// sealed segment it reads the records not yet confirmed, hands them to the
+// sink in sub-batches of at most Sink.MaxBatchSize records, and after every
+// sub-batch is fully accounted for — committed by the sink, and any rejected
+// records durably written to the dead-letter lane — records the progress in
+// the segment's .confirmed sidecar. A segment is deleted only once all of its
+// records are confirmed.
+//
+// # Delivery guarantee
+//
+// Delivery is at least once. Progress is recorded only after the sink's
+// Commit has returned and the sub-batch's dead letters are durable, so a
+// crash (or a cancelled context) at any earlier point replays that sub-batch
+// on the next run. Sinks deduplicate on the record id, which is a function
+// of the segment and the record's position in it, so a replay carries the
+// same ids.
+//
+// # States
+//
+// The drain is always in exactly one State:
+//
+//   - Idle: nothing to deliver; waiting for a seal notification, the poll
+//     interval or the end of the context.
+//   - Draining: committing sub-batches.
+//   - RetryingTransient: the sink returned a transient error; the same
+//     sub-batch is retried with capped exponential backoff. After
+//     MaxRetries retries the segment is left on disk, logged at error, and
+//     the drain moves on; the segment is attempted again on a later pass
+//     (no sooner than RetryMax later).
+//   - BlockedDeadLetterFull: writing a sub-batch's dead letters would take
+//     the dead-letter lane past DeadLetterMaxBytes. The drain wakes every
+//     DeadLetterCheckInterval, rescans the lane (an operator may have removed
+//     files) and, once there is room, sends the same sub-batch again.
+//     Nothing of that sub-batch is confirmed while blocked.
+//
+// docs/drain.md has the transition diagram.
+//
+// # Dead-letter lane
+//
+// Records the sink refuses permanently are written to
+// <wab_dir>/dead_letter/dl_NNNNNNNN.wab.sealed, one file per sub-batch that
+// had rejections, in the WAB's own segment format (header shard
+// wab.DeadLetterShard) so that the segment reader can read them back. Each
+// record keeps its payload, durability tier and receive time; its Meta field
+// carries the reason and the record's original identity (see EncodeMeta).
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/wab"
+)
+
+// Defaults for Options. A zero option falls back to its default.
+const (
+	// DefaultRetryBase is the first backoff after a transient sink error.
+	DefaultRetryBase = 100 * time.Millisecond
+	// DefaultRetryMax caps the backoff between retries. It is also how long
+	// a segment whose retries were exhausted waits before it is attempted
+	// again.
+	DefaultRetryMax = 10 * time.Second
+	// DefaultMaxRetries is how many times a sub-batch is retried after a
+	// transient error before its segment is set aside.
+	DefaultMaxRetries = 5
+	// DefaultDeadLetterMaxBytes caps the dead-letter lane's size on disk.
+	DefaultDeadLetterMaxBytes int64 = 1 << 30
+	// DefaultDeadLetterCheckInterval is how often a drain blocked on a full
+	// dead-letter lane rescans it.
+	DefaultDeadLetterCheckInterval = 5 * time.Second
+	// DefaultHealthInterval is how often the sink's health is polled,
+	// whatever the drain's state.
+	DefaultHealthInterval = 30 * time.Second
+	// DefaultPollInterval is how often an idle drain lists sealed segments
+	// even without a seal notification.
+	DefaultPollInterval = time.Second
+)
+
+// RecordSource is the Source name given to records delivered from the WAB.
+const RecordSource = "socket"
+
+// State is the drain's state; see the package documentation.
+type State int32
+
+const (
+	Idle State = iota
+	Draining
+	RetryingTransient
+	BlockedDeadLetterFull
+)
+
+// States lists every State, so that a gauge can be initialised with all of
+// its label values.
+func States() []State {
+	return []State{Idle, Draining, RetryingTransient, BlockedDeadLetterFull}
+}
+
+func (s State) String() string {
+	switch s {
+	case Idle:
+		return "idle"
+	case Draining:
+		return "draining"
+	case RetryingTransient:
+		return "retrying_transient"
+	case BlockedDeadLetterFull:
+		return "blocked_dead_letter_full"
+	default:
+		return fmt.Sprintf("state(%d)", int32(s))
+	}
+}
+
+// Source lists the WAB's sealed segments. *wab.Log satisfies it.
+type Source interface {
+	// Sealed lists the sealed segments on disk, by shard then sequence.
+	Sealed() ([]wab.SegmentRef, error)
+	// Notify receives a value whenever a segment is sealed. A nil channel
+	// is allowed: the drain then relies on polling.
+	Notify() <-chan struct{}
+}
+
+// Observer receives the drain's measurements, for metrics. Every method
+// must be cheap and must not block. A nil Observer is allowed; embed
+// NopObserver to implement only some methods.
+type Observer interface {
+	// State is called with the new state on every transition, and once with
+	// the initial state when Run starts.
+	State(s State)
+	// Commit is called after every Sink.Commit: the batch size, how many
+	// records the sink rejected, how long the call took and its error (nil
+	// on success).
+	Commit(records, rejected int, d time.Duration, err error)
+	// Retry is called before each backoff after a transient error; attempt
+	// counts from 1.
+	Retry(attempt int, delay time.Duration, err error)
+	// DeadLettered is called after a dead-letter file is durably written.
+	DeadLettered(records int, bytes int64)
+	// DeadLetterTotals reports the dead-letter lane's current size: called
+	// when Run starts (derived from disk), after every write and after
+	// every rescan.
+	DeadLetterTotals(files int, bytes int64)
+	// DeadLetterFull is called once per entry into BlockedDeadLetterFull.
+	DeadLetterFull()
+	// SinkHealth is called with every health poll's result.
+	SinkHealth(h sink.Health)
+	// SegmentDelivered is called after a segment is fully delivered and
+	// removed.
+	SegmentDelivered(ref wab.SegmentRef, records uint64)
+	// SegmentDeferred is called when a segment is left on disk to be
+	// attempted on a later pass (retries exhausted, read or write error).
+	SegmentDeferred(ref wab.SegmentRef, err error)
+}
+
+// NopObserver implements Observer and ignores everything.
+type NopObserver struct{}
+
+func (NopObserver) State(State)                                 {}
+func (NopObserver) Commit(int, int, time.Duration, error)       {}
+func (NopObserver) Retry(int, time.Duration, error)             {}
+func (NopObserver) DeadLettered(int, int64)                     {}
+func (NopObserver) DeadLetterTotals(int, int64)                 {}
+func (NopObserver) DeadLetterFull()                             {}
+func (NopObserver) SinkHealth(sink.Health)                      {}
+func (NopObserver) SegmentDelivered(wab.SegmentRef, uint64)     {}
+func (NopObserver) SegmentDeferred(ref wab.SegmentRef, _ error) {}
+
+// Options configure New. Zero values fall back to the Default constants.
+type Options struct {
+	// FS is the file system; default vfs.OS.
+	FS vfs.FS
+	// WABDir is the write-ahead buffer directory; the dead-letter lane is
+	// its dead_letter subdirectory. Required.
+	WABDir string
+	// Source lists sealed segments. Required.
+	Source Source
+	// Sink receives the records. Required. The drain never calls Close.
+	Sink sink.Sink
+	// Logger; default discards.
+	Logger *slog.Logger
+
+	// RetryBase and RetryMax shape the backoff after a transient error: the
+	// n-th retry (n from 1) waits RetryBase·2^(n-1), at most RetryMax.
+	RetryBase time.Duration
+	RetryMax  time.Duration
+	// MaxRetries is how many retries follow the first failed attempt before
+	// the segment is set aside. Negative means no retries.
+	MaxRetries int
+	// DeadLetterMaxBytes caps the dead-letter lane's size on disk.
+	DeadLetterMaxBytes int64
+	// DeadLetterCheckInterval is how often a blocked drain rescans the lane.
+	DeadLetterCheckInterval time.Duration
+	// HealthInterval is how often Sink.Health is polled.
+	HealthInterval time.Duration
+	// PollInterval is how often an idle drain lists segments without a
+	// notification.
+	PollInterval time.Duration
+
+	// Now returns the current time; default time.Now.
+	Now func() time.Time
+	// Sleep waits for d or until ctx ends, returning ctx's error in that
+	// case. It is used for retry backoff and for the blocked state's wakes.
+	// Default: a timer.
+	Sleep func(ctx context.Context, d time.Duration) error
+
+	// Observer receives measurements; nil is allowed.
+	Observer Observer
+}
+
+// Drain delivers sealed segments to a sink. Create it with New and run it
+// with Run.
+type Drain struct {
+	fs           vfs.FS
+	wabDir       string
+	src          Source
+	sink         sink.Sink
+	log          *slog.Logger
+	obs          Observer
+	now          func() time.Time
+	sleep        func(context.Context, time.Duration) error
+	retryBase    time.Duration
+	retryMax     time.Duration
+	maxRetries   int
+	dlCheck      time.Duration
+	healthEvery  time.Duration
+	pollInterval time.Duration
+
+	dl *deadLetters
+
+	state   atomic.Int32
+	running atomic.Bool
+	// healthNudge asks the health loop for an extra poll (coalesced).
+	healthNudge chan struct{}
+	// deferred holds segments set aside, by path, with the time before
+	// which they are not attempted again. Used only by Run's goroutine.
+	deferred map[string]time.Time
+}
+
+// New checks opts, creates the dead-letter directory if needed and derives
+// the lane's totals from disk.
+func New(opts Options) (*Drain, error) {
+	if opts.WABDir == "" {
+		return nil, errors.New("drain: WABDir is required")
+	}
+	if opts.Source == nil {
+		return nil, errors.New("drain: Source is required")
+	}
+	if opts.Sink == nil {
+		return nil, errors.New("drain: Sink is required")
+	}
+	if n := opts.Sink.MaxBatchSize(); n < 1 {
+		return nil, fmt.Errorf("drain: sink %s: MaxBatchSize %d, want at least 1", opts.Sink.Name(), n)
+	}
+	d := &Drain{
+		fs:           opts.FS,
+		wabDir:       opts.WABDir,
+		src:          opts.Source,
+		sink:         opts.Sink,
+		log:          opts.Logger,
+		obs:          opts.Observer,
+		now:          opts.Now,
+		sleep:        opts.Sleep,
+		retryBase:    orDuration(opts.RetryBase, DefaultRetryBase),
+		retryMax:     orDuration(opts.RetryMax, DefaultRetryMax),
+		maxRetries:   opts.MaxRetries,
+		dlCheck:      orDuration(opts.DeadLetterCheckInterval, DefaultDeadLetterCheckInterval),
+		healthEvery:  orDuration(opts.HealthInterval, DefaultHealthInterval),
+		pollInterval: orDuration(opts.PollInterval, DefaultPollInterval),
+		healthNudge:  make(chan struct{}, 1),
+		deferred:     make(map[string]time.Time),
+	}
+	if d.fs == nil {
+		d.fs = vfs.OS
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	d.log = d.log.With("component", "drain", "sink", opts.Sink.Name())
+	if d.obs == nil {
+		d.obs = NopObserver{}
+	}
+	if d.now == nil {
+		d.now = time.Now
+	}
+	if d.sleep == nil {
+		d.sleep = sleepCtx
+	}
+	switch {
+	case d.maxRetries == 0:
+		d.maxRetries = DefaultMaxRetries
+	case d.maxRetries < 0:
+		d.maxRetries = 0
+	}
+	if d.retryMax < d.retryBase {
+		d.retryMax = d.retryBase
+	}
+	maxBytes := opts.DeadLetterMaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultDeadLetterMaxBytes
+	}
+	dl, err := openDeadLetters(d.fs, DeadLetterDir(opts.WABDir), maxBytes, d.now)
+	if err != nil {
+		return nil, err
+	}
+	d.dl = dl
+	return d, nil
+}
+
+// State is the drain's current state.
+func (d *Drain) State() State { return State(d.state.Load()) }
+
+// DeadLetterTotals is the dead-letter lane's current file count and size
+// in bytes, as last derived from disk and updated by writes.
+func (d *Drain) DeadLetterTotals() (files int, bytes int64) { return d.dl.totals() }
+
+// Run delivers segments until ctx ends, then returns nil once every
+// goroutine it started has exited. Work in progress when ctx ends is left
+// unconfirmed and is replayed by the next Run. Run may be called only once.
+func (d *Drain) Run(ctx context.Context) error {
+	if !d.running.CompareAndSwap(false, true) {
+		return errors.New("drain: Run called twice")
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	d.obs.State(d.State())
+	files, bytes := d.dl.totals()
+	d.obs.DeadLetterTotals(files, bytes)
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.healthLoop(ctx)
+	}()
+
+	for ctx.Err() == nil {
+		progressed, err := d.pass(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			d.log.Error("listing sealed segments", "err", err)
+		}
+		if progressed {
+			continue // there may be newly sealed segments already
+		}
+		d.setState(Idle)
+		d.waitForWork(ctx)
+	}
+	return nil
+}
+
+// pass lists the sealed segments and attempts each one that is not set
+// aside, interleaving shards. It reports whether any segment was delivered.
+func (d *Drain) pass(ctx context.Context) (bool, error) {
+	refs, err := d.src.Sealed()
+	if err != nil {
+		return false, fmt.Errorf("drain: list sealed segments: %w", err)
+	}
+	d.forgetVanished(refs)
+	progressed := false
+	now := d.now()
+	for _, ref := range interleave(refs) {
+		if ctx.Err() != nil {
+			return progressed, nil
+		}
+		if until, ok := d.deferred[ref.Path]; ok {
+			if now.Before(until) {
+				continue
+			}
+			delete(d.deferred, ref.Path)
+		}
+		d.setState(Draining)
+		d.nudgeHealth()
+		err := d.drainSegment(ctx, ref)
+		switch {
+		case err == nil:
+			progressed = true
+		case ctx.Err() != nil:
+			return progressed, nil
+		default:
+			d.deferred[ref.Path] = d.now().Add(d.retryMax)
+			d.log.Error("segment left on disk, will retry later",
+				"segment", ref.Path, "shard", ref.Shard, "seq", ref.Seq,
+				"retry_after", d.retryMax, "err", err)
+			d.obs.SegmentDeferred(ref, err)
+			d.setState(Draining)
+		}
+		now = d.now()
+	}
+	return progressed, nil
+}
+
+// forgetVanished drops deferrals of segments no longer listed.
+func (d *Drain) forgetVanished(refs []wab.SegmentRef) {
+	if len(d.deferred) == 0 {
+		return
+	}
+	live := make(map[string]struct{}, len(refs))
+	for _, r := range refs {
+		live[r.Path] = struct{}{}
+	}
+	for p := range d.deferred {
+		if _, ok := live[p]; !ok {
+			delete(d.deferred, p)
+		}
+	}
+}
+
+// waitForWork waits for a seal notification, the poll interval (or the
+// earliest deferred segment's due time, if sooner) or the end of ctx.
+func (d *Drain) waitForWork(ctx context.Context) {
+	wait := d.pollInterval
+	now := d.now()
+	for _, until := range d.deferred {
+		if w := until.Sub(now); w < wait {
+			wait = max(w, time.Millisecond)
+		}
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-d.src.Notify():
+	case <-t.C:
+	}
+}
+
+// interleave orders segments oldest first within each shard and takes one
+// segment from each shard in turn, so that a backlog on one shard does not
+// starve the others.
+func interleave(refs []wab.SegmentRef) []wab.SegmentRef {
+	byShard := make(map[int][]wab.SegmentRef)
+	var shards []int
+	for _, r := range refs {
+		if _, ok := byShard[r.Shard]; !ok {
+			shards = append(shards, r.Shard)
+		}
+		byShard[r.Shard] = append(byShard[r.Shard], r)
+	}
+	sort.Ints(shards)
+	for _, s := range shards {
+		q := byShard[s]
+		sort.Slice(q, func(i, j int) bool { return q[i].Seq < q[j].Seq })
+	}
+	out := make([]wab.SegmentRef, 0, len(refs))
+	for round := 0; len(out) < len(refs); round++ {
+		for _, s := range shards {
+			if q := byShard[s]; round < len(q) {
+				out = append(out, q[round])
+			}
+		}
+	}
+	return out
+}
+
+// drainSegment delivers one segment: the records past its confirmed count,
+// sub-batch by sub-batch, then removes it.
+func (d *Drain) drainSegment(ctx context.Context, ref wab.SegmentRef) error {
+	confirmed, err := wab.ReadConfirmed(d.fs, ref.Path)
+	if err != nil {
+		return fmt.Errorf("read confirmed count of %s: %w", ref.Path, err)
+	}
+	r, err := wab.OpenSegment(d.fs, ref.Path)
+	if err != nil {
+		return fmt.Errorf("open segment %s: %w", ref.Path, err)
+	}
+	defer r.Close()
+	h := r.Header()
+
+	var idx uint64
+	for idx < confirmed {
+		if _, err := r.Next(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("segment %s: confirmed count %d is past its %d records", ref.Path, confirmed, idx)
+			}
+			return fmt.Errorf("skip confirmed records of %s: %w", ref.Path, err)
+		}
+		idx++
+	}
+
+	for {
+		limit := d.sink.MaxBatchSize()
+		if limit < 1 {
+			limit = 1
+		}
+		recs, readErr := readBatch(r, limit)
+		if len(recs) > 0 {
+			if err := d.deliver(ctx, ref, h, idx, recs); err != nil {
+				return err
+			}
+			idx += uint64(len(recs))
+			if err := wab.WriteConfirmed(d.fs, ref.Path, idx); err != nil {
+				return fmt.Errorf("confirm %d records of %s: %w", idx, ref.Path, err)
+			}
+		}
+		if readErr == nil {
+			continue
+		}
+		if !errors.Is(readErr, io.EOF) {
+			return fmt.Errorf("read segment %s after record %d: %w", ref.Path, idx, readErr)
+		}
+		break
+	}
+	if f, ok := r.Footer(); ok && f.Records != idx {
+		return fmt.Errorf("segment %s: footer counts %d records, read %d", ref.Path, f.Records, idx)
+	}
+	if err := r.Close(); err != nil {
+		return fmt.Errorf("close segment %s: %w", ref.Path, err)
+	}
+	if err := wab.RemoveSegment(d.fs, ref.Path); err != nil {
+		return fmt.Errorf("remove delivered segment %s: %w", ref.Path, err)
+	}
+	d.log.Debug("segment delivered", "segment", ref.Path, "shard", ref.Shard, "seq", ref.Seq, "records", idx)
+	d.obs.SegmentDelivered(ref, idx)
+	return nil
+}
+
+// readBatch reads up to limit records, copying them out of the reader's
+// buffer. It returns the records read and the error that stopped it early
+// (io.EOF at the end of the segment), if any.
+func readBatch(r *wab.Reader, limit int) ([]wab.Record, error) {
+	recs := make([]wab.Record, 0, limit)
+	for len(recs) < limit {
+		rec, err := r.Next()
+		if err != nil {
+			return recs, err
+		}
+		recs = append(recs, wab.Record{
+			Durability: rec.Durability,
+			Received:   rec.Received,
+			Meta:       cloneBytes(rec.Meta),
+			Payload:    cloneBytes(rec.Payload),
+		})
+	}
+	return recs, nil
+}
+
+func cloneBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+// errRetriesExhausted wraps the last transient error once MaxRetries
+// retries have failed.
+var errRetriesExhausted = errors.New("retries exhausted")
+
+// deliver commits one sub-batch — records start.. of the segment — and
+// returns once it is fully accounted for: committed, and its rejected
+// records durably dead-lettered. It returns an error, and the sub-batch
+// must not be confirmed, if ctx ended, retries were exhausted or the dead
+// letter could not be written.
+func (d *Drain) deliver(ctx context.Context, ref wab.SegmentRef, h wab.Header, start uint64, recs []wab.Record) error {
+	srecs := make([]sink.Record, len(recs))
+	for i, rec := range recs {
+		srecs[i] = sink.Record{
+			ID:         sink.RecordID(wab.RecordID(h, start+uint64(i), rec.Payload)),
+			Payload:    rec.Payload,
+			Durability: sink.Durability(rec.Durability),
+			Received:   time.Unix(0, rec.Received),
+			Source:     RecordSource,
+		}
+	}
+	batch := sink.NewBatch(srecs)
+	retries := 0
+	for {
+		t0 := d.now()
+		res, err := d.sink.Commit(ctx, batch)
+		elapsed := d.now().Sub(t0)
+		if ctx.Err() != nil {
+			// Whatever the sink said, a cancelled commit proves nothing:
+			// leave the sub-batch unconfirmed for the next run.
+			d.obs.Commit(len(srecs), 0, elapsed, err)
+			return ctx.Err()
+		}
+		var rejected []rejection
+		switch {
+		case err == nil:
+			rejected = d.checkRejections(res.Rejected, len(srecs))
+			d.obs.Commit(len(srecs), len(rejected), elapsed, nil)
+		case sink.IsTransient(err):
+			d.obs.Commit(len(srecs), 0, elapsed, err)
+			if retries >= d.maxRetries {
+				return fmt.Errorf("commit records %d..%d: %w after %d retries: %w",
+					start, start+uint64(len(recs))-1, errRetriesExhausted, retries, err)
+			}
+			retries++
+			delay := d.backoff(retries)
+			d.setState(RetryingTransient)
+			d.obs.Retry(retries, delay, err)
+			d.log.Warn("transient sink error, retrying", "segment", ref.Path,
+				"attempt", retries, "max_retries", d.maxRetries, "backoff", delay, "err", err)
+			if err := d.sleep(ctx, delay); err != nil {
+				return err
+			}
+			continue
+		default:
+			d.obs.Commit(len(srecs), len(srecs), elapsed, err)
+			reason := err.Error()
+			rejected = make([]rejection, len(srecs))
+			for i := range rejected {
+				rejected[i] = rejection{index: i, reason: reason}
+			}
+			d.log.Warn("permanent sink error, dead-lettering sub-batch", "segment", ref.Path,
+				"first_record", start, "records", len(srecs), "err", err)
+		}
+		if len(rejected) == 0 {
+			d.setState(Draining)
+			return nil
+		}
+		dlRecs := make([]wab.Record, len(rejected))
+		for i, rj := range rejected {
+			rec := recs[rj.index]
+			dlRecs[i] = wab.Record{
+				Durability: rec.Durability,
+				Received:   rec.Received,
+				Payload:    rec.Payload,
+				Meta: EncodeMeta(DeadLetterMeta{
+					Reason: rj.reason,
+					ID:     srecs[rj.index].ID,
+					Shard:  h.Shard,
+					Seq:    h.Seq,
+					Index:  start + uint64(rj.index),
+				}),
+			}
+		}
+		need := estimateSize(dlRecs)
+		if !d.dl.hasRoom(need) {
+			if err := d.blockUntilRoom(ctx, ref, need); err != nil {
+				return err
+			}
+			// Send the same sub-batch again: its outcome decides what is
+			// dead-lettered now, exactly as a restart would.
+			retries = 0
+			d.setState(Draining)
+			continue
+		}
+		path, size, err := d.dl.write(h.Instance, dlRecs)
+		if err != nil {
+			return fmt.Errorf("dead-letter %d records of %s: %w", len(dlRecs), ref.Path, err)
+		}
+		d.log.Warn("records dead-lettered", "segment", ref.Path, "file", path,
+			"records", len(dlRecs), "bytes", size, "first_reason", rejected[0].reason)
+		d.obs.DeadLettered(len(dlRecs), size)
+		files, bytes := d.dl.totals()
+		d.obs.DeadLetterTotals(files, bytes)
+		d.setState(Draining)
+		return nil
+	}
+}
+
+type rejection struct {
+	index  int
+	reason string
+}
+
+// checkRejections validates a sink's rejections: indexes out of range are
+// logged and ignored (they name no record), duplicates keep the first
+// reason. The result is in batch order.
+func (d *Drain) checkRejections(rs []sink.Rejection, n int) []rejection {
+	if len(rs) == 0 {
+		return nil
+	}
+	seen := make(map[int]bool, len(rs))
+	out := make([]rejection, 0, len(rs))
+	for _, r := range rs {
+		if r.Index < 0 || r.Index >= n {
+			d.log.Error("sink rejected a record index outside the batch; ignored",
+				"index", r.Index, "batch_records", n, "reason", r.Reason)
+			continue
+		}
+		if seen[r.Index] {
+			continue
+		}
+		seen[r.Index] = true
+		reason := r.Reason
+		if reason == "" {
+			reason = "rejected by sink"
+		}
+		out = append(out, rejection{index: r.Index, reason: reason})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].index < out[j].index })
+	return out
+}
+
+// blockUntilRoom holds the drain in BlockedDeadLetterFull until the lane,
+// rescanned every DeadLetterCheckInterval, has room for need bytes, or ctx
+// ends (its error is returned).
+func (d *Drain) blockUntilRoom(ctx context.Context, ref wab.SegmentRef, need int64) error {
+	d.setState(BlockedDeadLetterFull)
+	d.obs.DeadLetterFull()
+	files, bytes := d.dl.totals()
+	d.log.Error("dead-letter lane full, drain blocked; remove files from it to resume",
+		"dir", d.dl.dir, "files", files, "bytes", bytes, "max_bytes", d.dl.maxBytes,
+		"needed_bytes", need, "segment", ref.Path)
+	for {
+		if err := d.sleep(ctx, d.dlCheck); err != nil {
+			return err
+		}
+		if err := d.dl.rescan(); err != nil {
+			d.log.Error("rescanning dead-letter lane", "dir", d.dl.dir, "err", err)
+			continue
+		}
+		files, bytes := d.dl.totals()
+		d.obs.DeadLetterTotals(files, bytes)
+		if d.dl.hasRoom(need) {
+			d.log.Info("dead-letter lane has room again, drain resuming",
+				"files", files, "bytes", bytes, "max_bytes", d.dl.maxBytes)
+			return nil
+		}
+	}
+}
+
+func (d *Drain) backoff(retry int) time.Duration {
+	delay := d.retryBase
+	for i := 1; i < retry; i++ {
+		delay *= 2
+		if delay >= d.retryMax || delay <= 0 {
+			return d.retryMax
+		}
+	}
+	return min(delay, d.retryMax)
+}
+
+func (d *Drain) setState(s State) {
+	if State(d.state.Swap(int32(s))) != s {
+		d.obs.State(s)
+	}
+}
+
+func (d *Drain) nudgeHealth() {
+	select {
+	case d.healthNudge <- struct{}{}:
+	default:
+	}
+}
+
+// healthLoop polls the sink's health when Run starts, every HealthInterval
+// and when the drain starts a segment, until ctx ends. It logs changes:
+// degraded at warn, down at error.
+func (d *Drain) healthLoop(ctx context.Context) {
+	last := sink.Health{State: sink.Healthy}
+	poll := func() {
+		hctx, cancel := context.WithTimeout(ctx, d.healthEvery)
+		h := d.sink.Health(hctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		d.obs.SinkHealth(h)
+		if h == last {
+			return
+		}
+		switch h.State {
+		case sink.Healthy:
+			d.log.Info("sink healthy again", "was", last.State.String())
+		case sink.Degraded:
+			d.log.Warn("sink degraded", "reason", h.Reason)
+		default:
+			d.log.Error("sink unhealthy", "state", h.State.String(), "reason", h.Reason)
+		}
+		last = h
+	}
+	poll()
+	t := time.NewTicker(d.healthEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			poll()
+		case <-d.healthNudge:
+			poll()
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func orDuration(v, def time.Duration) time.Duration {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
