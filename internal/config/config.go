@@ -1,9 +1,30 @@
 // Package config loads weir's configuration from four layers — command-line
 // flags over WEIR_* environment variables over a TOML file over built-in
 // defaults — each read as a partial configuration, merged, then validated.
+//
+// Every setting is declared once, in the knob table (knobs.go). Its TOML key
+// fixes its flag and environment variable mechanically: sink.file.max_bytes
+// is --sink-file-max-bytes and WEIR_SINK_FILE_MAX_BYTES. Durations are Go
+// durations ("250ms", "5s"); sizes are integers of bytes or carry a KiB, MiB
+// or GiB suffix. docs/configuration.md is checked against the table by the
+// package's tests.
 package config
 
-import "time"
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
 
 // Config is the daemon's validated configuration. Paths are absolute and
 // clean.
@@ -50,4 +71,386 @@ type FileConfig struct {
 	MaxBytes     int64         // sink.file.max_bytes
 	MaxAge       time.Duration // sink.file.max_age
 	BatchRecords int           // sink.file.batch_records (MaxBatchSize)
+}
+
+// ConfigFlag and ConfigEnv name the TOML file to read. Without either, no
+// file is read.
+const (
+	ConfigFlag = "config"
+	ConfigEnv  = "WEIR_CONFIG"
+)
+
+// Level is LogLevel as a slog level.
+func (c *Config) Level() slog.Level {
+	switch c.LogLevel {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	default:
+		return slog.LevelInfo
+	}
+}
+
+// Load builds the configuration for `weir serve`. args are the arguments
+// after the subcommand, environ is in the form of os.Environ. Flags win over
+// WEIR_* variables, which win over the TOML file named by --config or
+// WEIR_CONFIG, which wins over the defaults. Unknown keys in the file and
+// unknown WEIR_* variables are logged as warnings on logger (nil discards
+// them). Every parse and validation error is reported, joined; each names
+// the setting, its value and where it came from or what is allowed. For
+// --help or -h Load returns an error matching flag.ErrHelp; print Usage.
+func Load(args []string, environ []string, logger *slog.Logger) (*Config, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("config: working directory: %w", err)
+	}
+	return load(args, environ, logger, wd)
+}
+
+func load(args, environ []string, logger *slog.Logger, wd string) (*Config, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	ks := knobs()
+	var errs []error
+
+	cli, cliFile, err := parseFlags(ks, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	env, envFile, envErrs := parseEnv(ks, environ, logger)
+	errs = append(errs, envErrs...)
+
+	file := &partial{}
+	path := envFile
+	if cliFile != nil {
+		path = *cliFile
+	}
+	if path != "" {
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(wd, path)
+		}
+		var ferrs []error
+		file, ferrs = parseFile(ks, path, logger)
+		errs = append(errs, ferrs...)
+	}
+
+	merged := &partial{}
+	for _, layer := range []*partial{file, env, cli} {
+		for i := range ks {
+			ks[i].merge(merged, layer)
+		}
+	}
+	c := &Config{}
+	for i := range ks {
+		ks[i].apply(c, merged)
+	}
+	if merged.PreallocateBytes == nil && c.PreallocateBytes > c.SegmentMaxBytes {
+		c.PreallocateBytes = c.SegmentMaxBytes
+	}
+	errs = append(errs, validate(ks, c, wd)...)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	logger.Debug("configuration loaded", "file", path, "data_dir", c.DataDir)
+	return c, nil
+}
+
+func knobByKey(ks []knob, key string) *knob {
+	for i := range ks {
+		if ks[i].Key == key {
+			return &ks[i]
+		}
+	}
+	panic("config: no knob " + key)
+}
+
+func invalid(k *knob, value, why string) error {
+	return fmt.Errorf("config: %s = %s: %s (flag --%s, env %s)", k.Key, value, why, k.Flag(), k.Env())
+}
+
+// validate range-checks every knob, resolves and checks paths, and checks
+// the rules that span knobs.
+func validate(ks []knob, c *Config, wd string) []error {
+	var errs []error
+	for i := range ks {
+		k := &ks[i]
+		if why := k.check(c); why != "" {
+			errs = append(errs, invalid(k, k.value(c), why))
+		}
+	}
+
+	dataOK := true
+	resolve := func(key string, p *string, derived string) {
+		k := knobByKey(ks, key)
+		if *p == "" { // unset: derived from data_dir
+			if !dataOK {
+				return
+			}
+			*p = filepath.Join(c.DataDir, derived)
+		} else {
+			abs, why := resolvePath(*p, wd)
+			if why != "" {
+				errs = append(errs, invalid(k, fmt.Sprintf("%q", *p), why))
+				if key == "data_dir" {
+					dataOK = false
+				}
+				return
+			}
+			*p = abs
+		}
+		if key == "socket_path" && len(*p) > MaxSocketPathBytes {
+			errs = append(errs, invalid(k, fmt.Sprintf("%q", *p),
+				fmt.Sprintf("is %d bytes long; a Unix socket path may be at most %d bytes (choose a shorter socket_path or data_dir)", len(*p), MaxSocketPathBytes)))
+		}
+	}
+	resolve("data_dir", &c.DataDir, "")
+	resolve("socket_path", &c.SocketPath, DefaultSocketName)
+	resolve("wab_dir", &c.WABDir, DefaultWABName)
+	resolve("sink.file.dir", &c.Sink.File.Dir, DefaultFileSinkName)
+
+	if c.WABDir != "" && c.WABDir == c.Sink.File.Dir {
+		k := knobByKey(ks, "sink.file.dir")
+		errs = append(errs, invalid(k, fmt.Sprintf("%q", c.Sink.File.Dir), "must differ from wab_dir"))
+	}
+	if c.DrainRetryMax < c.DrainRetryBase {
+		k := knobByKey(ks, "drain_retry_max")
+		errs = append(errs, invalid(k, formatDuration(c.DrainRetryMax),
+			fmt.Sprintf("must be at least drain_retry_base (%s)", formatDuration(c.DrainRetryBase))))
+	}
+	if c.PreallocateBytes > c.SegmentMaxBytes {
+		k := knobByKey(ks, "segment_preallocate_bytes")
+		errs = append(errs, invalid(k, FormatSize(c.PreallocateBytes),
+			fmt.Sprintf("must not exceed segment_max_bytes (%s)", FormatSize(c.SegmentMaxBytes))))
+	}
+	return errs
+}
+
+// resolvePath checks raw and makes it absolute against wd. The `..` check is
+// on the cleaned raw input, so "a/../b" (which is just "b") passes while
+// "../b" and "/.." style escapes do not.
+func resolvePath(raw, wd string) (string, string) {
+	if strings.IndexByte(raw, 0) >= 0 {
+		return "", "contains a NUL byte"
+	}
+	clean := filepath.Clean(raw)
+	if slices.Contains(strings.Split(clean, string(filepath.Separator)), "..") {
+		return "", "must not contain a \"..\" element"
+	}
+	if !filepath.IsAbs(clean) {
+		clean = filepath.Join(wd, clean)
+	}
+	return clean, ""
+}
+
+// parseFlags reads the command line into a partial. The second result is
+// the --config value, nil when not given.
+func parseFlags(ks []knob, args []string) (*partial, *string, error) {
+	p := &partial{}
+	fs := flag.NewFlagSet("weir serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var file *string
+	fs.Func(ConfigFlag, "TOML configuration `file`", func(s string) error {
+		file = &s
+		return nil
+	})
+	for i := range ks {
+		k := &ks[i]
+		fs.Func(k.Flag(), k.Help, func(s string) error {
+			if err := k.parse(p, s); err != nil {
+				return fmt.Errorf("%s: %w", k.Key, err)
+			}
+			return nil
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return p, nil, fmt.Errorf("config: %w", err)
+		}
+		return p, file, fmt.Errorf("config: command line: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return p, file, fmt.Errorf("config: command line: unexpected argument %q (settings are flags such as --shards=8)", fs.Arg(0))
+	}
+	return p, file, nil
+}
+
+// parseEnv reads WEIR_* variables into a partial. The second result is
+// WEIR_CONFIG. Empty variables are treated as unset; for repeated ones the
+// last wins.
+func parseEnv(ks []knob, environ []string, logger *slog.Logger) (*partial, string, []error) {
+	p := &partial{}
+	byEnv := make(map[string]*knob, len(ks))
+	for i := range ks {
+		byEnv[ks[i].Env()] = &ks[i]
+	}
+	vals := map[string]string{}
+	var order []string
+	for _, kv := range environ {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, "WEIR_") {
+			continue
+		}
+		if _, seen := vals[name]; !seen {
+			order = append(order, name)
+		}
+		vals[name] = val
+	}
+	var file string
+	var errs []error
+	for _, name := range order {
+		val := vals[name]
+		if name == ConfigEnv {
+			file = val
+			continue
+		}
+		k, ok := byEnv[name]
+		if !ok {
+			logger.Warn("config: unknown WEIR_ environment variable ignored", "env", name)
+			continue
+		}
+		if val == "" {
+			continue
+		}
+		if err := k.parse(p, val); err != nil {
+			errs = append(errs, fmt.Errorf("config: env %s: %s: %w", name, k.Key, err))
+		}
+	}
+	return p, file, errs
+}
+
+// tomlNode is one key of the TOML tree the knob table describes.
+type tomlNode struct {
+	name     string
+	k        *knob
+	children []*tomlNode
+}
+
+func tomlTree(ks []knob) *tomlNode {
+	root := &tomlNode{}
+	for i := range ks {
+		n := root
+		for _, part := range strings.Split(ks[i].Key, ".") {
+			var next *tomlNode
+			for _, c := range n.children {
+				if c.name == part {
+					next = c
+				}
+			}
+			if next == nil {
+				next = &tomlNode{name: part}
+				n.children = append(n.children, next)
+			}
+			n = next
+		}
+		n.k = &ks[i]
+	}
+	return root
+}
+
+var primitiveType = reflect.TypeFor[toml.Primitive]()
+
+// structType is a Go struct mirroring the node: toml.Primitive for each
+// setting, a nested struct for each table. Decoding into it lets the TOML
+// decoder report every key the table does not know as undecoded.
+func (n *tomlNode) structType() reflect.Type {
+	fields := make([]reflect.StructField, len(n.children))
+	for i, c := range n.children {
+		t := primitiveType
+		if c.k == nil {
+			t = c.structType()
+		}
+		fields[i] = reflect.StructField{
+			Name: fmt.Sprintf("F%d", i),
+			Type: t,
+			Tag:  reflect.StructTag(fmt.Sprintf(`toml:%q`, c.name)),
+		}
+	}
+	return reflect.StructOf(fields)
+}
+
+// tomlLeaf decodes one setting through its knob, so that the decoder's
+// error carries the line and key.
+type tomlLeaf struct {
+	k *knob
+	p *partial
+}
+
+func (l *tomlLeaf) UnmarshalTOML(v any) error { return l.k.parseTOML(l.p, v) }
+
+func parseFile(ks []knob, path string, logger *slog.Logger) (*partial, []error) {
+	p := &partial{}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return p, []error{fmt.Errorf("config: file %s: %w", path, err)}
+	}
+	root := tomlTree(ks)
+	doc := reflect.New(root.structType())
+	md, err := toml.Decode(string(data), doc.Interface())
+	if err != nil {
+		return p, []error{fileError(path, "", err)}
+	}
+	var errs []error
+	var walk func(n *tomlNode, v reflect.Value)
+	walk = func(n *tomlNode, v reflect.Value) {
+		for i, c := range n.children {
+			f := v.Field(i)
+			if c.k == nil {
+				walk(c, f)
+				continue
+			}
+			if f.IsZero() {
+				continue
+			}
+			leaf := &tomlLeaf{k: c.k, p: p}
+			if err := md.PrimitiveDecode(f.Interface().(toml.Primitive), leaf); err != nil {
+				errs = append(errs, fileError(path, c.k.Key, err))
+			}
+		}
+	}
+	walk(root, doc.Elem())
+	for _, key := range md.Undecoded() {
+		logger.Warn("config: unknown key in configuration file ignored", "file", path, "key", key.String())
+	}
+	return p, errs
+}
+
+func fileError(path, key string, err error) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		if key == "" {
+			key = pe.LastKey
+		}
+		loc := path
+		if pe.Position.Line > 0 {
+			loc = fmt.Sprintf("%s:%d", path, pe.Position.Line)
+		}
+		if key != "" {
+			return fmt.Errorf("config: file %s: %s: %s", loc, key, pe.Message)
+		}
+		return fmt.Errorf("config: file %s: %s", loc, pe.Message)
+	}
+	return fmt.Errorf("config: file %s: %w", path, err)
+}
+
+// Usage is the help text for `weir serve`: every flag with its default.
+func Usage() string {
+	var b strings.Builder
+	b.WriteString("Usage: weir serve [flags]\n\n")
+	b.WriteString("Settings come from flags, then WEIR_* environment variables, then the\n")
+	b.WriteString("TOML file named by --config, then the defaults shown. Durations are Go\n")
+	b.WriteString("durations (250ms, 5s, 1m); sizes are bytes or use KiB, MiB, GiB.\n\n")
+	fmt.Fprintf(&b, "  --%s FILE\n        TOML configuration file (env %s); none is read by default\n", ConfigFlag, ConfigEnv)
+	for _, k := range knobs() {
+		fmt.Fprintf(&b, "  --%s %s\n        %s\n        default %s; %s; env %s\n",
+			k.Flag(), strings.ToUpper(string(k.Kind)), k.Help, k.Default, k.Range, k.Env())
+	}
+	return b.String()
 }

@@ -1,0 +1,442 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/weir-io/weir/wab"
+	"github.com/weir-io/weir/wire"
+)
+
+// Defaults. Where the write-ahead buffer or the wire codec already own a
+// default, the knob falls back to theirs so the two cannot drift apart.
+const (
+	DefaultDataDir          = "./data"
+	DefaultSocketName       = "weir.sock" // under data_dir
+	DefaultWABName          = "wab"       // under data_dir
+	DefaultFileSinkName     = "out"       // under data_dir
+	DefaultShards           = 4
+	DefaultMaxConnections   = 1024
+	DefaultMaxFrameBytes    = wire.DefaultMaxFrameBytes
+	DefaultFrameReadTimeout = 10 * time.Second
+	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultWriteTimeout     = 10 * time.Second
+	DefaultConnMaxInflight  = 4096
+	DefaultQueueCapacity    = wab.DefaultQueueCapacity
+	DefaultQueueTimeout     = time.Second
+	DefaultShutdownTimeout  = 30 * time.Second
+	DefaultBatchMaxRecords  = wab.DefaultBatchMaxRecords
+	DefaultBatchDeadline    = wab.DefaultBatchDeadline
+	DefaultSegmentMaxBytes  = wab.DefaultSegmentMaxBytes
+	DefaultSegmentMaxAge    = wab.DefaultSegmentMaxAge
+	DefaultPreallocateBytes = wab.DefaultPreallocateBytes
+	DefaultDrainRetryBase   = 100 * time.Millisecond
+	DefaultDrainRetryMax    = 10 * time.Second
+	DefaultSinkType         = "file"
+	DefaultFileMaxBytes     = int64(128 << 20)
+	DefaultFileMaxAge       = time.Minute
+	DefaultFileBatchRecords = 4096
+	DefaultLogLevel         = "info"
+	DefaultLogFormat        = "text"
+
+	// MaxSocketPathBytes is the longest Unix socket path the kernel accepts:
+	// sun_path holds 108 bytes including the terminating NUL.
+	MaxSocketPathBytes = 107
+)
+
+const (
+	kib = int64(1) << 10
+	mib = int64(1) << 20
+	gib = int64(1) << 30
+)
+
+// kind is how a knob's value is written.
+type kind string
+
+const (
+	kindString   kind = "string"
+	kindPath     kind = "path"
+	kindInt      kind = "integer"
+	kindSize     kind = "size"
+	kindDuration kind = "duration"
+)
+
+// knob is one configuration setting. The table returned by knobs is the only
+// place a setting is declared: the flag set, the environment reader, the TOML
+// reader, defaults, validation, Usage and the reference table in
+// docs/configuration.md are all generated from it.
+type knob struct {
+	Key     string // TOML key, dotted for nested tables
+	Kind    kind
+	Default string // as shown to people
+	Range   string // as shown to people
+	Help    string
+
+	// parse reads the text form (flag, environment, TOML string) into p.
+	parse func(p *partial, s string) error
+	// parseTOML reads a TOML value (string, int64, ...) into p.
+	parseTOML func(p *partial, v any) error
+	// merge copies the value from src into dst if src has one.
+	merge func(dst, src *partial)
+	// isSet reports whether p holds a value.
+	isSet func(p *partial) bool
+	// apply stores p's value, or the default, in c.
+	apply func(c *Config, p *partial)
+	// check validates the final value in c; "" means valid.
+	check func(c *Config) string
+	// value renders the final value in c for messages.
+	value func(c *Config) string
+}
+
+// Flag is the knob's command-line flag, without dashes.
+func (k *knob) Flag() string {
+	return strings.NewReplacer(".", "-", "_", "-").Replace(k.Key)
+}
+
+// Env is the knob's environment variable.
+func (k *knob) Env() string {
+	return "WEIR_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(k.Key))
+}
+
+// spec describes a knob of Go type T; newKnob turns it into the closures.
+type spec[T comparable] struct {
+	key, help  string
+	kind       kind
+	def        T
+	defText    string // overrides the rendered default when non-empty
+	rangeText  string
+	field      func(*partial) **T
+	out        func(*Config) *T
+	parse      func(string) (T, error)
+	fromTOML   func(any) (T, error)
+	check      func(T) string
+	format     func(T) string
+	skipDefApp bool // default is derived later (paths under data_dir)
+}
+
+func newKnob[T comparable](s spec[T]) knob {
+	k := knob{Key: s.key, Kind: s.kind, Help: s.help, Range: s.rangeText}
+	k.Default = s.defText
+	if k.Default == "" {
+		k.Default = s.format(s.def)
+	}
+	set := func(p *partial, v T) { *s.field(p) = &v }
+	k.parse = func(p *partial, text string) error {
+		v, err := s.parse(text)
+		if err != nil {
+			return err
+		}
+		set(p, v)
+		return nil
+	}
+	k.parseTOML = func(p *partial, raw any) error {
+		v, err := s.fromTOML(raw)
+		if err != nil {
+			return err
+		}
+		set(p, v)
+		return nil
+	}
+	k.merge = func(dst, src *partial) {
+		if v := *s.field(src); v != nil {
+			*s.field(dst) = v
+		}
+	}
+	k.isSet = func(p *partial) bool { return *s.field(p) != nil }
+	k.apply = func(c *Config, p *partial) {
+		if v := *s.field(p); v != nil {
+			*s.out(c) = *v
+		} else if !s.skipDefApp {
+			*s.out(c) = s.def
+		}
+	}
+	k.check = func(c *Config) string {
+		if s.check == nil {
+			return ""
+		}
+		return s.check(*s.out(c))
+	}
+	k.value = func(c *Config) string { return s.format(*s.out(c)) }
+	return k
+}
+
+func intKnob(key string, def, lo, hi int, help string, field func(*partial) **int, out func(*Config) *int) knob {
+	return newKnob(spec[int]{
+		key: key, help: help, kind: kindInt, def: def,
+		rangeText: fmt.Sprintf("%s – %s", formatCount(int64(lo)), formatCount(int64(hi))),
+		field:     field, out: out,
+		parse: func(s string) (int, error) {
+			n, err := parseInt(s)
+			return int(n), err
+		},
+		fromTOML: func(v any) (int, error) {
+			switch v := v.(type) {
+			case int64:
+				return int(v), nil
+			case string:
+				n, err := parseInt(v)
+				return int(n), err
+			}
+			return 0, fmt.Errorf("want an integer, got %s", tomlType(v))
+		},
+		check:  func(v int) string { return between(int64(v), int64(lo), int64(hi), formatCount) },
+		format: func(v int) string { return formatCount(int64(v)) },
+	})
+}
+
+func sizeKnob(key string, def, lo, hi int64, help string, field func(*partial) **int64, out func(*Config) *int64) knob {
+	return newKnob(spec[int64]{
+		key: key, help: help, kind: kindSize, def: def,
+		rangeText: fmt.Sprintf("%s – %s", FormatSize(lo), FormatSize(hi)),
+		field:     field, out: out,
+		parse: ParseSize,
+		fromTOML: func(v any) (int64, error) {
+			switch v := v.(type) {
+			case int64:
+				return v, nil
+			case string:
+				return ParseSize(v)
+			}
+			return 0, fmt.Errorf("want a size (integer bytes or a string like \"64MiB\"), got %s", tomlType(v))
+		},
+		check:  func(v int64) string { return between(v, lo, hi, FormatSize) },
+		format: FormatSize,
+	})
+}
+
+// intSizeKnob is a size held in an int field.
+func intSizeKnob(key string, def, lo, hi int64, help string, field func(*partial) **int, out func(*Config) *int) knob {
+	return newKnob(spec[int]{
+		key: key, help: help, kind: kindSize, def: int(def),
+		rangeText: fmt.Sprintf("%s – %s", FormatSize(lo), FormatSize(hi)),
+		field:     field, out: out,
+		parse: func(s string) (int, error) {
+			n, err := ParseSize(s)
+			return int(n), err
+		},
+		fromTOML: func(v any) (int, error) {
+			switch v := v.(type) {
+			case int64:
+				return int(v), nil
+			case string:
+				n, err := ParseSize(v)
+				return int(n), err
+			}
+			return 0, fmt.Errorf("want a size (integer bytes or a string like \"64MiB\"), got %s", tomlType(v))
+		},
+		check:  func(v int) string { return between(int64(v), lo, hi, FormatSize) },
+		format: func(v int) string { return FormatSize(int64(v)) },
+	})
+}
+
+func durationKnob(key string, def, lo, hi time.Duration, help string, field func(*partial) **time.Duration, out func(*Config) *time.Duration) knob {
+	return newKnob(spec[time.Duration]{
+		key: key, help: help, kind: kindDuration, def: def,
+		rangeText: fmt.Sprintf("%s – %s", formatDuration(lo), formatDuration(hi)),
+		field:     field, out: out,
+		parse: parseDuration,
+		fromTOML: func(v any) (time.Duration, error) {
+			switch v := v.(type) {
+			case string:
+				return parseDuration(v)
+			case int64:
+				if v == 0 {
+					return 0, nil
+				}
+				return 0, fmt.Errorf("want a duration string such as \"%s\", got the integer %d", formatDuration(def+time.Second), v)
+			}
+			return 0, fmt.Errorf("want a duration string such as \"5s\", got %s", tomlType(v))
+		},
+		check: func(v time.Duration) string {
+			if v < lo || v > hi {
+				return fmt.Sprintf("must be between %s and %s", formatDuration(lo), formatDuration(hi))
+			}
+			return ""
+		},
+		format: formatDuration,
+	})
+}
+
+func enumKnob(key, def string, values []string, help string, field func(*partial) **string, out func(*Config) *string) knob {
+	return newKnob(spec[string]{
+		key: key, help: help, kind: kindString, def: def,
+		rangeText: "one of " + strings.Join(quoteAll(values), ", "),
+		field:     field, out: out,
+		parse:    func(s string) (string, error) { return s, nil },
+		fromTOML: tomlString,
+		check: func(v string) string {
+			for _, ok := range values {
+				if v == ok {
+					return ""
+				}
+			}
+			return "must be one of " + strings.Join(quoteAll(values), ", ")
+		},
+		format: func(v string) string { return fmt.Sprintf("%q", v) },
+	})
+}
+
+// pathKnob is a path; defText documents a default derived from data_dir
+// (applied by derivePaths), or def is the default itself.
+func pathKnob(key, def, defText, help string, field func(*partial) **string, out func(*Config) *string) knob {
+	rangeText := "absolute or relative to the working directory; no NUL, no `..`"
+	if key == "socket_path" {
+		rangeText = fmt.Sprintf("%s; at most %d bytes once absolute", rangeText, MaxSocketPathBytes)
+	}
+	return newKnob(spec[string]{
+		key: key, help: help, kind: kindPath, def: def, defText: defText,
+		rangeText: rangeText,
+		field:     field, out: out,
+		parse: func(s string) (string, error) {
+			if s == "" {
+				return "", errors.New("empty path")
+			}
+			return s, nil
+		},
+		fromTOML: func(v any) (string, error) {
+			s, err := tomlString(v)
+			if err == nil && s == "" {
+				err = errors.New("empty path")
+			}
+			return s, err
+		},
+		format:     func(v string) string { return fmt.Sprintf("%q", v) },
+		skipDefApp: def == "",
+	})
+}
+
+// knobs is the table of every setting, in documentation order.
+func knobs() []knob {
+	return []knob{
+		pathKnob("data_dir", DefaultDataDir, "", "Directory for the daemon's state; the other paths default to places under it.",
+			func(p *partial) **string { return &p.DataDir }, func(c *Config) *string { return &c.DataDir }),
+		pathKnob("socket_path", "", "<data_dir>/"+DefaultSocketName, "Unix socket producers connect to.",
+			func(p *partial) **string { return &p.SocketPath }, func(c *Config) *string { return &c.SocketPath }),
+		pathKnob("wab_dir", "", "<data_dir>/"+DefaultWABName, "Directory of the write-ahead buffer's segment files.",
+			func(p *partial) **string { return &p.WABDir }, func(c *Config) *string { return &c.WABDir }),
+
+		intKnob("shards", DefaultShards, 1, 256, "Number of write-ahead buffer shards, each with its own segment files and flusher.",
+			func(p *partial) **int { return &p.Shards }, func(c *Config) *int { return &c.Shards }),
+		intKnob("max_connections", DefaultMaxConnections, 1, 65536, "Most producer connections open at once; further connections are refused.",
+			func(p *partial) **int { return &p.MaxConnections }, func(c *Config) *int { return &c.MaxConnections }),
+		intSizeKnob("max_frame_bytes", DefaultMaxFrameBytes, 64, 256*mib, "Largest frame body accepted from a producer; checked before any allocation.",
+			func(p *partial) **int { return &p.MaxFrameBytes }, func(c *Config) *int { return &c.MaxFrameBytes }),
+		durationKnob("frame_read_timeout", DefaultFrameReadTimeout, time.Millisecond, time.Hour, "Time allowed to read one frame once its first byte has arrived.",
+			func(p *partial) **time.Duration { return &p.FrameReadTimeout }, func(c *Config) *time.Duration { return &c.FrameReadTimeout }),
+		durationKnob("idle_timeout", DefaultIdleTimeout, time.Second, 24*time.Hour, "A connection with no frame for this long is closed.",
+			func(p *partial) **time.Duration { return &p.IdleTimeout }, func(c *Config) *time.Duration { return &c.IdleTimeout }),
+		durationKnob("write_timeout", DefaultWriteTimeout, time.Millisecond, time.Hour, "Time allowed to write a reply to a producer before the connection is dropped.",
+			func(p *partial) **time.Duration { return &p.WriteTimeout }, func(c *Config) *time.Duration { return &c.WriteTimeout }),
+		intKnob("conn_max_inflight", DefaultConnMaxInflight, 1, 1<<20, "Records one connection may have sent but not yet had acknowledged.",
+			func(p *partial) **int { return &p.ConnMaxInflight }, func(c *Config) *int { return &c.ConnMaxInflight }),
+		intKnob("queue_capacity", DefaultQueueCapacity, 1, 1<<24, "Records queued per shard between the connections and the shard's flusher.",
+			func(p *partial) **int { return &p.QueueCapacity }, func(c *Config) *int { return &c.QueueCapacity }),
+		durationKnob("queue_timeout", DefaultQueueTimeout, time.Millisecond, time.Minute, "How long a record waits for room in a full shard queue before the producer gets a busy reply.",
+			func(p *partial) **time.Duration { return &p.QueueTimeout }, func(c *Config) *time.Duration { return &c.QueueTimeout }),
+		durationKnob("shutdown_timeout", DefaultShutdownTimeout, 100*time.Millisecond, time.Hour, "Time a graceful shutdown waits for in-flight records before closing connections.",
+			func(p *partial) **time.Duration { return &p.ShutdownTimeout }, func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
+
+		intKnob("batch_max_records", DefaultBatchMaxRecords, 1, 1<<20, "Most records a flusher writes (and syncs) as one batch.",
+			func(p *partial) **int { return &p.BatchMaxRecords }, func(c *Config) *int { return &c.BatchMaxRecords }),
+		durationKnob("batch_deadline", DefaultBatchDeadline, 0, 10*time.Second, "How long a flusher waits to fill a batch; 0 writes whatever is queued at once.",
+			func(p *partial) **time.Duration { return &p.BatchDeadline }, func(c *Config) *time.Duration { return &c.BatchDeadline }),
+		sizeKnob("segment_max_bytes", DefaultSegmentMaxBytes, mib, 4*gib, "A segment is sealed once it reaches this size.",
+			func(p *partial) **int64 { return &p.SegmentMaxBytes }, func(c *Config) *int64 { return &c.SegmentMaxBytes }),
+		durationKnob("segment_max_age", DefaultSegmentMaxAge, time.Millisecond, 24*time.Hour, "A segment is sealed (and handed to the drain) once it is this old.",
+			func(p *partial) **time.Duration { return &p.SegmentMaxAge }, func(c *Config) *time.Duration { return &c.SegmentMaxAge }),
+		sizeKnob("segment_preallocate_bytes", DefaultPreallocateBytes, 0, 4*gib, "Disk space reserved for each new segment ahead of writes; 0 turns preallocation off. Never more than segment_max_bytes.",
+			func(p *partial) **int64 { return &p.PreallocateBytes }, func(c *Config) *int64 { return &c.PreallocateBytes }),
+
+		durationKnob("drain_retry_base", DefaultDrainRetryBase, time.Millisecond, time.Minute, "First back-off after a sink reports a transient error; doubles per attempt.",
+			func(p *partial) **time.Duration { return &p.DrainRetryBase }, func(c *Config) *time.Duration { return &c.DrainRetryBase }),
+		durationKnob("drain_retry_max", DefaultDrainRetryMax, time.Millisecond, time.Hour, "Cap on the drain's back-off between retries; at least drain_retry_base.",
+			func(p *partial) **time.Duration { return &p.DrainRetryMax }, func(c *Config) *time.Duration { return &c.DrainRetryMax }),
+
+		enumKnob("sink.type", DefaultSinkType, []string{"file"}, "Which sink the drain delivers to.",
+			func(p *partial) **string { return &p.SinkType }, func(c *Config) *string { return &c.Sink.Type }),
+		pathKnob("sink.file.dir", "", "<data_dir>/"+DefaultFileSinkName, "Directory the file sink writes its NDJSON files to.",
+			func(p *partial) **string { return &p.FileDir }, func(c *Config) *string { return &c.Sink.File.Dir }),
+		sizeKnob("sink.file.max_bytes", DefaultFileMaxBytes, 4*kib, 64*gib, "An output file is closed and a new one started once it reaches this size.",
+			func(p *partial) **int64 { return &p.FileMaxBytes }, func(c *Config) *int64 { return &c.Sink.File.MaxBytes }),
+		durationKnob("sink.file.max_age", DefaultFileMaxAge, 10*time.Millisecond, 24*time.Hour, "An output file is closed and a new one started once it is this old.",
+			func(p *partial) **time.Duration { return &p.FileMaxAge }, func(c *Config) *time.Duration { return &c.Sink.File.MaxAge }),
+		intKnob("sink.file.batch_records", DefaultFileBatchRecords, 1, 1<<20, "Most records the file sink takes per commit.",
+			func(p *partial) **int { return &p.FileBatchRecords }, func(c *Config) *int { return &c.Sink.File.BatchRecords }),
+
+		enumKnob("log_level", DefaultLogLevel, []string{"debug", "info", "warn", "error"}, "Least severe log level written.",
+			func(p *partial) **string { return &p.LogLevel }, func(c *Config) *string { return &c.LogLevel }),
+		enumKnob("log_format", DefaultLogFormat, []string{"text", "json"}, "Log line format.",
+			func(p *partial) **string { return &p.LogFormat }, func(c *Config) *string { return &c.LogFormat }),
+	}
+}
+
+// partial is one layer's view of the configuration: nil means the layer
+// does not set the knob.
+type partial struct {
+	DataDir, SocketPath, WABDir *string
+
+	Shards, MaxConnections, MaxFrameBytes *int
+	FrameReadTimeout, IdleTimeout         *time.Duration
+	WriteTimeout                          *time.Duration
+	ConnMaxInflight, QueueCapacity        *int
+	QueueTimeout, ShutdownTimeout         *time.Duration
+
+	BatchMaxRecords  *int
+	BatchDeadline    *time.Duration
+	SegmentMaxBytes  *int64
+	SegmentMaxAge    *time.Duration
+	PreallocateBytes *int64
+
+	DrainRetryBase, DrainRetryMax *time.Duration
+
+	SinkType         *string
+	FileDir          *string
+	FileMaxBytes     *int64
+	FileMaxAge       *time.Duration
+	FileBatchRecords *int
+
+	LogLevel, LogFormat *string
+}
+
+func between(v, lo, hi int64, f func(int64) string) string {
+	if v < lo || v > hi {
+		return fmt.Sprintf("must be between %s and %s", f(lo), f(hi))
+	}
+	return ""
+}
+
+func quoteAll(vs []string) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = fmt.Sprintf("%q", v)
+	}
+	return out
+}
+
+func tomlString(v any) (string, error) {
+	if s, ok := v.(string); ok {
+		return s, nil
+	}
+	return "", fmt.Errorf("want a string, got %s", tomlType(v))
+}
+
+func tomlType(v any) string {
+	switch v := v.(type) {
+	case string:
+		return fmt.Sprintf("the string %q", v)
+	case int64:
+		return fmt.Sprintf("the integer %d", v)
+	case float64:
+		return fmt.Sprintf("the float %v", v)
+	case bool:
+		return fmt.Sprintf("the boolean %v", v)
+	case map[string]any:
+		return "a table"
+	case []any, []map[string]any:
+		return "an array"
+	default:
+		return fmt.Sprintf("a %T", v)
+	}
+}
