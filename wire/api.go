@@ -1,13 +1,9 @@
 package wire
 
-// This file fixes the package's public surface so that the server and the
-// client can be written against it. Bodies marked "unimplemented" are filled
-// in by the codec implementation.
+// This file holds the frame layout constants and the decoded types. The
+// decoder lives in decode.go, the encoders in encode.go.
 
-import (
-	"fmt"
-	"io"
-)
+import "fmt"
 
 // Frame header: every frame, in both directions, starts with these 8 bytes:
 //
@@ -59,9 +55,6 @@ const (
 	CodeInternal      Code = 9
 )
 
-// String is the code's name as in the documentation, e.g. "QueueTimeout".
-func (c Code) String() string { panic("unimplemented") }
-
 // Push is a decoded push frame. A TypePush frame has exactly one payload.
 type Push struct {
 	RequestID  uint64
@@ -92,31 +85,3 @@ type ProtocolError struct {
 func (e *ProtocolError) Error() string {
 	return fmt.Sprintf("wire: %s: %s", e.Code, e.Reason)
 }
-
-// Decoder reads request frames from a stream.
-type Decoder struct{ _ struct{} }
-
-// NewDecoder reads frames from r, refusing bodies over maxFrameBytes before
-// allocating anything for them.
-func NewDecoder(r io.Reader, maxFrameBytes int) *Decoder { panic("unimplemented") }
-
-// Next decodes the next request frame. It returns io.EOF at a clean end of
-// stream (between frames), io.ErrUnexpectedEOF inside a frame, an I/O error
-// from the reader, or a *ProtocolError. Payload slices alias a buffer owned
-// by the Decoder and are valid until the next call.
-func (d *Decoder) Next() (Push, error) { panic("unimplemented") }
-
-// AppendPush appends a TypePush frame (len(payloads)==1) or a TypePushBatch
-// frame (any other count) to dst.
-func AppendPush(dst []byte, p Push) []byte { panic("unimplemented") }
-
-// AppendAck appends an Ack frame.
-func AppendAck(dst []byte, requestID uint64, count uint32) []byte { panic("unimplemented") }
-
-// AppendNack appends a Nack frame; msg is truncated to 1024 bytes.
-func AppendNack(dst []byte, requestID uint64, code Code, msg string) []byte {
-	panic("unimplemented")
-}
-
-// ReadResponse reads one Ack or Nack frame.
-func ReadResponse(r io.Reader) (Response, error) { panic("unimplemented") }
