@@ -1,0 +1,593 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+const wd = "/srv/weir"
+
+// capture is a slog handler that keeps records for assertions.
+type capture struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (c *capture) Enabled(context.Context, slog.Level) bool { return true }
+func (c *capture) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recs = append(c.recs, r.Clone())
+	return nil
+}
+func (c *capture) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *capture) WithGroup(string) slog.Handler      { return c }
+
+// warnings lists "msg key=value" for every warning.
+func (c *capture) warnings() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, r := range c.recs {
+		if r.Level != slog.LevelWarn {
+			continue
+		}
+		s := r.Message
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "key" || a.Key == "env" {
+				s += " " + a.Key + "=" + a.Value.String()
+			}
+			return true
+		})
+		out = append(out, s)
+	}
+	return out
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "weir.toml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func mustLoad(t *testing.T, args, env []string) *Config {
+	t.Helper()
+	c, err := load(args, env, nil, wd)
+	if err != nil {
+		t.Fatalf("load(%q, %q): %v", args, env, err)
+	}
+	return c
+}
+
+func TestDefaults(t *testing.T) {
+	got := mustLoad(t, nil, nil)
+	want := &Config{
+		DataDir:          "/srv/weir/data",
+		SocketPath:       "/srv/weir/data/weir.sock",
+		WABDir:           "/srv/weir/data/wab",
+		Shards:           4,
+		MaxConnections:   1024,
+		MaxFrameBytes:    4 << 20,
+		FrameReadTimeout: 10 * time.Second,
+		IdleTimeout:      5 * time.Minute,
+		WriteTimeout:     10 * time.Second,
+		ConnMaxInflight:  4096,
+		QueueCapacity:    DefaultQueueCapacity,
+		QueueTimeout:     time.Second,
+		ShutdownTimeout:  30 * time.Second,
+		BatchMaxRecords:  4096,
+		BatchDeadline:    0,
+		SegmentMaxBytes:  256 << 20,
+		SegmentMaxAge:    time.Second,
+		PreallocateBytes: DefaultPreallocateBytes,
+		DrainRetryBase:   100 * time.Millisecond,
+		DrainRetryMax:    10 * time.Second,
+		Sink: SinkConfig{Type: "file", File: FileConfig{
+			Dir: "/srv/weir/data/out", MaxBytes: 128 << 20, MaxAge: time.Minute, BatchRecords: 4096,
+		}},
+		LogLevel:  "info",
+		LogFormat: "text",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)
+	}
+	if got.Level() != slog.LevelInfo {
+		t.Errorf("Level() = %v", got.Level())
+	}
+}
+
+func TestLoadUsesWorkingDirectory(t *testing.T) {
+	c, err := Load(nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd, _ := os.Getwd()
+	if c.DataDir != filepath.Join(cwd, "data") {
+		t.Errorf("DataDir = %q, want under %q", c.DataDir, cwd)
+	}
+}
+
+// samples holds two distinct, valid, non-default values per knob in text
+// form. Every knob must have an entry, so a new knob gets tested through
+// every layer.
+var samples = map[string][2]string{
+	"data_dir":                  {"/var/lib/weir", "rel/dir"},
+	"socket_path":               {"/run/weir/a.sock", "/run/weir/b.sock"},
+	"wab_dir":                   {"/var/lib/weir/wab1", "wab2"},
+	"shards":                    {"8", "16"},
+	"max_connections":           {"10", "20"},
+	"max_frame_bytes":           {"1MiB", "65536"},
+	"frame_read_timeout":        {"2s", "250ms"},
+	"idle_timeout":              {"1m", "90s"},
+	"write_timeout":             {"3s", "4s"},
+	"conn_max_inflight":         {"100", "200"},
+	"queue_capacity":            {"1000", "2000"},
+	"queue_timeout":             {"5ms", "2s"},
+	"shutdown_timeout":          {"5s", "1m"},
+	"batch_max_records":         {"128", "1"},
+	"batch_deadline":            {"1ms", "2ms"},
+	"segment_max_bytes":         {"512MiB", "1GiB"},
+	"segment_max_age":           {"2s", "500ms"},
+	"segment_preallocate_bytes": {"0", "1MiB"},
+	"drain_retry_base":          {"10ms", "1s"},
+	"drain_retry_max":           {"1m", "30s"},
+	"sink.type":                 {"file", "file"},
+	"sink.file.dir":             {"/out/a", "out-b"},
+	"sink.file.max_bytes":       {"4KiB", "1GiB"},
+	"sink.file.max_age":         {"1h", "10s"},
+	"sink.file.batch_records":   {"1", "100000"},
+	"log_level":                 {"debug", "error"},
+	"log_format":                {"json", "text"},
+}
+
+// tomlFor renders one knob setting as a TOML document.
+func tomlFor(k *knob, v string) string {
+	lit := fmt.Sprintf("%q", v)
+	if k.Kind == kindInt {
+		lit = v
+	}
+	parts := strings.Split(k.Key, ".")
+	if len(parts) == 1 {
+		return fmt.Sprintf("%s = %s\n", k.Key, lit)
+	}
+	return fmt.Sprintf("[%s]\n%s = %s\n", strings.Join(parts[:len(parts)-1], "."), parts[len(parts)-1], lit)
+}
+
+// TestEveryKnobThroughEveryLayer sets each knob in each layer and checks
+// the mapping and the precedence: flag over env over file over default.
+func TestEveryKnobThroughEveryLayer(t *testing.T) {
+	ks := knobs()
+	if len(samples) != len(ks) {
+		t.Errorf("samples has %d entries, table has %d knobs", len(samples), len(ks))
+	}
+	for i := range ks {
+		k := &ks[i]
+		s, ok := samples[k.Key]
+		if !ok {
+			t.Errorf("no sample for %s", k.Key)
+			continue
+		}
+		t.Run(k.Key, func(t *testing.T) {
+			a, b := s[0], s[1]
+			flagA := mustLoad(t, []string{"--" + k.Flag(), a}, nil)
+			flagB := mustLoad(t, []string{"--" + k.Flag() + "=" + b}, nil)
+			def := mustLoad(t, nil, nil)
+			if a != b && reflect.DeepEqual(flagA, flagB) {
+				t.Fatalf("samples %q and %q give the same config", a, b)
+			}
+			if reflect.DeepEqual(flagA, def) && a != b {
+				t.Fatalf("sample %q is the default", a)
+			}
+			fileA := writeFile(t, tomlFor(k, a))
+			fileB := writeFile(t, tomlFor(k, b))
+			envA := k.Env() + "=" + a
+			envB := k.Env() + "=" + b
+			cases := []struct {
+				name string
+				args []string
+				env  []string
+				want *Config
+			}{
+				{"file", []string{"--config", fileA}, nil, flagA},
+				{"env", nil, []string{envA}, flagA},
+				{"env names file", nil, []string{ConfigEnv + "=" + fileA}, flagA},
+				{"env over file", []string{"--config", fileA}, []string{envB}, flagB},
+				{"flag over env", []string{"--" + k.Flag(), b}, []string{envA}, flagB},
+				{"flag over env over file", []string{"--config", fileA, "--" + k.Flag(), b}, []string{envA}, flagB},
+				{"flag config over env config", []string{"--config", fileB}, []string{ConfigEnv + "=" + fileA}, flagB},
+				{"empty env is unset", []string{"--config", fileA}, []string{k.Env() + "="}, flagA},
+				{"last env wins", nil, []string{envB, envA}, flagA},
+			}
+			for _, tc := range cases {
+				got, err := load(tc.args, tc.env, nil, wd)
+				if err != nil {
+					t.Errorf("%s: %v", tc.name, err)
+					continue
+				}
+				if !reflect.DeepEqual(got, tc.want) {
+					t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestPrecedenceMixed spreads settings over all four layers at once.
+func TestPrecedenceMixed(t *testing.T) {
+	file := writeFile(t, `
+shards = 2
+idle_timeout = "1m"
+queue_timeout = "3s"
+[sink.file]
+max_bytes = 8192
+max_age = "10s"
+`)
+	c := mustLoad(t,
+		[]string{"--config=" + file, "--shards", "16", "--sink-file-max-age=5s"},
+		[]string{"WEIR_SHARDS=8", "WEIR_IDLE_TIMEOUT=2m", "WEIR_SINK_FILE_MAX_AGE=7s", "PATH=/bin"})
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"shards: flag over env over file", c.Shards, 16},
+		{"idle_timeout: env over file", c.IdleTimeout, 2 * time.Minute},
+		{"queue_timeout: file over default", c.QueueTimeout, 3 * time.Second},
+		{"sink.file.max_bytes: file", c.Sink.File.MaxBytes, int64(8192)},
+		{"sink.file.max_age: flag", c.Sink.File.MaxAge, 5 * time.Second},
+		{"write_timeout: default", c.WriteTimeout, DefaultWriteTimeout},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s: got %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+func TestDerivedPathsFollowDataDir(t *testing.T) {
+	c := mustLoad(t, nil, []string{"WEIR_DATA_DIR=/var/lib/weir"})
+	if c.SocketPath != "/var/lib/weir/weir.sock" || c.WABDir != "/var/lib/weir/wab" || c.Sink.File.Dir != "/var/lib/weir/out" {
+		t.Errorf("derived paths: %q %q %q", c.SocketPath, c.WABDir, c.Sink.File.Dir)
+	}
+	c = mustLoad(t, []string{"--data-dir=/d", "--wab-dir=/elsewhere/wab"}, nil)
+	if c.WABDir != "/elsewhere/wab" || c.SocketPath != "/d/weir.sock" {
+		t.Errorf("explicit wab_dir: %q %q", c.WABDir, c.SocketPath)
+	}
+}
+
+func TestPreallocateFollowsSmallSegments(t *testing.T) {
+	c := mustLoad(t, []string{"--segment-max-bytes=16MiB"}, nil)
+	if c.PreallocateBytes != 16<<20 {
+		t.Errorf("PreallocateBytes = %d, want 16MiB when unset and segments are smaller", c.PreallocateBytes)
+	}
+}
+
+func TestValidationErrors(t *testing.T) {
+	long := "/" + strings.Repeat("s", 110)
+	cases := []struct {
+		name string
+		args []string
+		env  []string
+		want []string // substrings, each must appear
+	}{
+		{"shards zero", []string{"--shards=0"}, nil,
+			[]string{"config: shards = 0: must be between 1 and 256 (flag --shards, env WEIR_SHARDS)"}},
+		{"shards high", nil, []string{"WEIR_SHARDS=257"},
+			[]string{"config: shards = 257: must be between 1 and 256"}},
+		{"max_connections", []string{"--max-connections=0"}, nil, []string{"max_connections = 0: must be between 1 and 65536"}},
+		{"frame too small", []string{"--max-frame-bytes=63"}, nil,
+			[]string{"config: max_frame_bytes = 63: must be between 64 and 256MiB (flag --max-frame-bytes, env WEIR_MAX_FRAME_BYTES)"}},
+		{"frame too big", []string{"--max-frame-bytes=257MiB"}, nil, []string{"max_frame_bytes = 257MiB: must be between 64 and 256MiB"}},
+		{"frame_read_timeout", []string{"--frame-read-timeout=0s"}, nil, []string{"frame_read_timeout = 0s: must be between 1ms and 1h"}},
+		{"idle_timeout", []string{"--idle-timeout=25h"}, nil, []string{"idle_timeout = 25h: must be between 1s and 24h"}},
+		{"write_timeout negative", []string{"--write-timeout=-1s"}, nil, []string{"write_timeout = -1s: must be between 1ms and 1h"}},
+		{"conn_max_inflight", []string{"--conn-max-inflight=0"}, nil, []string{"conn_max_inflight = 0: must be between"}},
+		{"queue_capacity", []string{"--queue-capacity=0"}, nil, []string{"queue_capacity = 0: must be between"}},
+		{"queue_timeout", []string{"--queue-timeout=2m"}, nil, []string{"queue_timeout = 2m: must be between 1ms and 1m"}},
+		{"shutdown_timeout", []string{"--shutdown-timeout=1ms"}, nil, []string{"shutdown_timeout = 1ms: must be between 100ms and 1h"}},
+		{"batch_max_records", []string{"--batch-max-records=0"}, nil, []string{"batch_max_records = 0: must be between 1 and 1048576"}},
+		{"batch_deadline", []string{"--batch-deadline=11s"}, nil, []string{"batch_deadline = 11s: must be between 0s and 10s"}},
+		{"segment_max_bytes small", []string{"--segment-max-bytes=1000"}, nil, []string{"segment_max_bytes = 1000: must be between 1MiB and 4GiB"}},
+		{"segment_max_bytes big", []string{"--segment-max-bytes=5GiB"}, nil, []string{"segment_max_bytes = 5GiB: must be between 1MiB and 4GiB"}},
+		{"segment_max_age", []string{"--segment-max-age=0s"}, nil, []string{"segment_max_age = 0s: must be between"}},
+		{"preallocate over segment", []string{"--segment-max-bytes=8MiB", "--segment-preallocate-bytes=16MiB"}, nil,
+			[]string{"segment_preallocate_bytes = 16MiB: must not exceed segment_max_bytes (8MiB)"}},
+		{"retry base", []string{"--drain-retry-base=0s"}, nil, []string{"drain_retry_base = 0s: must be between 1ms and 1m"}},
+		{"retry max below base", []string{"--drain-retry-base=1s", "--drain-retry-max=500ms"}, nil,
+			[]string{"drain_retry_max = 500ms: must be at least drain_retry_base (1s) (flag --drain-retry-max, env WEIR_DRAIN_RETRY_MAX)"}},
+		{"sink type", []string{"--sink-type=kafka"}, nil,
+			[]string{`config: sink.type = "kafka": must be one of "file" (flag --sink-type, env WEIR_SINK_TYPE)`}},
+		{"file max_bytes", []string{"--sink-file-max-bytes=1"}, nil, []string{"sink.file.max_bytes = 1: must be between 4KiB and 64GiB (flag --sink-file-max-bytes, env WEIR_SINK_FILE_MAX_BYTES)"}},
+		{"file max_age", []string{"--sink-file-max-age=1ms"}, nil, []string{"sink.file.max_age = 1ms: must be between 10ms and 24h"}},
+		{"file batch", []string{"--sink-file-batch-records=0"}, nil, []string{"sink.file.batch_records = 0: must be between"}},
+		{"log level", []string{"--log-level=trace"}, nil, []string{`log_level = "trace": must be one of "debug", "info", "warn", "error"`}},
+		{"log format", []string{"--log-format=xml"}, nil, []string{`log_format = "xml": must be one of "text", "json"`}},
+		{"sink dir equals wab", []string{"--wab-dir=/x", "--sink-file-dir=/x/"}, nil, []string{`sink.file.dir = "/x": must differ from wab_dir`}},
+		{"all errors reported", []string{"--shards=0", "--log-format=xml"}, []string{"WEIR_QUEUE_TIMEOUT=0s"},
+			[]string{"shards = 0", "log_format = \"xml\"", "queue_timeout = 0s"}},
+		// Paths.
+		{"dotdot relative", []string{"--data-dir=../up"}, nil,
+			[]string{`config: data_dir = "../up": must not contain a ".." element (flag --data-dir, env WEIR_DATA_DIR)`}},
+		{"dotdot escaping", []string{"--sink-file-dir=a/../../b"}, nil, []string{`sink.file.dir = "a/../../b": must not contain a ".." element`}},
+		{"nul", nil, []string{"WEIR_SOCKET_PATH=/run/a\x00b"}, []string{`socket_path = "/run/a\x00b": contains a NUL byte`}},
+		{"empty path", []string{"--data-dir="}, nil, []string{"data_dir: empty path"}},
+		{"socket too long", []string{"--socket-path=" + long}, nil,
+			[]string{"socket_path = \"" + long + "\": is 111 bytes long; a Unix socket path may be at most 107 bytes"}},
+		{"derived socket too long", []string{"--data-dir=" + long[:100]}, nil,
+			[]string{"socket_path = \"" + long[:100] + "/weir.sock\": is 110 bytes long"}},
+		// Parse errors name their source.
+		{"bad flag value", []string{"--idle-timeout=5x"}, nil,
+			[]string{`config: command line: invalid value "5x" for flag -idle-timeout: idle_timeout: "5x" is not a duration`}},
+		{"bad env duration", nil, []string{"WEIR_IDLE_TIMEOUT=soon"},
+			[]string{`config: env WEIR_IDLE_TIMEOUT: idle_timeout: "soon" is not a duration`}},
+		{"bad env size", nil, []string{"WEIR_SEGMENT_MAX_BYTES=12MB"},
+			[]string{`config: env WEIR_SEGMENT_MAX_BYTES: segment_max_bytes: "12MB" is not a size`}},
+		{"bad env int", nil, []string{"WEIR_SHARDS=four"}, []string{`config: env WEIR_SHARDS: shards: "four" is not an integer`}},
+		{"unknown flag", []string{"--shard=3"}, nil, []string{"config: command line: flag provided but not defined: -shard"}},
+		{"stray argument", []string{"extra"}, nil, []string{`unexpected argument "extra"`}},
+		{"missing named file", []string{"--config=/nonexistent/weir.toml"}, nil,
+			[]string{"config: file /nonexistent/weir.toml: open /nonexistent/weir.toml: no such file or directory"}},
+		{"missing file via env", nil, []string{"WEIR_CONFIG=/nonexistent/w.toml"}, []string{"config: file /nonexistent/w.toml"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := load(tc.args, tc.env, nil, wd)
+			if err == nil {
+				t.Fatalf("no error; config %+v", c)
+			}
+			if c != nil {
+				t.Errorf("config returned with error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error\n  %v\nlacks\n  %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestPathsResolved(t *testing.T) {
+	c := mustLoad(t, []string{
+		"--data-dir=state//x/./y/",
+		"--wab-dir=/a/b/../c",
+		"--sink-file-dir=out/../files",
+	}, nil)
+	if c.Sink.File.Dir != "/srv/weir/files" {
+		t.Errorf("Sink.File.Dir = %q", c.Sink.File.Dir)
+	}
+	// Cleaning a rooted path drops the leading "..": nothing is left to escape.
+	c = mustLoad(t, []string{
+		"--data-dir=state//x/./y/",
+		"--wab-dir=/../a/b/../c",
+		"--socket-path=/" + strings.Repeat("s", 106),
+	}, nil)
+	if c.DataDir != "/srv/weir/state/x/y" {
+		t.Errorf("DataDir = %q", c.DataDir)
+	}
+	if c.WABDir != "/a/c" {
+		t.Errorf("WABDir = %q", c.WABDir)
+	}
+	if len(c.SocketPath) != MaxSocketPathBytes {
+		t.Errorf("socket path of %d bytes", len(c.SocketPath))
+	}
+}
+
+func TestFileErrors(t *testing.T) {
+	cases := []struct {
+		name, body string
+		want       []string
+	}{
+		{"bad duration", "shards = 2\nidle_timeout = \"5 minutes\"\n",
+			[]string{`:2: idle_timeout: "5 minutes" is not a duration`}},
+		{"integer duration", "queue_timeout = 5\n", []string{`:1: queue_timeout: want a duration string`}},
+		{"wrong type", "shards = \"many\"\n", []string{`:1: shards: "many" is not an integer`}},
+		{"bool for int", "shards = true\n", []string{`:1: shards: want an integer, got the boolean true`}},
+		{"nested bad size", "[sink.file]\nmax_bytes = \"lots\"\n", []string{`:2: sink.file.max_bytes: "lots" is not a size`}},
+		{"syntax", "shards = 4\nidle_timeout = \n", []string{`:2:`}},
+		{"two errors", "shards = \"x\"\nlog_level = 3\n", []string{`:1: shards:`, `:2: log_level: want a string`}},
+		{"valid but out of range", "shards = 1000\n", []string{"config: shards = 1000: must be between 1 and 256"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeFile(t, tc.body)
+			_, err := load([]string{"--config", path}, nil, nil, wd)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error\n  %v\nlacks\n  %s", err, w)
+				}
+			}
+			if tc.name != "valid but out of range" && !strings.Contains(err.Error(), "config: file "+path) {
+				t.Errorf("error does not name the file: %v", err)
+			}
+		})
+	}
+}
+
+func TestUnknownKeysWarn(t *testing.T) {
+	path := writeFile(t, `
+shards = 2
+shrads = 3
+[sink]
+typo = "x"
+[sink.file]
+max_bytes = "1MiB"
+maxage = "1s"
+[metrics]
+port = 9185
+`)
+	h := &capture{}
+	c, err := load([]string{"--config", path}, []string{"WEIR_SHRADS=1", "WEIR_CONFIG_X=1", "HOME=/root"}, slog.New(h), wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Shards != 2 || c.Sink.File.MaxBytes != 1<<20 {
+		t.Errorf("known keys not applied: %+v", c)
+	}
+	got := strings.Join(h.warnings(), "\n")
+	for _, key := range []string{"key=shrads", "key=sink.typo", "key=sink.file.maxage", "key=metrics", "key=metrics.port", "env=WEIR_SHRADS", "env=WEIR_CONFIG_X"} {
+		if !strings.Contains(got, key) {
+			t.Errorf("no warning for %s in:\n%s", key, got)
+		}
+	}
+	for _, key := range []string{"key=shards", "key=sink.file.max_bytes", "key=sink ", "HOME"} {
+		if strings.Contains(got+" ", key) {
+			t.Errorf("unexpected warning %s in:\n%s", key, got)
+		}
+	}
+}
+
+func TestExampleFile(t *testing.T) {
+	path, err := filepath.Abs("../../examples/weir.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &capture{}
+	c, err := load([]string{"--config", path}, nil, slog.New(h), wd)
+	if err != nil {
+		t.Fatalf("examples/weir.toml: %v", err)
+	}
+	if w := h.warnings(); len(w) > 0 {
+		t.Errorf("warnings: %q", w)
+	}
+	// The example sets every key to its default.
+	if def := mustLoad(t, nil, nil); !reflect.DeepEqual(c, def) {
+		t.Errorf("example differs from defaults:\n got %+v\nwant %+v", c, def)
+	}
+	var doc map[string]any
+	md, err := toml.DecodeFile(path, &doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range knobs() {
+		if !md.IsDefined(strings.Split(k.Key, ".")...) {
+			t.Errorf("examples/weir.toml does not set %s", k.Key)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-h", "-help"} {
+		_, err := load([]string{"--shards=3", arg}, nil, nil, wd)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%s: err = %v, want flag.ErrHelp", arg, err)
+		}
+	}
+	u := Usage()
+	if !strings.Contains(u, "--config FILE") || !strings.Contains(u, ConfigEnv) {
+		t.Errorf("usage lacks --config:\n%s", u)
+	}
+	for _, k := range knobs() {
+		for _, s := range []string{"--" + k.Flag() + " ", "default " + k.Default + ";", k.Env()} {
+			if !strings.Contains(u, s) {
+				t.Errorf("usage lacks %q", s)
+			}
+		}
+	}
+}
+
+func TestFlagEnvMapping(t *testing.T) {
+	k := knobByKey(knobs(), "sink.file.max_bytes")
+	if k.Flag() != "sink-file-max-bytes" || k.Env() != "WEIR_SINK_FILE_MAX_BYTES" {
+		t.Errorf("mapping: %s %s", k.Flag(), k.Env())
+	}
+	k = knobByKey(knobs(), "socket_path")
+	if k.Flag() != "socket-path" || k.Env() != "WEIR_SOCKET_PATH" {
+		t.Errorf("mapping: %s %s", k.Flag(), k.Env())
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	cases := []struct {
+		in   string
+		want int64
+		err  bool
+	}{
+		{"0", 0, false},
+		{"4096", 4096, false},
+		{" 4096 ", 4096, false},
+		{"1KiB", 1 << 10, false},
+		{"64MiB", 64 << 20, false},
+		{"256 MiB", 256 << 20, false},
+		{"4GiB", 4 << 30, false},
+		{"10B", 10, false},
+		{"", 0, true},
+		{"MiB", 0, true},
+		{"-1", 0, true},
+		{"+5", 0, true},
+		{"1.5MiB", 0, true},
+		{"1MB", 0, true},
+		{"1mib", 0, true},
+		{"1 KB", 0, true},
+		{"99999999999GiB", 0, true},
+		{"0x10", 0, true},
+	}
+	for _, tc := range cases {
+		got, err := ParseSize(tc.in)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d, err=%v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+	for n, want := range map[int64]string{0: "0", 64: "64", 1536: "1536", 3072: "3KiB", 4 << 20: "4MiB", 4<<30 + 1: "4294967297", 3 << 30: "3GiB"} {
+		if got := FormatSize(n); got != want {
+			t.Errorf("FormatSize(%d) = %q, want %q", n, got, want)
+		}
+		if back, err := ParseSize(FormatSize(n)); err != nil || back != n {
+			t.Errorf("round trip %d: %d, %v", n, back, err)
+		}
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	cases := []struct {
+		in   string
+		want time.Duration
+		err  bool
+	}{
+		{"250ms", 250 * time.Millisecond, false},
+		{"5s", 5 * time.Second, false},
+		{"1h30m", 90 * time.Minute, false},
+		{"0", 0, false},
+		{"", 0, true},
+		{"5", 0, true},
+		{"5 s", 0, true},
+		{"five seconds", 0, true},
+	}
+	for _, tc := range cases {
+		got, err := parseDuration(tc.in)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v, err=%v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+	for d, want := range map[time.Duration]string{0: "0s", time.Minute: "1m", 5 * time.Minute: "5m", time.Hour: "1h", 90 * time.Second: "1m30s", 24 * time.Hour: "24h", 100 * time.Millisecond: "100ms"} {
+		if got := formatDuration(d); got != want {
+			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestLevel(t *testing.T) {
+	for s, want := range map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError} {
+		c := mustLoad(t, []string{"--log-level", s}, nil)
+		if c.Level() != want {
+			t.Errorf("%s: %v", s, c.Level())
+		}
+	}
+}
