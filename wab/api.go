@@ -1,11 +1,10 @@
 package wab
 
-// This file fixes the package's public surface so that the drain, the daemon
-// and the ops tools can be written against it. Bodies marked
-// "unimplemented" are filled in by the writer/reader implementation.
+// This file holds the package's shared types; the writer is in log.go and
+// flusher.go, the reader in reader.go, recovery in recover.go and the
+// sidecar and file helpers in files.go.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -94,6 +93,9 @@ var (
 	ErrQueueTimeout = errors.New("wab: queue full")
 	// ErrClosed: the log is shutting down.
 	ErrClosed = errors.New("wab: closed")
+	// ErrRecordTooLarge: a payload is larger than Options.MaxRecordBytes
+	// (returned by Submit; nothing of the request is written).
+	ErrRecordTooLarge = errors.New("wab: record too large")
 )
 
 // Request is one producer frame: one or more records of one tier. Done is
@@ -120,20 +122,33 @@ type Observer interface {
 	QueueDepth(shard int, n int)
 }
 
-// Options configure Open.
+// Options configure Open. A zero field takes the Default* constant of the
+// same name.
 type Options struct {
-	FS               vfs.FS // default vfs.OS
-	Dir              string // the WAB directory; required
-	Shards           int    // number of shards (>= 1)
-	SegmentMaxBytes  int64
-	SegmentMaxAge    time.Duration
+	FS     vfs.FS // default vfs.OS
+	Dir    string // the WAB directory; required
+	Shards int    // number of shards (>= 1)
+	// SegmentMaxBytes: a segment is sealed once a batch brings it to this
+	// size; batches are cut so that only a single oversized request can
+	// make a segment larger.
+	SegmentMaxBytes int64
+	// SegmentMaxAge: a segment holding at least one record is sealed this
+	// long after its first record was written, with or without traffic.
+	// Negative disables age-based sealing.
+	SegmentMaxAge time.Duration
+	// PreallocateBytes: segments are reserved on disk ahead of the write
+	// offset in chunks of this size. Negative disables preallocation.
 	PreallocateBytes int64
-	BatchMaxRecords  int
-	BatchDeadline    time.Duration
-	QueueCapacity    int // per shard
-	MaxRecordBytes   int
-	Logger           *slog.Logger
-	Observer         Observer
+	// BatchMaxRecords caps the records written (and synced) together.
+	BatchMaxRecords int
+	// BatchDeadline: how long a flusher waits for more requests once it has
+	// one; 0 writes whatever is queued at once.
+	BatchDeadline time.Duration
+	QueueCapacity int // per shard
+	// MaxRecordBytes caps one payload; at most RecordLimit.
+	MaxRecordBytes int
+	Logger         *slog.Logger // default slog.Default()
+	Observer       Observer
 }
 
 // SegmentRef names a sealed segment.
@@ -142,85 +157,3 @@ type SegmentRef struct {
 	Seq   uint64
 	Path  string
 }
-
-// Log is an open write-ahead buffer directory: one flusher per shard.
-type Log struct{ _ struct{} }
-
-// Open locks the directory, recovers it (torn tails of open segments are
-// truncated to the last valid record and the segments sealed; a corrupt
-// sealed segment is a *CorruptionError and Open fails) and starts one
-// flusher per shard.
-func Open(ctx context.Context, opts Options) (*Log, error) { panic("unimplemented") }
-
-// Shards is the number of shards.
-func (l *Log) Shards() int { panic("unimplemented") }
-
-// Instance is the directory's instance id (created once, kept in the
-// directory).
-func (l *Log) Instance() [16]byte { panic("unimplemented") }
-
-// Submit queues a request on a shard, waiting at most wait for queue space
-// (ErrQueueTimeout after that). A nil return means Done will be called.
-func (l *Log) Submit(ctx context.Context, shard int, req *Request, wait time.Duration) error {
-	panic("unimplemented")
-}
-
-// ShardErr is nil for a healthy shard, else the sticky error.
-func (l *Log) ShardErr(shard int) error { panic("unimplemented") }
-
-// Sealed lists the sealed segments on disk, by shard then sequence.
-func (l *Log) Sealed() ([]SegmentRef, error) { panic("unimplemented") }
-
-// Notify receives a value (coalesced) whenever a segment is sealed.
-func (l *Log) Notify() <-chan struct{} { panic("unimplemented") }
-
-// Close stops accepting requests, completes those queued, seals every open
-// segment and releases the lock. Requests still queued when ctx ends get
-// ErrClosed.
-func (l *Log) Close(ctx context.Context) error { panic("unimplemented") }
-
-// Reader reads one segment file sequentially, checking every record's
-// length and CRC before using it. It never modifies the file.
-type Reader struct{ _ struct{} }
-
-// OpenSegment opens a segment (open or sealed) for reading and checks its
-// header.
-func OpenSegment(fs vfs.FS, path string) (*Reader, error) { panic("unimplemented") }
-
-// Header is the segment's header.
-func (r *Reader) Header() Header { panic("unimplemented") }
-
-// Next returns the next record, io.EOF after the last one (for a sealed
-// segment: after the footer, which Footer then returns), or a
-// *CorruptionError. The returned slices are valid until the next call.
-func (r *Reader) Next() (Record, error) { panic("unimplemented") }
-
-// Footer is the footer, once Next has returned io.EOF on a sealed segment.
-func (r *Reader) Footer() (Footer, bool) { panic("unimplemented") }
-
-// Offset is the byte offset just past the last record returned.
-func (r *Reader) Offset() int64 { panic("unimplemented") }
-
-// Close closes the file.
-func (r *Reader) Close() error { panic("unimplemented") }
-
-// RecordID is the deterministic id of the index-th record (0-based) of a
-// segment: 128 bits of SHA-256 over the instance, shard, segment uid,
-// index and payload.
-func RecordID(h Header, index uint64, payload []byte) [16]byte { panic("unimplemented") }
-
-// ReadConfirmed returns how many leading records of the segment at path the
-// drain has durably delivered (its .confirmed sidecar), 0 if none.
-func ReadConfirmed(fs vfs.FS, segPath string) (uint64, error) { panic("unimplemented") }
-
-// WriteConfirmed records durably (temp file, fdatasync, rename, directory
-// fsync) that the first n records of the segment have been delivered.
-func WriteConfirmed(fs vfs.FS, segPath string, n uint64) error { panic("unimplemented") }
-
-// RemoveSegment deletes a delivered segment and its sidecar durably.
-func RemoveSegment(fs vfs.FS, segPath string) error { panic("unimplemented") }
-
-// WriteSealed writes a complete sealed segment holding recs at path durably
-// (temporary name, footer, fdatasync, rename, directory fsync). It is how
-// dead-letter files are made.
-func WriteSealed(fs vfs.FS, path string, h Header, recs []Record) error { panic("unimplemented") }

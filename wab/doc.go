@@ -1,0 +1,138 @@
+// Package wab is weir's write-ahead buffer: the on-disk log every producer
+// record passes through before it is acknowledged, and from which the drain
+// later delivers sealed segments to sinks.
+//
+// # Promises
+//
+// A Durable acknowledgement (Request.Done(nil) for a Durable request) means
+// the record's bytes were fdatasynced and, if the record opened a new
+// segment, that segment's directory entry was fsynced too. A Buffered
+// acknowledgement only means the bytes were handed to the kernel with
+// write(2): they survive a crash of the weir process, not a power loss or a
+// kernel crash.
+//
+// # Directory layout
+//
+//	<dir>/LOCK                      flock(2) held by Open until Close
+//	<dir>/INSTANCE                  16 random bytes, written once
+//	<dir>/shard-NNN/                one per shard (3 or more digits)
+//	    SSSSSSSSSSSSSSSSSSSS.wab            open segment, being appended to
+//	    SSSSSSSSSSSSSSSSSSSS.wab.sealed     sealed segment, ready for the drain
+//	    SSSSSSSSSSSSSSSSSSSS.wab.confirmed  drain progress sidecar
+//	    *.tmp                               temporary files, removed by Open
+//
+// S is the segment's sequence number, 20 decimal digits. Within a shard it
+// is one more than the largest sequence found on disk at Open (1 for an
+// empty shard) and grows by one per segment created; gaps are normal.
+// Because fully drained segments are deleted, a sequence number can be
+// used again after every segment of a shard has been removed; record ids
+// stay unique regardless (see below).
+//
+// # Integers and checksums
+//
+// Every integer is big endian. Every checksum is CRC-32C (Castagnoli).
+//
+// # Segment header (64 bytes)
+//
+//	off  size  field
+//	  0     8  magic "WEIRWAB\x00"
+//	  8     2  version (1)
+//	 10     2  shard (0xFFFF for dead-letter files)
+//	 12     4  flags (0)
+//	 16     8  sequence number
+//	 24     8  uid: random, non-zero, chosen at creation
+//	 32     8  created, Unix nanoseconds
+//	 40    16  instance id of the WAB directory
+//	 56     4  reserved (0)
+//	 60     4  CRC-32C of bytes 0..59
+//
+// # Frames
+//
+// The header is followed by frames, back to back:
+//
+//	off  size  field
+//	  0     4  body length L (12 <= L <= RecordLimit+MaxMetaBytes+12)
+//	  4     4  CRC-32C of the body
+//	  8     1  kind: 1 record, 2 footer          \
+//	  9     1  durability: 0 Durable, 1 Buffered  |
+//	 10     2  meta length M                      | body, L bytes
+//	 12     8  received, Unix nanoseconds         |
+//	 20     M  meta                               |
+//	20+M  L-12-M payload                         /
+//
+// A reader checks the length before allocating anything: it must be in
+// range and the frame must end within the file. Then the CRC is checked,
+// and only then is any other field believed.
+//
+// The footer is a frame of kind 2 with durability 0, received 0, no meta,
+// and a 24-byte payload: record count (u64), received time of the first
+// record (i64), received time of the last record (i64). A sealed segment
+// ends exactly at the end of its footer; an open segment has no footer.
+//
+// # Record ids
+//
+// The id of the i-th record (from 0) of a segment is the first 16 bytes of
+// SHA-256(instance ‖ shard u16 ‖ uid u64 ‖ i u64 ‖ payload). Replaying a
+// segment yields the same ids; two segments never share a uid in practice,
+// so ids do not collide even when a sequence number is reused.
+//
+// # Writing
+//
+// Each shard has one flusher goroutine and a bounded queue. The flusher
+// takes the first queued request, then whatever else is queued (up to
+// BatchMaxRecords records, waiting up to BatchDeadline for more, and no
+// more than the open segment has room for), encodes the batch into one
+// reused buffer, writes it with one write(2), acknowledges the Buffered
+// requests, then - if any request is Durable - calls fdatasync once and
+// acknowledges the Durable ones.
+//
+// A new segment is created with O_EXCL, its header written, its first
+// PreallocateBytes reserved with fallocate (KEEP_SIZE), then fdatasynced and
+// its directory fsynced, all before any record is written to it. The flusher
+// creates the first segment of each shard when it starts and the next one
+// right after sealing the previous, so creation normally happens between
+// batches rather than in front of one. The reservation is extended (after
+// the batch's acks) when less than half a chunk is left; if a batch would
+// run past the reservation, it is extended before the write, so that an
+// out-of-space condition fails that batch with ErrDiskFull before any byte
+// is written.
+//
+// A segment is sealed when a batch brings it to SegmentMaxBytes, or
+// SegmentMaxAge after its first record was written (a timer does this on an
+// idle shard). Sealing writes the footer, truncates the file to its real
+// size (releasing the unused reservation), fdatasyncs, renames .wab to
+// .wab.sealed and fsyncs the directory; then Log.Notify is signalled.
+// Empty segments are never sealed; at Close they are removed.
+//
+// # Failures
+//
+// A failed write or fdatasync fails the shard for good: the batch is not
+// acknowledged, fdatasync is never called again on that file, and every
+// later request on the shard fails with an error wrapping ErrShardFailed
+// and the cause, until the process restarts and Open recovers the
+// directory. Running out of space (ENOSPC, EDQUOT) is reported as
+// ErrDiskFull; when nothing had been written yet (segment creation, the
+// reservation, a write that wrote no byte) only the batch fails and the
+// shard keeps serving.
+//
+// # Recovery
+//
+// Open removes temporary files, then for each shard: every sealed segment
+// is read in full and must be valid to its footer with nothing after it,
+// otherwise Open fails with a *CorruptionError naming the file and offset.
+// An open segment is a crash's leftover: its records are read up to the
+// first frame that is not complete and valid, the file is truncated there
+// and fdatasynced, the footer is written and synced, and the file is sealed
+// as above. An open segment without a record, or whose creation never
+// completed (64 bytes or less with a bad header), is removed. A sidecar
+// whose segment no longer exists is removed.
+//
+// # Sidecars
+//
+// SSSS.wab.confirmed holds the number of leading records of the segment
+// that the drain has durably delivered: magic "WEIRCNF\x00" (8), the count
+// (u64), CRC-32C of the first 16 bytes (u32). It is replaced atomically
+// (temporary file, fdatasync, rename, directory fsync).
+//
+// All file access goes through a vfs.FS, so that tests can inject faults.
+package wab

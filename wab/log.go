@@ -1,0 +1,298 @@
+package wab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/weir-io/weir/internal/vfs"
+)
+
+// Log is an open write-ahead buffer directory: one flusher per shard.
+type Log struct {
+	opts     Options // with defaults applied
+	fs       vfs.FS
+	dir      string
+	logger   *slog.Logger
+	obs      Observer
+	instance [16]byte
+	lock     io.Closer
+	shards   []*shard
+	notify   chan struct{}
+
+	mu         sync.RWMutex // guards closed against Submit
+	closed     bool
+	closing    chan struct{} // closed when Close begins
+	abort      chan struct{} // closed when Close's context ends
+	submitters sync.WaitGroup
+	flushers   sync.WaitGroup
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.FS == nil {
+		o.FS = vfs.OS
+	}
+	if o.Dir == "" {
+		return o, errors.New("wab: Options.Dir is required")
+	}
+	if o.Shards < 1 || o.Shards >= DeadLetterShard {
+		return o, fmt.Errorf("wab: Options.Shards = %d, want 1..%d", o.Shards, DeadLetterShard-1)
+	}
+	if o.SegmentMaxBytes == 0 {
+		o.SegmentMaxBytes = DefaultSegmentMaxBytes
+	}
+	if o.SegmentMaxBytes < HeaderSize+FooterFrameSize {
+		return o, fmt.Errorf("wab: Options.SegmentMaxBytes = %d is too small", o.SegmentMaxBytes)
+	}
+	if o.SegmentMaxAge == 0 {
+		o.SegmentMaxAge = DefaultSegmentMaxAge
+	}
+	if o.PreallocateBytes == 0 {
+		o.PreallocateBytes = DefaultPreallocateBytes
+	}
+	if o.BatchMaxRecords <= 0 {
+		o.BatchMaxRecords = DefaultBatchMaxRecords
+	}
+	if o.BatchDeadline < 0 {
+		o.BatchDeadline = 0
+	}
+	if o.QueueCapacity <= 0 {
+		o.QueueCapacity = DefaultQueueCapacity
+	}
+	if o.MaxRecordBytes <= 0 {
+		o.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if o.MaxRecordBytes > RecordLimit {
+		return o, fmt.Errorf("wab: Options.MaxRecordBytes = %d exceeds the format limit %d", o.MaxRecordBytes, RecordLimit)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+// Open locks the directory, recovers it (torn tails of open segments are
+// truncated to the last valid record and the segments sealed; a corrupt
+// sealed segment is a *CorruptionError and Open fails) and starts one
+// flusher per shard.
+//
+// Shard directories beyond opts.Shards (left by an earlier configuration)
+// are recovered and listed by Sealed, but get no flusher.
+func Open(ctx context.Context, opts Options) (*Log, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := o.FS.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("wab: create %s: %w", o.Dir, err)
+	}
+	lk, err := o.FS.Lock(filepath.Join(o.Dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("wab: lock %s: %w", o.Dir, err)
+	}
+	l := &Log{
+		opts:    o,
+		fs:      o.FS,
+		dir:     o.Dir,
+		logger:  o.Logger.With("component", "wab"),
+		obs:     o.Observer,
+		lock:    lk,
+		notify:  make(chan struct{}, 1),
+		closing: make(chan struct{}),
+		abort:   make(chan struct{}),
+	}
+	next, err := l.recoverDir(ctx)
+	if err != nil {
+		lk.Close()
+		return nil, err
+	}
+	l.shards = make([]*shard, o.Shards)
+	for i := range l.shards {
+		l.shards[i] = newShard(l, i, next[i])
+	}
+	l.flushers.Add(len(l.shards))
+	for _, s := range l.shards {
+		go s.run()
+	}
+	// Let the caller's drain pick up what recovery sealed.
+	l.signal()
+	return l, nil
+}
+
+// Shards is the number of shards.
+func (l *Log) Shards() int { return len(l.shards) }
+
+// Instance is the directory's instance id (created once, kept in the
+// directory).
+func (l *Log) Instance() [16]byte { return l.instance }
+
+// Dir is the WAB directory.
+func (l *Log) Dir() string { return l.dir }
+
+// Submit queues a request on a shard, waiting at most wait for queue space
+// (ErrQueueTimeout after that). A nil return means Done will be called.
+//
+// Submit fails at once, without calling Done, for a shard out of range, a
+// malformed request, a payload over MaxRecordBytes (ErrRecordTooLarge), a
+// failed shard (an error wrapping ErrShardFailed) or a closing log
+// (ErrClosed).
+func (l *Log) Submit(ctx context.Context, shard int, req *Request, wait time.Duration) error {
+	if shard < 0 || shard >= len(l.shards) {
+		return fmt.Errorf("wab: shard %d out of range [0, %d)", shard, len(l.shards))
+	}
+	if req == nil || req.Done == nil {
+		return errors.New("wab: request without Done")
+	}
+	if req.Durability != Durable && req.Durability != Buffered {
+		return fmt.Errorf("wab: unknown durability %d", req.Durability)
+	}
+	for _, p := range req.Payloads {
+		if len(p) > l.opts.MaxRecordBytes {
+			return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
+		}
+	}
+	s := l.shards[shard]
+	if err := s.err(); err != nil {
+		return err
+	}
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return ErrClosed
+	}
+	l.submitters.Add(1)
+	l.mu.RUnlock()
+	defer l.submitters.Done()
+
+	select {
+	case s.queue <- req:
+		return nil
+	default:
+	}
+	if wait <= 0 {
+		return ErrQueueTimeout
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s.queue <- req:
+		return nil
+	case <-t.C:
+		return ErrQueueTimeout
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.closing:
+		return ErrClosed
+	}
+}
+
+// ShardErr is nil for a healthy shard, else the sticky error.
+func (l *Log) ShardErr(shard int) error {
+	if shard < 0 || shard >= len(l.shards) {
+		return fmt.Errorf("wab: shard %d out of range [0, %d)", shard, len(l.shards))
+	}
+	return l.shards[shard].err()
+}
+
+// Sealed lists the sealed segments on disk, by shard then sequence.
+func (l *Log) Sealed() ([]SegmentRef, error) { return ListSealed(l.fs, l.dir) }
+
+// ListSealed lists the sealed segments under a WAB directory, by shard then
+// sequence, without opening or locking it.
+func ListSealed(fsys vfs.FS, dir string) ([]SegmentRef, error) {
+	if fsys == nil {
+		fsys = vfs.OS
+	}
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("wab: list %s: %w", dir, err)
+	}
+	var refs []SegmentRef
+	for _, name := range names {
+		id, ok := parseShardDir(name)
+		if !ok {
+			continue
+		}
+		sdir := filepath.Join(dir, name)
+		segs, err := fsys.ReadDir(sdir)
+		if err != nil {
+			return nil, fmt.Errorf("wab: list %s: %w", sdir, err)
+		}
+		for _, seg := range segs {
+			if seq, kind := parseSegmentName(seg); kind == kindSealedSeg {
+				refs = append(refs, SegmentRef{Shard: id, Seq: seq, Path: filepath.Join(sdir, seg)})
+			}
+		}
+	}
+	slices.SortFunc(refs, func(a, b SegmentRef) int {
+		if a.Shard != b.Shard {
+			return a.Shard - b.Shard
+		}
+		switch {
+		case a.Seq < b.Seq:
+			return -1
+		case a.Seq > b.Seq:
+			return 1
+		}
+		return 0
+	})
+	return refs, nil
+}
+
+// Notify receives a value (coalesced) whenever a segment is sealed.
+func (l *Log) Notify() <-chan struct{} { return l.notify }
+
+func (l *Log) signal() {
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops accepting requests, completes those queued, seals every open
+// segment and releases the lock. Requests still queued when ctx ends get
+// ErrClosed. The returned error joins the context's error (if it ended)
+// and every shard's sticky error. A second Close returns nil.
+func (l *Log) Close(ctx context.Context) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.closing)
+	l.mu.Unlock()
+
+	l.submitters.Wait()
+	for _, s := range l.shards {
+		close(s.queue)
+	}
+	done := make(chan struct{})
+	go func() {
+		l.flushers.Wait()
+		close(done)
+	}()
+	var errs []error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		close(l.abort)
+		<-done
+		errs = append(errs, fmt.Errorf("wab: close: %w", ctx.Err()))
+	}
+	for _, s := range l.shards {
+		if err := s.err(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := l.lock.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("wab: release lock: %w", err))
+	}
+	return errors.Join(errs...)
+}
