@@ -165,15 +165,15 @@ type Observer interface {
 // NopObserver implements Observer and ignores everything.
 type NopObserver struct{}
 
-func (NopObserver) State(State)                                 {}
-func (NopObserver) Commit(int, int, time.Duration, error)       {}
-func (NopObserver) Retry(int, time.Duration, error)             {}
-func (NopObserver) DeadLettered(int, int64)                     {}
-func (NopObserver) DeadLetterTotals(int, int64)                 {}
-func (NopObserver) DeadLetterFull()                             {}
-func (NopObserver) SinkHealth(sink.Health)                      {}
-func (NopObserver) SegmentDelivered(wab.SegmentRef, uint64)     {}
-func (NopObserver) SegmentDeferred(ref wab.SegmentRef, _ error) {}
+func (NopObserver) State(State)                             {}
+func (NopObserver) Commit(int, int, time.Duration, error)   {}
+func (NopObserver) Retry(int, time.Duration, error)         {}
+func (NopObserver) DeadLettered(int, int64)                 {}
+func (NopObserver) DeadLetterTotals(int, int64)             {}
+func (NopObserver) DeadLetterFull()                         {}
+func (NopObserver) SinkHealth(sink.Health)                  {}
+func (NopObserver) SegmentDelivered(wab.SegmentRef, uint64) {}
+func (NopObserver) SegmentDeferred(wab.SegmentRef, error)   {}
 
 // Options configure New. Zero values fall back to the Default constants.
 type Options struct {
@@ -651,6 +651,10 @@ func (d *Drain) deliver(ctx context.Context, ref wab.SegmentRef, h wab.Header, s
 		}
 		path, size, err := d.dl.write(h.Instance, dlRecs)
 		if err != nil {
+			// A failed write may still have left a file: recount.
+			if rerr := d.dl.rescan(); rerr != nil {
+				d.log.Error("rescanning dead-letter lane", "dir", d.dl.dir, "err", rerr)
+			}
 			return fmt.Errorf("dead-letter %d records of %s: %w", len(dlRecs), ref.Path, err)
 		}
 		d.log.Warn("records dead-lettered", "segment", ref.Path, "file", path,
