@@ -2,22 +2,27 @@ package wire
 
 import "strconv"
 
-var codeNames = [...]string{
-	CodeFrameTooLarge: "FrameTooLarge",
-	CodeBadVersion:    "BadVersion",
-	CodeBadDurability: "BadDurability",
-	CodeBadFrame:      "BadFrame",
-	CodeQueueTimeout:  "QueueTimeout",
-	CodeDiskFull:      "DiskFull",
-	CodeShardFailed:   "ShardFailed",
-	CodeShuttingDown:  "ShuttingDown",
-	CodeInternal:      "Internal",
-}
-
 // String is the code's name as in the documentation, e.g. "QueueTimeout".
 func (c Code) String() string {
-	if int(c) < len(codeNames) && codeNames[c] != "" {
-		return codeNames[c]
+	switch c {
+	case CodeFrameTooLarge:
+		return "FrameTooLarge"
+	case CodeBadVersion:
+		return "BadVersion"
+	case CodeBadDurability:
+		return "BadDurability"
+	case CodeBadFrame:
+		return "BadFrame"
+	case CodeQueueTimeout:
+		return "QueueTimeout"
+	case CodeDiskFull:
+		return "DiskFull"
+	case CodeShardFailed:
+		return "ShardFailed"
+	case CodeShuttingDown:
+		return "ShuttingDown"
+	case CodeInternal:
+		return "Internal"
 	}
 	return "Code(" + strconv.Itoa(int(c)) + ")"
 }

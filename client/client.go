@@ -1,0 +1,490 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/weir-io/weir/wire"
+)
+
+// Durability is the tier a push asks for; see the package documentation.
+type Durability = wire.Durability
+
+// Durability tiers.
+const (
+	// Durable: an Ack means the records are on stable storage and survive
+	// power loss.
+	Durable = wire.Durable
+	// Buffered: an Ack means the records survive a crash of the daemon
+	// process but not a power loss or kernel crash.
+	Buffered = wire.Buffered
+)
+
+// request is one frame awaiting its response. Its encoded frame is kept
+// until the response arrives so that it can be resent after a reconnect.
+type request struct {
+	id      uint64
+	frame   []byte
+	records int
+	weight  int // window slots held
+	done    func(error)
+	sentGen uint64 // connection generation it was last written on; 0 = not yet
+}
+
+// Client is a connection to a weir daemon that pushes records and matches
+// the daemon's responses to them. It is safe for concurrent use.
+type Client struct {
+	ep   endpoint
+	opts options
+	log  *slog.Logger
+	win  *window
+
+	wake chan struct{} // cap 1: the send queue has work
+	kill chan struct{} // closed to stop the connection loop at once
+	life context.Context
+	stop context.CancelFunc // cancels life: aborts a redial in progress
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]*request // sent or queued, not yet answered
+	queue   []*request          // not yet written on the current connection
+	gen     uint64              // current connection generation
+	closing bool
+	drained chan struct{} // closed when closing and pending is empty
+}
+
+// Dial connects to the daemon at addr and returns a Client. addr is
+// unix:///path, unix:/path or a plain socket path for a Unix socket, or
+// tcp://host:port for TCP, which requires WithTLS. ctx bounds only this
+// first dial (together with the dial timeout); later redials are the
+// client's own business until Close.
+func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
+	ep, err := parseAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if ep.network == "tcp" && o.tls == nil {
+		return nil, fmt.Errorf("client: address %q: tcp requires WithTLS", addr)
+	}
+	conn, err := dial(ctx, ep, &o)
+	if err != nil {
+		return nil, err
+	}
+	log := o.logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	life, stop := context.WithCancel(context.Background())
+	c := &Client{
+		ep:      ep,
+		opts:    o,
+		log:     log,
+		win:     newWindow(o.window),
+		wake:    make(chan struct{}, 1),
+		kill:    make(chan struct{}),
+		life:    life,
+		stop:    stop,
+		pending: make(map[uint64]*request),
+		drained: make(chan struct{}),
+	}
+	c.wg.Add(1)
+	go c.run(conn)
+	return c, nil
+}
+
+// Push pushes one record and waits for its Ack. It returns nil once the
+// daemon acknowledged the record at tier d, a *NackError if the daemon
+// refused it, ErrFrameTooLarge if it exceeds the frame cap, ErrClosed, or
+// ctx's error. When ctx ends after the record was handed to the client, the
+// record stays in flight (it may already be stored) and its outcome is
+// discarded.
+func (c *Client) Push(ctx context.Context, payload []byte, d Durability) error {
+	return c.pushWait(ctx, [][]byte{payload}, d)
+}
+
+// PushBatch pushes the records in one frame and waits for the one response
+// that covers all of them: they are acknowledged or refused together. Its
+// results are those of Push.
+func (c *Client) PushBatch(ctx context.Context, payloads [][]byte, d Durability) error {
+	return c.pushWait(ctx, payloads, d)
+}
+
+func (c *Client) pushWait(ctx context.Context, payloads [][]byte, d Durability) error {
+	res := make(chan error, 1)
+	if err := c.PushAsync(ctx, payloads, d, func(err error) { res <- err }); err != nil {
+		return err
+	}
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// PushAsync hands the records to the client as one frame (a Push for one
+// record, a PushBatch for more) and returns without waiting for the
+// response. It blocks, respecting ctx, while the in-flight window is full.
+//
+// If PushAsync returns nil, done is called exactly once with the request's
+// outcome: nil for an Ack, a *NackError, or ErrClosed if Close gave up on
+// it. If it returns an error (ctx's, ErrClosed, ErrEmptyBatch, or
+// ErrFrameTooLarge / ErrBadDurability for a push the daemon would refuse),
+// done is never called. The payloads are copied before
+// PushAsync returns, so the caller may reuse them.
+//
+// done runs on the client's own goroutine (the connection reader, or
+// Close): it must be quick and must not block or push on the same client.
+func (c *Client) PushAsync(ctx context.Context, payloads [][]byte, d Durability, done func(error)) error {
+	if len(payloads) == 0 {
+		return ErrEmptyBatch
+	}
+	if !d.Valid() {
+		return fmt.Errorf("client: durability %s: %w", d, ErrBadDurability)
+	}
+	if n := wire.PushBodySize(payloads); n > c.opts.maxFrame {
+		return fmt.Errorf("client: push of %d records needs a %d byte frame, cap is %d: %w",
+			len(payloads), n, c.opts.maxFrame, ErrFrameTooLarge)
+	}
+	if done == nil {
+		done = func(error) {}
+	}
+	weight := min(len(payloads), c.opts.window)
+	if err := c.win.acquire(ctx, weight); err != nil {
+		return err
+	}
+	// Encode outside the lock; the id goes in afterwards. The frame is
+	// owned by the request from now on.
+	frame := wire.AppendPush(make([]byte, 0, wire.HeaderSize+wire.PushBodySize(payloads)),
+		wire.Push{Durability: d, Payloads: payloads})
+
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		c.win.release(weight)
+		return ErrClosed
+	}
+	c.nextID++
+	r := &request{id: c.nextID, frame: frame, records: len(payloads), weight: weight, done: done}
+	putRequestID(frame, r.id)
+	c.pending[r.id] = r
+	c.queue = append(c.queue, r)
+	c.mu.Unlock()
+	c.signal()
+	return nil
+}
+
+// putRequestID writes id into an encoded push frame.
+func putRequestID(frame []byte, id uint64) {
+	binary.BigEndian.PutUint64(frame[wire.HeaderSize:], id)
+}
+
+func (c *Client) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops accepting pushes and waits, up to ctx, for every request in
+// flight to be answered (redialing if it has to). Requests still
+// unanswered when ctx ends are failed with ErrClosed and Close returns an
+// error wrapping ctx's. Either way the connection is closed and all of the
+// client's goroutines have exited when Close returns. Calling Close again
+// returns ErrClosed.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.closing = true
+	if len(c.pending) == 0 {
+		close(c.drained)
+	}
+	c.mu.Unlock()
+	c.win.close()
+
+	var err error
+	select {
+	case <-c.drained:
+	case <-ctx.Done():
+		failed := c.failAll(ErrClosed)
+		if failed > 0 {
+			err = fmt.Errorf("client: close: %d requests unanswered: %w", failed, ctx.Err())
+		}
+	}
+	close(c.kill)
+	c.stop()
+	c.wg.Wait()
+	return err
+}
+
+// failAll completes every pending request with err.
+func (c *Client) failAll(err error) int {
+	c.mu.Lock()
+	reqs := make([]*request, 0, len(c.pending))
+	for id, r := range c.pending {
+		reqs = append(reqs, r)
+		delete(c.pending, id)
+	}
+	c.queue = nil
+	c.noteDrainedLocked()
+	c.mu.Unlock()
+	slices.SortFunc(reqs, func(a, b *request) int { return compareID(a.id, b.id) })
+	for _, r := range reqs {
+		c.win.release(r.weight)
+		r.done(err)
+	}
+	return len(reqs)
+}
+
+func compareID(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (c *Client) noteDrainedLocked() {
+	if c.closing && len(c.pending) == 0 {
+		select {
+		case <-c.drained:
+		default:
+			close(c.drained)
+		}
+	}
+}
+
+// complete finishes the request with id, if it is still pending.
+func (c *Client) complete(id uint64, err error) bool {
+	c.mu.Lock()
+	r, ok := c.pending[id]
+	if ok {
+		delete(c.pending, id)
+		c.noteDrainedLocked()
+	}
+	c.mu.Unlock()
+	if !ok {
+		return false
+	}
+	c.win.release(r.weight)
+	r.done(err)
+	return true
+}
+
+// run owns the connection: it serves one connection at a time and redials
+// with backoff when one breaks, until Close.
+func (c *Client) run(conn net.Conn) {
+	defer c.wg.Done()
+	attempt := 0
+	for {
+		answered := c.serve(conn)
+		select {
+		case <-c.kill:
+			return
+		default:
+		}
+		if answered {
+			attempt = 0
+		}
+		conn = nil
+		for conn == nil {
+			if !c.sleep(c.backoff(attempt)) {
+				return
+			}
+			attempt++
+			var err error
+			conn, err = dial(c.life, c.ep, &c.opts)
+			if err != nil {
+				c.log.Warn("weir client: redial failed", "addr", c.ep.address, "attempt", attempt, "err", err)
+			}
+		}
+		c.log.Info("weir client: reconnected", "addr", c.ep.address, "attempt", attempt)
+	}
+}
+
+// backoff is the pause before redial attempt n (0-based): capped
+// exponential with jitter in [d/2, d].
+func (c *Client) backoff(n int) time.Duration {
+	d := c.opts.backoffMin
+	for i := 0; i < n && d < c.opts.backoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, c.opts.backoffMax)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// sleep waits d, returning false if the client is killed meanwhile.
+func (c *Client) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.kill:
+		return false
+	}
+}
+
+// serve runs a writer and a reader on conn until either fails or the
+// client is killed, then closes conn. Every unanswered request is queued
+// again, in its original order, for the next connection. It reports
+// whether the connection carried at least one response.
+func (c *Client) serve(conn net.Conn) bool {
+	c.mu.Lock()
+	c.gen++
+	gen := c.gen
+	// Everything unanswered goes out again, oldest first.
+	c.queue = c.queue[:0]
+	for _, r := range c.pending {
+		c.queue = append(c.queue, r)
+	}
+	slices.SortFunc(c.queue, func(a, b *request) int { return compareID(a.id, b.id) })
+	resend := 0
+	for _, r := range c.queue {
+		if r.sentGen != 0 {
+			resend++
+		}
+	}
+	c.mu.Unlock()
+	if resend > 0 {
+		c.log.Info("weir client: resending unacknowledged requests", "count", resend)
+	}
+	c.signal()
+
+	errs := make(chan error, 2)
+	connDone := make(chan struct{})
+	var answered bool
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		errs <- c.writeLoop(conn, gen, connDone)
+	}()
+	go func() {
+		defer wg.Done()
+		var err error
+		answered, err = c.readLoop(conn, gen)
+		errs <- err
+	}()
+
+	var err error
+	select {
+	case err = <-errs:
+	case <-c.kill:
+	}
+	close(connDone)
+	_ = conn.Close()
+	wg.Wait()
+	if err != nil {
+		select {
+		case <-c.kill:
+		default:
+			c.log.Warn("weir client: connection broken", "addr", c.ep.address, "err", err)
+		}
+	}
+	return answered
+}
+
+// writeLoop writes queued frames to conn until an error or connDone.
+func (c *Client) writeLoop(conn net.Conn, gen uint64, connDone <-chan struct{}) error {
+	var batch []*request
+	var bufs net.Buffers
+	for {
+		c.mu.Lock()
+		batch = append(batch[:0], c.queue...)
+		clear(c.queue)
+		c.queue = c.queue[:0]
+		for _, r := range batch {
+			r.sentGen = gen
+		}
+		c.mu.Unlock()
+
+		if len(batch) == 0 {
+			select {
+			case <-c.wake:
+				continue
+			case <-connDone:
+				return nil
+			}
+		}
+		bufs = bufs[:0]
+		for _, r := range batch {
+			bufs = append(bufs, r.frame)
+		}
+		clear(batch)
+		// WriteTo consumes bufs; the frames themselves are untouched.
+		w := bufs
+		if _, err := w.WriteTo(conn); err != nil {
+			return fmt.Errorf("client: write: %w", err)
+		}
+		clear(bufs)
+	}
+}
+
+// readLoop reads responses from conn and completes their requests.
+func (c *Client) readLoop(conn net.Conn, gen uint64) (answered bool, err error) {
+	br := bufio.NewReaderSize(conn, 16<<10)
+	for {
+		resp, err := wire.ReadResponse(br)
+		if err != nil {
+			var pe *wire.ProtocolError
+			if errors.As(err, &pe) && !pe.Fatal {
+				c.log.Warn("weir client: skipped a response", "err", err)
+				continue
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF // the daemon hung up
+			}
+			return answered, fmt.Errorf("client: read: %w", err)
+		}
+		answered = true
+		id := resp.RequestID
+		if id == 0 && resp.Type == wire.TypeNack {
+			// Refused before its id was read: responses come in order,
+			// so it is the oldest request written on this connection.
+			id = c.oldestSent(gen)
+		}
+		var result error
+		if resp.Type == wire.TypeNack {
+			result = &NackError{Code: resp.Code, Message: resp.Message}
+		}
+		if !c.complete(id, result) {
+			c.log.Warn("weir client: response for an unknown request", "id", resp.RequestID, "type", resp.Type)
+		}
+	}
+}
+
+// oldestSent is the id of the oldest pending request written on
+// connection gen, or 0.
+func (c *Client) oldestSent(gen uint64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var oldest uint64
+	for id, r := range c.pending {
+		if r.sentGen == gen && (oldest == 0 || id < oldest) {
+			oldest = id
+		}
+	}
+	return oldest
+}

@@ -1,0 +1,88 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/weir-io/weir/wire"
+)
+
+// Sentinels, one per Nack code. A *NackError matches the sentinel of its
+// code with errors.Is, e.g. errors.Is(err, client.ErrQueueTimeout).
+var (
+	ErrFrameTooLarge = errors.New("weir: frame too large")
+	ErrBadVersion    = errors.New("weir: bad protocol version")
+	ErrBadDurability = errors.New("weir: bad durability")
+	ErrBadFrame      = errors.New("weir: bad frame")
+	ErrQueueTimeout  = errors.New("weir: queue timeout")
+	ErrDiskFull      = errors.New("weir: disk full")
+	ErrShardFailed   = errors.New("weir: shard failed")
+	ErrShuttingDown  = errors.New("weir: daemon shutting down")
+	ErrInternal      = errors.New("weir: internal daemon error")
+)
+
+// ErrClosed is returned for requests made after Close, and delivered to
+// requests still unacknowledged when Close gave up waiting for them.
+var ErrClosed = errors.New("weir: client closed")
+
+// ErrEmptyBatch is returned for a push of zero records.
+var ErrEmptyBatch = errors.New("weir: empty batch")
+
+// NackError is a request the daemon refused. It is final: the client does
+// not send the request again.
+type NackError struct {
+	Code    wire.Code
+	Message string
+}
+
+func (e *NackError) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("weir: nack %s", e.Code)
+	}
+	return fmt.Sprintf("weir: nack %s: %s", e.Code, e.Message)
+}
+
+// Is reports whether target is the sentinel of e's code.
+func (e *NackError) Is(target error) bool {
+	s := sentinel(e.Code)
+	return s != nil && target == s
+}
+
+func sentinel(c wire.Code) error {
+	switch c {
+	case wire.CodeFrameTooLarge:
+		return ErrFrameTooLarge
+	case wire.CodeBadVersion:
+		return ErrBadVersion
+	case wire.CodeBadDurability:
+		return ErrBadDurability
+	case wire.CodeBadFrame:
+		return ErrBadFrame
+	case wire.CodeQueueTimeout:
+		return ErrQueueTimeout
+	case wire.CodeDiskFull:
+		return ErrDiskFull
+	case wire.CodeShardFailed:
+		return ErrShardFailed
+	case wire.CodeShuttingDown:
+		return ErrShuttingDown
+	case wire.CodeInternal:
+		return ErrInternal
+	}
+	return nil
+}
+
+// Retryable reports whether err is a refusal that may succeed if the same
+// records are pushed again later or to another daemon: a Nack with code
+// QueueTimeout, ShuttingDown or ShardFailed, or DiskFull (which needs a
+// longer pause). Nacks about the request itself (FrameTooLarge, BadVersion,
+// BadDurability, BadFrame), Internal, ErrClosed, context errors and
+// anything else are not retryable.
+//
+// Retrying is the caller's decision; the client never resends a Nacked
+// request on its own. A retried record may be stored twice (see the package
+// documentation on at-least-once delivery).
+func Retryable(err error) bool {
+	var ne *NackError
+	return errors.As(err, &ne) && ne.Code.Retryable()
+}

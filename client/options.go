@@ -1,0 +1,115 @@
+package client
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"time"
+
+	"github.com/weir-io/weir/wire"
+)
+
+// Defaults of the options.
+const (
+	// DefaultWindow is the default number of records in flight.
+	DefaultWindow = 1024
+	// DefaultDialTimeout bounds each dial attempt, the first one and every
+	// redial.
+	DefaultDialTimeout = 5 * time.Second
+	// DefaultBackoffMin is the pause before the first redial.
+	DefaultBackoffMin = 50 * time.Millisecond
+	// DefaultBackoffMax caps the pause between redials.
+	DefaultBackoffMax = 5 * time.Second
+	// DefaultMaxFrameBytes is the largest frame body the client sends; it
+	// matches the daemon's default cap.
+	DefaultMaxFrameBytes = wire.DefaultMaxFrameBytes
+)
+
+type options struct {
+	window      int
+	dialTimeout time.Duration
+	backoffMin  time.Duration
+	backoffMax  time.Duration
+	maxFrame    int
+	tls         *tls.Config
+	logger      *slog.Logger
+}
+
+func defaultOptions() options {
+	return options{
+		window:      DefaultWindow,
+		dialTimeout: DefaultDialTimeout,
+		backoffMin:  DefaultBackoffMin,
+		backoffMax:  DefaultBackoffMax,
+		maxFrame:    DefaultMaxFrameBytes,
+	}
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+// WithWindow bounds the records that are pushed but not yet answered
+// (default DefaultWindow, 1024). Pushes block while the window is full. A
+// batch larger than the window occupies the whole window. Values below 1
+// are ignored.
+func WithWindow(records int) Option {
+	return func(o *options) {
+		if records >= 1 {
+			o.window = records
+		}
+	}
+}
+
+// WithDialTimeout bounds each dial attempt, including the TLS handshake
+// (default DefaultDialTimeout, 5s). Values of zero or less are ignored.
+func WithDialTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.dialTimeout = d
+		}
+	}
+}
+
+// WithBackoff sets the pause between redials after a connection breaks: it
+// starts at minDelay and doubles on every failed attempt up to maxDelay
+// (defaults DefaultBackoffMin, 50ms, and DefaultBackoffMax, 5s), with
+// random jitter of up to half the delay. It starts again from minDelay
+// once a connection has carried a response. Values of zero or less, or
+// maxDelay < minDelay, keep the defaults.
+func WithBackoff(minDelay, maxDelay time.Duration) Option {
+	return func(o *options) {
+		if minDelay > 0 && maxDelay >= minDelay {
+			o.backoffMin, o.backoffMax = minDelay, maxDelay
+		}
+	}
+}
+
+// WithMaxFrameBytes sets the largest frame body the client sends (default
+// DefaultMaxFrameBytes, 4 MiB, the daemon's default). A push that does not
+// fit fails at once with ErrFrameTooLarge. Set it to the daemon's
+// configured cap. Values below 1 are ignored.
+func WithMaxFrameBytes(n int) Option {
+	return func(o *options) {
+		if n >= 1 {
+			o.maxFrame = n
+		}
+	}
+}
+
+// WithTLS sets the TLS configuration for tcp:// addresses (required for
+// them; the daemon accepts TCP only with mutual TLS, so the config should
+// carry a client certificate). The config is cloned; if its MinVersion is
+// unset it is raised to TLS 1.3, and an empty ServerName is taken from the
+// address.
+func WithTLS(cfg *tls.Config) Option {
+	return func(o *options) {
+		if cfg != nil {
+			o.tls = cfg.Clone()
+		}
+	}
+}
+
+// WithLogger sets the logger for connection events (breaks, redials,
+// protocol anomalies). The default discards them.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.logger = l }
+}

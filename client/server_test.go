@@ -1,0 +1,220 @@
+package client
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/weir-io/weir/wire"
+)
+
+// actKind is what the test server does with a request.
+type actKind int
+
+const (
+	actAck       actKind = iota
+	actNack              // answer with a Nack
+	actSilent            // never answer
+	actDrop              // close the connection without answering
+	actNack0Drop         // Nack with request id 0, then close (a fatal refusal)
+)
+
+type action struct {
+	kind actKind
+	code wire.Code
+	msg  string
+}
+
+// received is one request as the test server saw it.
+type received struct {
+	conn       int
+	id         uint64
+	durability wire.Durability
+	payloads   [][]byte
+}
+
+// testServer is a minimal daemon stand-in built on the wire package: it
+// decodes requests on each connection and answers them in order, as the
+// handler decides.
+type testServer struct {
+	t       *testing.T
+	ln      net.Listener
+	addr    string // for Dial
+	handler func(r received) action
+
+	mu          sync.Mutex
+	conns       []net.Conn
+	seen        []received
+	outstanding int
+	maxOut      int
+	tlsVersions []uint16
+	wg          sync.WaitGroup
+}
+
+func shortSocketPath(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "weirc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "s.sock")
+}
+
+// newUnixServer starts a test server on a fresh Unix socket.
+func newUnixServer(t *testing.T, handler func(received) action) *testServer {
+	t.Helper()
+	path := shortSocketPath(t)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startServer(t, ln, "unix://"+path, handler)
+}
+
+func startServer(t *testing.T, ln net.Listener, addr string, handler func(received) action) *testServer {
+	if handler == nil {
+		handler = func(received) action { return action{} }
+	}
+	s := &testServer{t: t, ln: ln, addr: addr, handler: handler}
+	s.wg.Add(1)
+	go s.accept()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Close stops the listener and closes every connection.
+func (s *testServer) Close() {
+	s.ln.Close()
+	s.mu.Lock()
+	for _, c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// dropAll closes every open connection but keeps listening.
+func (s *testServer) dropAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+func (s *testServer) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		idx := len(s.conns)
+		s.conns = append(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go s.serve(idx, c)
+	}
+}
+
+// serve reads requests in one goroutine and answers them in another, so
+// that the number of requests a client has in flight is observable.
+func (s *testServer) serve(idx int, c net.Conn) {
+	defer s.wg.Done()
+	defer c.Close()
+	if tc, ok := c.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.tlsVersions = append(s.tlsVersions, tc.ConnectionState().Version)
+		s.mu.Unlock()
+	}
+	type item struct {
+		r  received
+		pe *wire.ProtocolError
+	}
+	work := make(chan item, 1<<14)
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		for it := range work {
+			var out []byte
+			if it.pe != nil {
+				out = wire.AppendNack(nil, it.pe.RequestID, it.pe.Code, it.pe.Reason)
+			} else {
+				a := s.handler(it.r)
+				switch a.kind {
+				case actAck:
+					out = wire.AppendAck(nil, it.r.id, uint32(len(it.r.payloads)))
+				case actNack:
+					out = wire.AppendNack(nil, it.r.id, a.code, a.msg)
+				case actNack0Drop:
+					c.Write(wire.AppendNack(nil, 0, a.code, a.msg))
+					c.Close()
+					continue
+				case actDrop:
+					c.Close()
+					continue
+				case actSilent:
+				}
+			}
+			s.mu.Lock()
+			s.outstanding--
+			s.mu.Unlock()
+			if out != nil {
+				if _, err := c.Write(out); err != nil {
+					c.Close()
+				}
+			}
+		}
+	}()
+	d := wire.NewDecoder(c, 0)
+	for {
+		p, err := d.Next()
+		var pe *wire.ProtocolError
+		if err != nil && !errors.As(err, &pe) {
+			break
+		}
+		it := item{pe: pe}
+		if pe == nil {
+			r := received{conn: idx, id: p.RequestID, durability: p.Durability}
+			for _, pl := range p.Payloads {
+				r.payloads = append(r.payloads, append([]byte(nil), pl...))
+			}
+			it.r = r
+		}
+		s.mu.Lock()
+		if pe == nil {
+			s.seen = append(s.seen, it.r)
+		}
+		s.outstanding++
+		s.maxOut = max(s.maxOut, s.outstanding)
+		s.mu.Unlock()
+		work <- it
+		if pe != nil && pe.Fatal {
+			break
+		}
+	}
+	close(work)
+	<-answered
+}
+
+// received returns a copy of every request seen so far.
+func (s *testServer) received() []received {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]received(nil), s.seen...)
+}
+
+func (s *testServer) maxOutstanding() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxOut
+}
