@@ -1,0 +1,239 @@
+package errorfs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+func TestMatch(t *testing.T) {
+	cases := []struct {
+		glob, path string
+		want       bool
+	}{
+		{"*", "/a/b/c", true},
+		{"*.wab", "/d/shard-000/00000000000000000001.wab", true},
+		{"*.wab", "/d/shard-000/00000000000000000001.wab.sealed", false},
+		{"*/shard-000/*.wab", "/tmp/x/shard-000/1.wab", true},
+		{"*/shard-000/*.wab", "/tmp/x/shard-001/1.wab", false},
+		{"/a/?/c", "/a/b/c", true},
+		{"/a/?/c", "/a/bb/c", false},
+		{"exact", "exact", true},
+		{"exact", "exactly", false},
+		{"*a*b*", "xxaxxbxx", true},
+		{"*a*b", "xxaxxbxxc", false},
+		{"", "", true},
+	}
+	for _, c := range cases {
+		if got := Match(c.glob, c.path); got != c.want {
+			t.Errorf("Match(%q, %q) = %v, want %v", c.glob, c.path, got, c.want)
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	cases := []struct {
+		spec    string
+		want    []Rule
+		wantErr bool
+	}{
+		{spec: "", want: nil},
+		{spec: "  ; ", want: nil},
+		{
+			spec: "sync:*/shard-000/*.wab:after=3:EIO;write:*:after=10:ENOSPC:torn",
+			want: []Rule{
+				{Op: OpSync, Path: "*/shard-000/*.wab", After: 3, Errno: syscall.EIO},
+				{Op: OpWrite, Path: "*", After: 10, Errno: syscall.ENOSPC, Torn: true},
+			},
+		},
+		{spec: "rename:*.sealed:once", want: []Rule{{Op: OpRename, Path: "*.sealed", Once: true}}},
+		{spec: "write:*:torn=7:EDQUOT", want: []Rule{{Op: OpWrite, Path: "*", Torn: true, TornBytes: 7, Errno: syscall.EDQUOT}}},
+		{spec: "*:*:EROFS", want: []Rule{{Op: OpAny, Path: "*", Errno: syscall.EROFS}}},
+		{spec: "fsync:*", wantErr: true},
+		{spec: "sync", wantErr: true},
+		{spec: "sync::EIO", wantErr: true},
+		{spec: "sync:*:after=x", wantErr: true},
+		{spec: "sync:*:after=-1", wantErr: true},
+		{spec: "sync:*:EWHAT", wantErr: true},
+		{spec: "sync:*:EIO:ENOSPC", wantErr: true},
+		{spec: "sync:*:torn", wantErr: true},
+		{spec: "write:*:torn=0", wantErr: true},
+	}
+	for _, c := range cases {
+		got, err := Parse(c.spec)
+		if (err != nil) != c.wantErr {
+			t.Errorf("Parse(%q) error = %v, wantErr %v", c.spec, err, c.wantErr)
+			continue
+		}
+		if c.wantErr {
+			continue
+		}
+		if len(got) != len(c.want) {
+			t.Errorf("Parse(%q) = %v, want %v", c.spec, got, c.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Errorf("Parse(%q)[%d] = %+v, want %+v", c.spec, i, got[i], c.want[i])
+			}
+			// String round-trips through Parse.
+			again, err := Parse(got[i].String())
+			if err != nil || len(again) != 1 || again[0].Op != got[i].Op || again[0].After != got[i].After ||
+				again[0].errno() != got[i].errno() || again[0].Torn != got[i].Torn || again[0].Once != got[i].Once {
+				t.Errorf("round trip of %q: %v, %v", got[i].String(), again, err)
+			}
+		}
+	}
+}
+
+func TestRulesFireAfterN(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name string
+		rule Rule
+		// want[i] reports whether the i-th sync fails.
+		want []bool
+	}{
+		{"forever", Rule{Op: OpSync, Path: "*.log", After: 2}, []bool{false, false, true, true, true}},
+		{"once", Rule{Op: OpSync, Path: "*.log", After: 1, Once: true}, []bool{false, true, false, false}},
+		{"other path", Rule{Op: OpSync, Path: "*.other"}, []bool{false, false, false}},
+		{"other op", Rule{Op: OpWrite, Path: "*"}, []bool{false, false}},
+		{"any op", Rule{Op: OpAny, Path: "*.log", After: 1}, []bool{false, true}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fs := New(nil)
+			path := filepath.Join(dir, string(rune('a'+i))+".log")
+			f, err := fs.Create(path, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			fs.Add(c.rule) // after Create, so "any op" counts syncs only
+			for j, wantFail := range c.want {
+				err := f.Sync()
+				if (err != nil) != wantFail {
+					t.Fatalf("sync %d: err = %v, want failure %v", j+1, err, wantFail)
+				}
+				if err != nil {
+					if !errors.Is(err, syscall.EIO) {
+						t.Fatalf("sync %d: %v does not wrap EIO", j+1, err)
+					}
+					var ie *InjectedError
+					if !errors.As(err, &ie) {
+						t.Fatalf("not an InjectedError: %v", err)
+					}
+				}
+			}
+			if got := fs.CallsOn(OpSync, path); got != len(c.want) {
+				t.Fatalf("CallsOn(sync) = %d, want %d", got, len(c.want))
+			}
+			if got := fs.Calls(OpSync); got != len(c.want) {
+				t.Fatalf("Calls(sync) = %d, want %d", got, len(c.want))
+			}
+		})
+	}
+}
+
+func TestTornWrite(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rule Rule
+		want int
+	}{
+		{"half", Rule{Op: OpWrite, Path: "*", Torn: true, Errno: syscall.ENOSPC}, 5},
+		{"bytes", Rule{Op: OpWrite, Path: "*", Torn: true, TornBytes: 3, Errno: syscall.ENOSPC}, 3},
+		{"bytes capped", Rule{Op: OpWrite, Path: "*", Torn: true, TornBytes: 99, Errno: syscall.ENOSPC}, 10},
+		{"not torn", Rule{Op: OpWrite, Path: "*", Errno: syscall.ENOSPC}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "f")
+			fs := New(nil, c.rule)
+			f, err := fs.Create(path, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := f.Write([]byte("0123456789"))
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("err = %v, want ENOSPC", err)
+			}
+			if n != c.want {
+				t.Fatalf("n = %d, want %d", n, c.want)
+			}
+			f.Close()
+			b, _ := os.ReadFile(path)
+			if string(b) != "0123456789"[:c.want] {
+				t.Fatalf("file holds %q", b)
+			}
+		})
+	}
+}
+
+func TestHookAndPassThrough(t *testing.T) {
+	dir := t.TempDir()
+	var events []Event
+	fs := New(nil, Rule{Op: OpRename, Path: "*/b", Errno: syscall.EROFS})
+	fs.SetHook(func(e Event) { events = append(events, e) })
+	a := filepath.Join(dir, "a")
+	f, err := fs.Create(a, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	// rename matches on the new name
+	if err := fs.Rename(a, filepath.Join(dir, "b")); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("rename: %v", err)
+	}
+	if err := fs.Rename(a, filepath.Join(dir, "c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.SyncDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	wantOps := []Op{OpCreate, OpWrite, OpSync, OpClose, OpRename, OpRename, OpSyncDir}
+	if len(events) != len(wantOps) {
+		t.Fatalf("events = %v", events)
+	}
+	for i, op := range wantOps {
+		if events[i].Op != op {
+			t.Fatalf("event %d = %v, want %v", i, events[i].Op, op)
+		}
+	}
+	if !events[4].Injected || events[5].Injected {
+		t.Fatalf("injected flags wrong: %+v", events)
+	}
+	if fs.Injected() != 1 {
+		t.Fatalf("Injected = %d", fs.Injected())
+	}
+	fs.Clear()
+	if _, err := fs.Stat(filepath.Join(dir, "c")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseFS(t *testing.T) {
+	fs, err := ParseFS(nil, "create:*/no:EACCES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := fs.Create(filepath.Join(dir, "no"), 0o600); !errors.Is(err, syscall.EACCES) {
+		t.Fatalf("create: %v", err)
+	}
+	f, err := fs.Create(filepath.Join(dir, "yes"), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := ParseFS(nil, "bogus"); err == nil {
+		t.Fatal("bad spec accepted")
+	}
+}
