@@ -150,18 +150,12 @@ func truncateUTF8(s string, n int) string {
 	return s
 }
 
-// Size estimate for the cap check, made before a file exists. It is
-// conservative: the segment format's header, footer and per-record framing
-// are smaller than these allowances.
-const (
-	estFileOverhead   = 256
-	estRecordOverhead = 64
-)
-
-func estimateSize(recs []wab.Record) int64 {
-	n := int64(estFileOverhead)
+// fileSize is the size of the dead-letter file holding recs, computed
+// before it exists so that the cap is checked before anything is written.
+func fileSize(recs []wab.Record) int64 {
+	n := int64(wab.HeaderSize + wab.FooterFrameSize)
 	for _, r := range recs {
-		n += estRecordOverhead + int64(len(r.Payload)) + int64(len(r.Meta))
+		n += int64(wab.FrameOverhead + len(r.Meta) + len(r.Payload))
 	}
 	return n
 }

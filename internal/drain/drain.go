@@ -638,7 +638,7 @@ func (d *Drain) deliver(ctx context.Context, ref wab.SegmentRef, h wab.Header, s
 				}),
 			}
 		}
-		need := estimateSize(dlRecs)
+		need := fileSize(dlRecs)
 		if !d.dl.hasRoom(need) {
 			if err := d.blockUntilRoom(ctx, ref, need); err != nil {
 				return err

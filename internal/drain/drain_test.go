@@ -222,6 +222,15 @@ func TestPartialRejection(t *testing.T) {
 	if len(files) != 1 || files[0].Records != 2 || files[0].Name != DeadLetterName(0) {
 		t.Fatalf("dead-letter files %+v", files)
 	}
+	if _, all, err := ReadDeadLetter(vfs.OS, files[0].Path); err == nil {
+		var recs []wab.Record
+		for _, r := range all {
+			recs = append(recs, wab.Record{Meta: r.RawMeta, Payload: r.Payload})
+		}
+		if n := fileSize(recs); n != files[0].Bytes {
+			t.Errorf("computed dead-letter size %d, file has %d", n, files[0].Bytes)
+		}
+	}
 	dh, recs, err := ReadDeadLetter(vfs.OS, files[0].Path)
 	if err != nil {
 		t.Fatal(err)
@@ -584,3 +593,81 @@ func TestHealthPolledWhileIdle(t *testing.T) {
 		t.Errorf("initial state not reported: %v", st)
 	}
 }
+
+var _ Source = (*wab.Log)(nil)
+
+// End to end with the real write-ahead buffer: records submitted to a
+// wab.Log, sealed on close, are delivered in order with the ids the WAB
+// assigns, and the segments removed.
+func TestDrainsRealLog(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	l, err := wab.Open(ctx, wab.Options{Dir: dir, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int][]string{0: payloads("s0", 20), 1: payloads("s1", 7)}
+	for shard, ps := range want {
+		for _, p := range ps {
+			done := make(chan error, 1)
+			req := &wab.Request{Durability: wab.Durable, Payloads: [][]byte{[]byte(p)}, Received: baseReceived,
+				Done: func(err error) { done <- err }}
+			if err := l.Submit(ctx, shard, req, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	refs, err := wab.ListSealed(vfs.OS, dir)
+	if err != nil || len(refs) == 0 {
+		t.Fatalf("sealed %v, %v", refs, err)
+	}
+	ids := map[sink.RecordID]bool{}
+	for _, ref := range refs {
+		r, err := wab.OpenSegment(vfs.OS, ref.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := uint64(0); ; i++ {
+			rec, err := r.Next()
+			if err != nil {
+				break
+			}
+			ids[sink.RecordID(wab.RecordID(r.Header(), i, rec.Payload))] = true
+		}
+		r.Close()
+	}
+
+	s := &scriptSink{max: 4}
+	obs := &recObserver{}
+	start(t, fastOptions(dir, listSource{dir}, s, obs))
+	waitFor(t, "all delivered", func() bool { return len(obs.snapshot().delivered) == len(refs) })
+	got := map[int][]string{}
+	for _, b := range s.got() {
+		for _, r := range b.Records {
+			p := string(r.Payload)
+			shard := int(p[1] - '0')
+			got[shard] = append(got[shard], p)
+			if !ids[r.ID] {
+				t.Errorf("%s: id %s not the WAB's", p, r.ID)
+			}
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("delivered %v, want %v", got, want)
+	}
+	if left, err := wab.ListSealed(vfs.OS, dir); err != nil || len(left) != 0 {
+		t.Errorf("left %v, %v", left, err)
+	}
+}
+
+// listSource lists a closed WAB directory.
+type listSource struct{ dir string }
+
+func (s listSource) Sealed() ([]wab.SegmentRef, error) { return wab.ListSealed(vfs.OS, s.dir) }
+func (listSource) Notify() <-chan struct{}             { return nil }
