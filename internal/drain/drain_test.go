@@ -671,3 +671,28 @@ type listSource struct{ dir string }
 
 func (s listSource) Sealed() ([]wab.SegmentRef, error) { return wab.ListSealed(vfs.OS, s.dir) }
 func (listSource) Notify() <-chan struct{}             { return nil }
+
+// A segment that cannot be read is set aside and left on disk — never
+// skipped or removed — and the other segments are still delivered.
+func TestUnreadableSegmentLeftOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	good, _ := writeSegment(t, dir, 1, 1, "ok")
+	bad := filepath.Join(dir, "shard-000", "00000000000000000001.wab.sealed")
+	if err := os.MkdirAll(filepath.Dir(bad), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("not a segment at all, definitely not"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &scriptSink{max: 10}
+	obs := &recObserver{}
+	start(t, fastOptions(dir, newDirSource(dir), s, obs))
+	waitFor(t, "good segment removed", func() bool { return !exists(good) })
+	waitFor(t, "bad segment set aside", func() bool { return len(obs.snapshot().deferred) > 0 })
+	if !exists(bad) {
+		t.Error("unreadable segment removed")
+	}
+	if got := s.got(); len(got) != 1 || !reflect.DeepEqual(payloadsOf(got[0]), []string{"ok"}) {
+		t.Errorf("sink got %v", got)
+	}
+}
