@@ -617,3 +617,46 @@ func TestTCPWithTLS(t *testing.T) {
 		t.Fatal("client without a certificate got through")
 	}
 }
+
+func BenchmarkPush(b *testing.B) {
+	s := newBenchServer(b)
+	c, err := Dial(context.Background(), s.addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	payload := make([]byte, 256)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Push(ctx, payload, Buffered); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPushAsync(b *testing.B) {
+	s := newBenchServer(b)
+	c, err := Dial(context.Background(), s.addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	payload := [][]byte{make([]byte, 256)}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	done := func(err error) {
+		if err != nil {
+			b.Error(err)
+		}
+		wg.Done()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		wg.Add(1)
+		if err := c.PushAsync(ctx, payload, Buffered, done); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wg.Wait()
+}
