@@ -1,0 +1,129 @@
+package filesink
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/sink"
+)
+
+// Line is one record read back from an output file.
+type Line struct {
+	File       string // base name of the file
+	Number     int    // line number in the file, from 1
+	ID         sink.RecordID
+	Durability sink.Durability
+	Received   time.Time
+	Source     string
+	Payload    []byte // decoded
+}
+
+type lineJSON struct {
+	ID         string    `json:"weir_record_id"`
+	Durability string    `json:"durability"`
+	Received   time.Time `json:"received_at"`
+	Source     string    `json:"source"`
+	Payload    *string   `json:"payload"`
+	Encoding   string    `json:"payload_encoding"`
+}
+
+// ReadDir reads every finished (.ndjson) file in dir, in name order, which
+// is the order the files were started. Duplicates are returned as written;
+// deduplicate on ID.
+func ReadDir(dir string) ([]Line, error) { return ReadDirFS(vfs.OS, dir, false) }
+
+// ReadDirFS is ReadDir on fs; with includeOpen it also reads the file still
+// being written (.ndjson.open), ignoring a partial last line. Abandoned
+// (.ndjson.failed) files are never read.
+func ReadDirFS(fs vfs.FS, dir string, includeOpen bool) ([]Line, error) {
+	names, err := fs.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("filesink: read %s: %w", dir, err)
+	}
+	var out []Line
+	for _, name := range names {
+		_, _, suffix, ok := parseName(name)
+		if !ok || (suffix != SuffixDone && !(includeOpen && suffix == SuffixOpen)) {
+			continue
+		}
+		out, err = readFile(fs, filepath.Join(dir, name), suffix == SuffixOpen, out)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func readFile(fs vfs.FS, path string, open bool, out []Line) ([]Line, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("filesink: read %s: %w", path, err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 1<<16)
+	name := filepath.Base(path)
+	for n := 1; ; n++ {
+		raw, err := r.ReadBytes('\n')
+		if len(raw) == 0 && err != nil {
+			break
+		}
+		if raw[len(raw)-1] != '\n' {
+			if open {
+				break // still being written
+			}
+			return nil, fmt.Errorf("filesink: %s:%d: no newline at end of file", path, n)
+		}
+		l, perr := parseLine(bytes.TrimSuffix(raw, []byte{'\n'}))
+		if perr != nil {
+			return nil, fmt.Errorf("filesink: %s:%d: %w", path, n, perr)
+		}
+		l.File, l.Number = name, n
+		out = append(out, l)
+		if err != nil {
+			break
+		}
+	}
+	return out, nil
+}
+
+func parseLine(raw []byte) (Line, error) {
+	var j lineJSON
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return Line{}, err
+	}
+	var l Line
+	var err error
+	if l.ID, err = sink.ParseRecordID(j.ID); err != nil {
+		return Line{}, err
+	}
+	switch j.Durability {
+	case "durable":
+		l.Durability = sink.Durable
+	case "buffered":
+		l.Durability = sink.Buffered
+	default:
+		return Line{}, fmt.Errorf("unknown durability %q", j.Durability)
+	}
+	if j.Payload == nil {
+		return Line{}, fmt.Errorf("no payload")
+	}
+	switch j.Encoding {
+	case "utf8":
+		l.Payload = []byte(*j.Payload)
+	case "base64":
+		if l.Payload, err = base64.StdEncoding.DecodeString(*j.Payload); err != nil {
+			return Line{}, fmt.Errorf("payload: %w", err)
+		}
+	default:
+		return Line{}, fmt.Errorf("unknown payload_encoding %q", strings.ToValidUTF8(j.Encoding, "?"))
+	}
+	l.Received, l.Source = j.Received, j.Source
+	return l, nil
+}

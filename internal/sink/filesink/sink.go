@@ -1,0 +1,542 @@
+// Package filesink is weir's NDJSON file sink: every committed record becomes
+// one line of JSON in a file under a directory.
+//
+// # Format
+//
+// Each line is one object:
+//
+//	{"weir_record_id":"<32 hex digits>","durability":"durable"|"buffered",
+//	 "received_at":"<RFC 3339, nanoseconds, UTC>","source":"socket",
+//	 "payload":"…","payload_encoding":"utf8"|"base64"}
+//
+// The payload is written as a JSON string when it is valid UTF-8 and as
+// standard base64 otherwise; payload_encoding says which.
+//
+// # Files
+//
+// Lines are appended to weir-<unix nanos, 20 digits>-<sequence, 6 digits>.ndjson.open.
+// A file is finished — renamed to .ndjson — once it reaches MaxBytes or
+// MaxAge (age is checked at every Commit and by Close), so names sort in the
+// order files were started, and a finished file never changes again. Tools
+// should read only .ndjson files; the one .open file is still growing.
+//
+// # Durability and duplicates
+//
+// Commit returns only after the batch's lines are written and fdatasynced,
+// and, when the commit created or finished a file, after the directory has
+// been fsynced too. A failed write or fdatasync leaves the file's contents
+// past its last successful sync unknown, and a file is never synced again
+// after a failure. The bytes committed before the failure are copied into a
+// fresh file (which is synced, and becomes the current file), the old file
+// is closed and renamed to .ndjson.failed, and the batch is reported as a
+// transient error, so the drain retries it into the fresh file. A .failed
+// file holds nothing that is not also elsewhere; it is not part of the
+// output and may be removed once inspected.
+//
+// Delivery is at least once, and this sink keeps duplicates: a retried
+// batch, or a batch replayed after a crash, appears again. Every delivery of
+// a record carries the same weir_record_id; readers deduplicate on it.
+//
+// # Recovery
+//
+// New finishes any .open file left behind by a crash: a partial last line
+// (a write torn by the crash) is truncated, the file is synced and renamed
+// to .ndjson, and the directory is synced. A line that is not valid JSON
+// followed by valid ones is corruption, not a torn tail: New refuses to
+// start and names the file and offset.
+package filesink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/sink"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultMaxBytes     int64 = 128 << 20
+	DefaultMaxAge             = time.Minute
+	DefaultMaxBatchSize       = 4096
+)
+
+// File name parts.
+const (
+	filePrefix   = "weir-"
+	SuffixDone   = ".ndjson"
+	SuffixOpen   = ".ndjson.open"
+	SuffixFailed = ".ndjson.failed"
+	maxSeq       = 1_000_000
+)
+
+const (
+	dirPerm  = 0o750
+	filePerm = 0o640
+)
+
+// ErrClosed is returned by Commit after Close.
+var ErrClosed = errors.New("filesink: sink is closed")
+
+// Options configure a Sink.
+type Options struct {
+	// FS is the file system; nil means vfs.OS.
+	FS vfs.FS
+	// Dir is the output directory; it is created (durably) if missing.
+	Dir string
+	// MaxBytes finishes a file once it holds this many bytes. A file can
+	// exceed it by at most one batch: a batch is never split across files,
+	// and one that would overflow a non-empty file goes to a new file.
+	// Zero means DefaultMaxBytes.
+	MaxBytes int64
+	// MaxAge finishes a file once it is this old. Zero means DefaultMaxAge.
+	MaxAge time.Duration
+	// MaxBatchSize is what MaxBatchSize reports. Zero means
+	// DefaultMaxBatchSize. Larger batches are still accepted.
+	MaxBatchSize int
+	// Logger receives file lifecycle and failure events; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Sink writes records to NDJSON files. It implements sink.Sink.
+type Sink struct {
+	fs     vfs.FS
+	dir    string
+	opts   Options
+	logger *slog.Logger
+	now    func() time.Time
+
+	mu     sync.Mutex // serialises Commit and Close
+	cur    *openFile
+	buf    []byte
+	seq    int   // next file's sequence number
+	lastNs int64 // start time of the newest file, Unix nanos
+	closed bool
+	// finishErr is set when finishing a file failed during this Commit:
+	// the commit stands but the sink stays degraded.
+	finishErr error
+	// orphan is set when an abandoned file holding committed records could
+	// not be rescued; the sink stays degraded until restarted.
+	orphan  error
+	healthM sync.Mutex
+	health  sink.Health
+}
+
+type openFile struct {
+	f       vfs.File
+	base    string // name without suffix
+	size    int64
+	created time.Time
+}
+
+var _ sink.Sink = (*Sink)(nil)
+
+// New opens a file sink on opts.Dir, recovering any file a crash left open.
+func New(ctx context.Context, opts Options) (*Sink, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("filesink: no directory")
+	}
+	if opts.FS == nil {
+		opts.FS = vfs.OS
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.MaxAge <= 0 {
+		opts.MaxAge = DefaultMaxAge
+	}
+	if opts.MaxBatchSize <= 0 {
+		opts.MaxBatchSize = DefaultMaxBatchSize
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Sink{
+		fs:     opts.FS,
+		dir:    filepath.Clean(opts.Dir),
+		opts:   opts,
+		logger: opts.Logger.With("sink", "file", "dir", filepath.Clean(opts.Dir)),
+		now:    opts.Now,
+		health: sink.Health{State: sink.Healthy},
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.fs.MkdirAll(s.dir, dirPerm); err != nil {
+		return nil, fmt.Errorf("filesink: create %s: %w", s.dir, err)
+	}
+	if err := s.recover(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Name implements sink.Sink.
+func (s *Sink) Name() string { return "file" }
+
+// MaxBatchSize implements sink.Sink.
+func (s *Sink) MaxBatchSize() int { return s.opts.MaxBatchSize }
+
+// Health implements sink.Sink: Degraded, with the reason, from a failure
+// until the next successful Commit.
+func (s *Sink) Health(context.Context) sink.Health {
+	s.healthM.Lock()
+	defer s.healthM.Unlock()
+	return s.health
+}
+
+func (s *Sink) setHealth(h sink.Health) {
+	s.healthM.Lock()
+	s.health = h
+	s.healthM.Unlock()
+}
+
+// Commit implements sink.Sink. Every record is committed or, on error,
+// none may be assumed committed; the file sink never rejects a record. All
+// I/O errors are transient: nothing about a batch makes it unwritable, and
+// dead-lettering it would not fix a full or failing disk.
+func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return sink.CommitResult{}, sink.Permanent(ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return sink.CommitResult{}, sink.Transient(fmt.Errorf("filesink: commit: %w", err))
+	}
+	s.finishErr = nil
+	if err := s.commit(b); err != nil {
+		s.setHealth(sink.Health{State: sink.Degraded, Reason: err.Error()})
+		return sink.CommitResult{}, sink.Transient(err)
+	}
+	switch {
+	case s.orphan != nil:
+		s.setHealth(sink.Health{State: sink.Degraded, Reason: s.orphan.Error()})
+	case s.finishErr == nil:
+		s.setHealth(sink.Health{State: sink.Healthy})
+	}
+	return sink.CommitResult{}, nil
+}
+
+func (s *Sink) commit(b sink.Batch) error {
+	now := s.now()
+	if s.cur != nil && now.Sub(s.cur.created) >= s.opts.MaxAge {
+		s.finish("age")
+	}
+	if len(b.Records) == 0 {
+		return nil
+	}
+	s.buf = s.buf[:0]
+	for i := range b.Records {
+		s.buf = appendRecord(s.buf, &b.Records[i])
+	}
+	if s.cur != nil && s.cur.size > 0 && s.cur.size+int64(len(s.buf)) > s.opts.MaxBytes {
+		s.finish("size")
+	}
+	created := false
+	if s.cur == nil {
+		if err := s.create(now); err != nil {
+			return err
+		}
+		created = true
+	}
+	cur := s.cur
+	if _, err := cur.f.Write(s.buf); err != nil {
+		s.abandon(err)
+		return fmt.Errorf("filesink: write %s: %w", cur.base+SuffixOpen, err)
+	}
+	if err := cur.f.Sync(); err != nil {
+		s.abandon(err)
+		return fmt.Errorf("filesink: fdatasync %s: %w", cur.base+SuffixOpen, err)
+	}
+	if created {
+		if err := s.fs.SyncDir(s.dir); err != nil {
+			// The data is synced but the new name may not be: the
+			// batch cannot be called durable. Start over elsewhere.
+			s.abandon(err)
+			return fmt.Errorf("filesink: sync directory after creating %s: %w", cur.base+SuffixOpen, err)
+		}
+	}
+	cur.size += int64(len(s.buf))
+	if cur.size >= s.opts.MaxBytes {
+		// The batch is durable under the .open name, and a file left
+		// .open is finished by recovery, so a failure here does not
+		// undo the commit.
+		s.finish("size")
+	}
+	return nil
+}
+
+// create starts a new .open file as the current one. Its directory entry is
+// synced by the commit that writes to it, before that commit returns.
+func (s *Sink) create(now time.Time) error {
+	f, err := s.newFile(now)
+	if err != nil {
+		return err
+	}
+	s.cur = f
+	return nil
+}
+
+func (s *Sink) newFile(now time.Time) (*openFile, error) {
+	ns := now.UnixNano()
+	if ns < s.lastNs {
+		ns = s.lastNs // names must sort in creation order, whatever the clock does
+	}
+	base := fmt.Sprintf("%s%020d-%06d", filePrefix, ns, s.seq)
+	f, err := s.fs.Create(filepath.Join(s.dir, base+SuffixOpen), filePerm)
+	if err != nil {
+		return nil, fmt.Errorf("filesink: create file: %w", err)
+	}
+	s.lastNs = ns
+	s.seq = (s.seq + 1) % maxSeq
+	s.logger.Debug("file started", "file", base+SuffixOpen)
+	return &openFile{f: f, base: base, created: now}, nil
+}
+
+// finish renames the current file to .ndjson. Its data is already synced.
+// Errors are logged and make the sink degraded; the file is dropped either
+// way (a file left .open is finished by the next recovery).
+func (s *Sink) finish(why string) error {
+	cur := s.cur
+	s.cur = nil
+	open := filepath.Join(s.dir, cur.base+SuffixOpen)
+	done := filepath.Join(s.dir, cur.base+SuffixDone)
+	err := cur.f.Close()
+	if err == nil {
+		err = s.fs.Rename(open, done)
+	}
+	if err == nil {
+		err = s.fs.SyncDir(s.dir)
+	}
+	if err != nil {
+		err = fmt.Errorf("filesink: finish %s: %w", open, err)
+		s.logger.Error("could not finish file; it will be finished at the next start", "file", open, "err", err)
+		s.setHealth(sink.Health{State: sink.Degraded, Reason: err.Error()})
+		s.finishErr = err
+		return err
+	}
+	s.logger.Debug("file finished", "file", cur.base+SuffixDone, "bytes", cur.size, "reason", why)
+	return nil
+}
+
+// abandon gives up on the current file after a failed write or sync. Its
+// state past the last successful sync is unknown and it must never be
+// synced again, but everything before that point was committed by earlier
+// batches and must stay readable. So the committed prefix is copied into a
+// fresh file, which becomes the current one, and only then is the old file
+// renamed to .ndjson.failed. If the copy fails too, the old file is left as
+// .ndjson.open — closed, never synced — for recovery at the next start to
+// finish, and the sink stays degraded until then.
+func (s *Sink) abandon(cause error) {
+	cur := s.cur
+	s.cur = nil
+	open := filepath.Join(s.dir, cur.base+SuffixOpen)
+	failed := filepath.Join(s.dir, cur.base+SuffixFailed)
+	s.logger.Error("file abandoned after an I/O error; the batch will be retried into a new file",
+		"file", open, "committed_bytes", cur.size, "err", cause)
+	var rescued *openFile
+	if cur.size > 0 {
+		var err error
+		rescued, err = s.rescue(cur)
+		if err != nil {
+			_ = cur.f.Close() // no sync: that is the point
+			s.orphan = fmt.Errorf("filesink: %s holds committed records and could not be copied (%w); it is finished at the next start", open, err)
+			s.logger.Error("could not rescue committed records from abandoned file", "file", open, "err", err)
+			return
+		}
+	}
+	_ = cur.f.Close() // no sync: that is the point
+	s.cur = rescued
+	if err := s.fs.Rename(open, failed); err != nil {
+		s.logger.Error("could not rename abandoned file", "file", open, "err", err)
+		return
+	}
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		s.logger.Error("could not sync directory after abandoning file", "file", failed, "err", err)
+	}
+}
+
+// rescue copies the committed prefix of cur into a new, synced file.
+func (s *Sink) rescue(cur *openFile) (*openFile, error) {
+	nf, err := s.newFile(s.now())
+	if err != nil {
+		return nil, err
+	}
+	nf.created = cur.created // the data is as old as it was
+	path := filepath.Join(s.dir, nf.base+SuffixOpen)
+	_, err = io.Copy(nf.f, io.NewSectionReader(cur.f, 0, cur.size))
+	if err == nil {
+		err = nf.f.Sync()
+	}
+	if err == nil {
+		err = s.fs.SyncDir(s.dir)
+	}
+	if err != nil {
+		_ = nf.f.Close()
+		if rerr := s.fs.Remove(path); rerr == nil {
+			_ = s.fs.SyncDir(s.dir)
+		}
+		return nil, fmt.Errorf("copy to %s: %w", path, err)
+	}
+	nf.size = cur.size
+	s.logger.Warn("committed records of abandoned file copied to a new file", "from", cur.base+SuffixOpen, "to", nf.base+SuffixOpen, "bytes", cur.size)
+	return nf, nil
+}
+
+// Close finishes the current file. Committed data is already durable.
+func (s *Sink) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.cur != nil {
+		return s.finish("close")
+	}
+	return nil
+}
+
+// parseName splits weir-<ns>-<seq><suffix>.
+func parseName(name string) (ns int64, seq int, suffix string, ok bool) {
+	for _, suf := range []string{SuffixOpen, SuffixFailed, SuffixDone} {
+		if strings.HasSuffix(name, suf) {
+			suffix = suf
+			break
+		}
+	}
+	if suffix == "" || !strings.HasPrefix(name, filePrefix) {
+		return 0, 0, "", false
+	}
+	mid := strings.TrimSuffix(strings.TrimPrefix(name, filePrefix), suffix)
+	a, b, found := strings.Cut(mid, "-")
+	if !found || len(a) != 20 || len(b) != 6 {
+		return 0, 0, "", false
+	}
+	n, err1 := strconv.ParseInt(a, 10, 64)
+	q, err2 := strconv.Atoi(b)
+	if err1 != nil || err2 != nil {
+		return 0, 0, "", false
+	}
+	return n, q, suffix, true
+}
+
+// recover finishes .open files and picks up the naming sequence.
+func (s *Sink) recover(ctx context.Context) error {
+	names, err := s.fs.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("filesink: list %s: %w", s.dir, err)
+	}
+	changed := false
+	for _, name := range names {
+		ns, seq, suffix, ok := parseName(name)
+		if !ok {
+			continue
+		}
+		if ns > s.lastNs || (ns == s.lastNs && seq >= s.seq) {
+			s.lastNs, s.seq = ns, (seq+1)%maxSeq
+		}
+		if suffix != SuffixOpen {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.recoverFile(name); err != nil {
+			return err
+		}
+		changed = true
+	}
+	if changed {
+		if err := s.fs.SyncDir(s.dir); err != nil {
+			return fmt.Errorf("filesink: recovery: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Sink) recoverFile(name string) error {
+	path := filepath.Join(s.dir, name)
+	f, err := s.fs.OpenReadWrite(path)
+	if err != nil {
+		return fmt.Errorf("filesink: recover %s: %w", path, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Errorf("filesink: recover %s: read: %w", path, err)
+	}
+	keep, err := validPrefix(data)
+	if err != nil {
+		return fmt.Errorf("filesink: recover %s: %w", path, err)
+	}
+	if keep == 0 {
+		if err := s.fs.Remove(path); err != nil {
+			return fmt.Errorf("filesink: recover %s: remove empty file: %w", path, err)
+		}
+		s.logger.Info("removed empty file left open by a crash", "file", name)
+		return nil
+	}
+	if keep < int64(len(data)) {
+		if err := f.Truncate(keep); err != nil {
+			return fmt.Errorf("filesink: recover %s: truncate to %d: %w", path, keep, err)
+		}
+		s.logger.Warn("truncated torn tail of file left open by a crash", "file", name, "offset", keep, "dropped_bytes", int64(len(data))-keep)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("filesink: recover %s: fdatasync: %w", path, err)
+	}
+	done := filepath.Join(s.dir, strings.TrimSuffix(name, SuffixOpen)+SuffixDone)
+	if err := s.fs.Rename(path, done); err != nil {
+		return fmt.Errorf("filesink: recover %s: %w", path, err)
+	}
+	s.logger.Info("finished file left open by a crash", "file", filepath.Base(done), "bytes", keep)
+	return nil
+}
+
+// validPrefix is the length of data up to the end of its last valid line.
+// Anything after it — a partial line, zeros, junk — is a torn tail. A bad
+// line followed by a good one is corruption and an error.
+func validPrefix(data []byte) (int64, error) {
+	var end int64
+	badAt := int64(-1)
+	off := int64(0)
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break // partial last line
+		}
+		line := data[:i]
+		if validLine(line) {
+			if badAt >= 0 {
+				return 0, fmt.Errorf("corrupt line at offset %d followed by valid lines; refusing to truncate committed data", badAt)
+			}
+			end = off + int64(i) + 1
+		} else if badAt < 0 {
+			badAt = off
+		}
+		off += int64(i) + 1
+		data = data[i+1:]
+	}
+	return end, nil
+}
+
+func validLine(line []byte) bool {
+	return bytes.HasPrefix(line, []byte(`{"weir_record_id":"`)) && json.Valid(line)
+}
