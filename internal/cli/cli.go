@@ -1,0 +1,93 @@
+// Package cli implements weir's subcommands. cmd/weir only calls Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/weir-io/weir/internal/config"
+	"github.com/weir-io/weir/internal/daemon"
+)
+
+const usage = `weir — crash-safe ingestion engine
+
+Usage:
+  weir serve [flags]   run the daemon (weir serve --help lists every flag)
+  weir push  [flags]   push newline-delimited records from stdin (weir push --help)
+  weir version         print the version
+
+Documentation: docs/ in the source tree.
+`
+
+// Version is set at build time with -ldflags "-X .../internal/cli.Version=…".
+var Version = "dev"
+
+// Main runs a subcommand and returns the process exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stdout, stderr)
+	case "push":
+		return push(args[1:], stdin, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "weir", Version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "weir: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+func serve(args []string, stdout, stderr io.Writer) int {
+	boot := slog.New(slog.NewTextHandler(stderr, nil))
+	cfg, err := config.Load(args, os.Environ(), boot)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, config.Usage())
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "weir serve: %v\n", err)
+		return 2
+	}
+	log, err := newLogger(cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "weir serve: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := daemon.Run(ctx, cfg, log); err != nil {
+		log.Error("weir serve failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(cfg *config.Config, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return nil, fmt.Errorf("log_level %q: %w", cfg.LogLevel, err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(cfg.LogFormat) {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+}

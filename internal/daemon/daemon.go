@@ -1,0 +1,142 @@
+// Package daemon wires weir's parts together for `weir serve`: the
+// write-ahead buffer, the sink, the drain and the listeners. It holds no
+// logic of its own beyond start-up order and shutdown order.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/weir-io/weir/internal/config"
+	"github.com/weir-io/weir/internal/drain"
+	"github.com/weir-io/weir/internal/server"
+	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/wab"
+)
+
+// Run runs the daemon until ctx is cancelled (SIGTERM/SIGINT), then shuts
+// down in order: stop accepting and answer every accepted request, seal the
+// write-ahead buffer, stop the drain, close the sink. The whole shutdown is
+// bounded by cfg.ShutdownTimeout.
+func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	fs, err := faultFS(vfs.OS)
+	if err != nil {
+		return err
+	}
+	if err := fs.MkdirAll(cfg.WABDir, 0o700); err != nil {
+		return fmt.Errorf("create wab_dir: %w", err)
+	}
+
+	wlog, err := wab.Open(ctx, wab.Options{
+		FS:               fs,
+		Dir:              cfg.WABDir,
+		Shards:           cfg.Shards,
+		SegmentMaxBytes:  cfg.SegmentMaxBytes,
+		SegmentMaxAge:    cfg.SegmentMaxAge,
+		PreallocateBytes: cfg.PreallocateBytes,
+		BatchMaxRecords:  cfg.BatchMaxRecords,
+		BatchDeadline:    cfg.BatchDeadline,
+		QueueCapacity:    cfg.QueueCapacity,
+		MaxRecordBytes:   cfg.MaxFrameBytes,
+		Logger:           log.With("component", "wab"),
+	})
+	if err != nil {
+		return fmt.Errorf("open write-ahead buffer: %w", err)
+	}
+	closeWAB := func(ctx context.Context) error {
+		if err := wlog.Close(ctx); err != nil {
+			return fmt.Errorf("close write-ahead buffer: %w", err)
+		}
+		return nil
+	}
+
+	snk, err := openSink(ctx, cfg, fs, log)
+	if err != nil {
+		return errors.Join(err, closeWAB(context.Background()))
+	}
+
+	dr, err := drain.New(drain.Options{
+		FS:        fs,
+		WABDir:    cfg.WABDir,
+		Source:    wlog,
+		Sink:      snk,
+		Logger:    log.With("component", "drain"),
+		RetryBase: cfg.DrainRetryBase,
+		RetryMax:  cfg.DrainRetryMax,
+	})
+	if err != nil {
+		return errors.Join(fmt.Errorf("start drain: %w", err), closeWAB(context.Background()), snk.Close())
+	}
+	drainCtx, stopDrain := context.WithCancel(context.Background())
+	var drainWG sync.WaitGroup
+	drainWG.Add(1)
+	go func() {
+		defer drainWG.Done()
+		if err := dr.Run(drainCtx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("drain stopped", "err", err)
+		}
+	}()
+
+	srv := server.New(server.Options{
+		MaxConnections:   cfg.MaxConnections,
+		MaxFrameBytes:    cfg.MaxFrameBytes,
+		FrameReadTimeout: cfg.FrameReadTimeout,
+		IdleTimeout:      cfg.IdleTimeout,
+		WriteTimeout:     cfg.WriteTimeout,
+		QueueTimeout:     cfg.QueueTimeout,
+		ConnMaxInflight:  cfg.ConnMaxInflight,
+		Logger:           log.With("component", "server"),
+	}, wlog)
+	if err := srv.ListenUnix(cfg.SocketPath); err != nil {
+		stopDrain()
+		drainWG.Wait()
+		return errors.Join(err, closeWAB(context.Background()), snk.Close())
+	}
+	log.Info("weir ready", "socket", cfg.SocketPath, "wab_dir", cfg.WABDir, "shards", cfg.Shards, "sink", snk.Name())
+
+	<-ctx.Done()
+	log.Info("shutting down", "shutdown_timeout", cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	var errs []error
+	if err := srv.Shutdown(sctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := closeWAB(sctx); err != nil {
+		errs = append(errs, err)
+	}
+	stopDrain()
+	drainWG.Wait()
+	if err := snk.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close sink: %w", err))
+	}
+	if len(errs) == 0 {
+		log.Info("shutdown complete")
+	}
+	return errors.Join(errs...)
+}
+
+func openSink(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) (sink.Sink, error) {
+	switch cfg.Sink.Type {
+	case "file":
+		s, err := filesink.New(ctx, filesink.Options{
+			FS:           fs,
+			Dir:          cfg.Sink.File.Dir,
+			MaxBytes:     cfg.Sink.File.MaxBytes,
+			MaxAge:       cfg.Sink.File.MaxAge,
+			MaxBatchSize: cfg.Sink.File.BatchRecords,
+			Logger:       log.With("component", "sink", "sink", "file"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open file sink: %w", err)
+		}
+		return s, nil
+	default:
+		return nil, fmt.Errorf("sink.type %q: unknown sink", cfg.Sink.Type)
+	}
+}

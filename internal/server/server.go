@@ -1,0 +1,255 @@
+// Package server accepts producer connections and turns wire-protocol push
+// frames into write-ahead-buffer requests. The accept loop is per transport
+// (a hardened Unix socket here); everything below it — framing, deadlines,
+// the in-flight window, ordered acks — is one connection handler shared by
+// every transport.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weir-io/weir/wab"
+	"github.com/weir-io/weir/wire"
+)
+
+// Backend is where accepted records go: the write-ahead buffer.
+type Backend interface {
+	Shards() int
+	ShardErr(shard int) error
+	Submit(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error
+}
+
+// Observer receives the server's counts. Methods must be cheap and safe for
+// concurrent use. A nil Observer is allowed.
+type Observer interface {
+	ConnOpened()
+	ConnClosed()
+	// ConnRejected counts a connection refused at accept (reason:
+	// "max_connections" or "shutting_down").
+	ConnRejected(reason string)
+	// Received counts a decoded push frame.
+	Received(d wire.Durability, records, bytes int)
+	// Acked counts a frame's records acknowledged.
+	Acked(d wire.Durability, records, bytes int)
+	// Nacked counts a frame refused with code.
+	Nacked(d wire.Durability, code wire.Code, records int)
+}
+
+// Options configure a Server. Zero durations disable the matching timeout.
+type Options struct {
+	MaxConnections   int
+	MaxFrameBytes    int
+	FrameReadTimeout time.Duration // a started frame must arrive within this
+	IdleTimeout      time.Duration // a connection with no new frame is closed after this
+	WriteTimeout     time.Duration // writing responses must progress within this
+	QueueTimeout     time.Duration // longest wait for space in a shard's queue
+	ConnMaxInflight  int           // requests in flight per connection
+	Logger           *slog.Logger
+	Observer         Observer
+}
+
+// Server serves producer connections.
+type Server struct {
+	opts    Options
+	backend Backend
+	log     *slog.Logger
+	obs     Observer
+
+	slots    chan struct{} // one per open connection (max_connections)
+	nextConn atomic.Uint64
+	closing  atomic.Bool
+
+	ctx    context.Context // cancelled when Shutdown gives up waiting
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	listeners map[net.Listener]io.Closer
+	conns     map[*conn]struct{}
+	wg        sync.WaitGroup // connection goroutines
+	acceptWG  sync.WaitGroup
+}
+
+// New makes a server that submits to backend.
+func New(opts Options, backend Backend) *Server {
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = 1024
+	}
+	if opts.MaxFrameBytes <= 0 {
+		opts.MaxFrameBytes = wire.DefaultMaxFrameBytes
+	}
+	if opts.ConnMaxInflight <= 0 {
+		opts.ConnMaxInflight = 4096
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	obs := opts.Observer
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		opts:      opts,
+		backend:   backend,
+		log:       opts.Logger,
+		obs:       obs,
+		slots:     make(chan struct{}, opts.MaxConnections),
+		ctx:       ctx,
+		cancel:    cancel,
+		listeners: make(map[net.Listener]io.Closer),
+		conns:     make(map[*conn]struct{}),
+	}
+}
+
+// ListenUnix binds the hardened Unix socket at path (see listenUnix) and
+// serves it in the background until Shutdown.
+func (s *Server) ListenUnix(path string) error {
+	ln, lock, err := listenUnix(path)
+	if err != nil {
+		return err
+	}
+	s.serve(ln, lock)
+	s.log.Info("listening", "transport", "unix", "socket", path)
+	return nil
+}
+
+// Serve serves an already-bound listener (any transport) in the background
+// until Shutdown. The server closes it.
+func (s *Server) Serve(ln net.Listener) { s.serve(ln, nil) }
+
+func (s *Server) serve(ln net.Listener, extra io.Closer) {
+	s.mu.Lock()
+	s.listeners[ln] = extra
+	s.mu.Unlock()
+	s.acceptWG.Add(1)
+	go func() {
+		defer s.acceptWG.Done()
+		s.acceptLoop(ln)
+	}()
+}
+
+func (s *Server) acceptLoop(ln net.Listener) {
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// EMFILE and friends: back off rather than spin.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed", "err", err, "retry_in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		if s.closing.Load() {
+			s.obs.ConnRejected("shutting_down")
+			nc.Close()
+			continue
+		}
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			s.obs.ConnRejected("max_connections")
+			s.log.Warn("connection refused: max_connections reached", "max_connections", s.opts.MaxConnections)
+			nc.Close()
+			continue
+		}
+		c := s.newConn(nc)
+		s.mu.Lock()
+		if s.closing.Load() {
+			s.mu.Unlock()
+			<-s.slots
+			s.obs.ConnRejected("shutting_down")
+			nc.Close()
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		s.obs.ConnOpened()
+		go func() {
+			defer s.wg.Done()
+			c.run()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			<-s.slots
+			s.obs.ConnClosed()
+		}()
+	}
+}
+
+// pickShard pins a new connection to the next shard round-robin, skipping
+// shards that have failed while another one is healthy.
+func (s *Server) pickShard() int {
+	n := s.backend.Shards()
+	first := int(s.nextConn.Add(1)-1) % n
+	for i := 0; i < n; i++ {
+		sh := (first + i) % n
+		if s.backend.ShardErr(sh) == nil {
+			return sh
+		}
+	}
+	return first
+}
+
+// Shutdown stops accepting, stops reading new frames (frames already
+// buffered are answered ShuttingDown), waits until every accepted request
+// has been answered, and closes all connections. If ctx ends first the
+// remaining connections are closed without their answers — those requests
+// were never acked, so nothing acked is lost — and ctx's error is returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	s.mu.Lock()
+	for ln, extra := range s.listeners {
+		ln.Close()
+		if extra != nil {
+			extra.Close()
+		}
+	}
+	s.listeners = map[net.Listener]io.Closer{}
+	for c := range s.conns {
+		c.stopReading()
+	}
+	s.mu.Unlock()
+	s.acceptWG.Wait()
+
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		s.cancel()
+		return nil
+	case <-ctx.Done():
+		s.cancel()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+		return fmt.Errorf("server shutdown: %w", ctx.Err())
+	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) ConnOpened()                            {}
+func (nopObserver) ConnClosed()                            {}
+func (nopObserver) ConnRejected(string)                    {}
+func (nopObserver) Received(wire.Durability, int, int)     {}
+func (nopObserver) Acked(wire.Durability, int, int)        {}
+func (nopObserver) Nacked(wire.Durability, wire.Code, int) {}

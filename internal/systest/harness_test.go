@@ -1,0 +1,242 @@
+package systest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/vfs"
+)
+
+var weirBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "weir-systest-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	weirBin = filepath.Join(dir, "weir")
+	args := []string{"build", "-tags", "faultinject", "-o", weirBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, "github.com/weir-io/weir/cmd/weir")
+	cmd := exec.Command("go", args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building weir:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// syncBuffer is a goroutine-safe log capture.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// daemon is one running weir process.
+type daemon struct {
+	t      testing.TB
+	dir    string // data_dir
+	socket string
+	args   []string
+	env    []string
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+// newDaemon prepares a daemon in its own temporary data directory; start it
+// with start. extra flags follow the defaults.
+func newDaemon(t testing.TB, extra ...string) *daemon {
+	t.Helper()
+	// Unix socket paths are limited to 107 bytes: keep the dir short.
+	dir, err := os.MkdirTemp("", "weir-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		} else {
+			t.Logf("data directory kept for inspection: %s", dir)
+		}
+	})
+	d := &daemon{t: t, dir: dir, socket: filepath.Join(dir, "weir.sock")}
+	d.args = append([]string{"serve", "--data-dir", dir, "--log-level", "debug",
+		"--segment-max-age", "200ms", "--sink-file-max-age", "1s"}, extra...)
+	return d
+}
+
+func (d *daemon) outDir() string { return filepath.Join(d.dir, "out") }
+func (d *daemon) wabDir() string { return filepath.Join(d.dir, "wab") }
+
+// start launches the process and waits until its socket accepts.
+func (d *daemon) start() {
+	d.t.Helper()
+	if err := d.launch(); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := d.waitReady(15 * time.Second); err != nil {
+		d.t.Fatalf("%v\n--- daemon log ---\n%s", err, d.log.String())
+	}
+}
+
+func (d *daemon) launch() error {
+	d.log = &syncBuffer{}
+	d.cmd = exec.Command(weirBin, d.args...)
+	d.cmd.Env = append(os.Environ(), d.env...)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		return fmt.Errorf("start weir: %w", err)
+	}
+	d.done = make(chan struct{})
+	go func() {
+		d.err = d.cmd.Wait()
+		close(d.done)
+	}()
+	d.t.Cleanup(func() {
+		select {
+		case <-d.done:
+		default:
+			d.cmd.Process.Kill()
+			<-d.done
+		}
+	})
+	return nil
+}
+
+func (d *daemon) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-d.done:
+			return fmt.Errorf("weir exited before it was ready: %v", d.err)
+		default:
+		}
+		if strings.Contains(d.log.String(), "weir ready") {
+			c, err := net.Dial("unix", d.socket)
+			if err == nil {
+				c.Close()
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("weir not ready after %v", timeout)
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (d *daemon) kill() {
+	d.t.Helper()
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.done
+}
+
+// stop sends SIGTERM and returns the exit error (nil for status 0).
+func (d *daemon) stop(timeout time.Duration) error {
+	d.t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+		return d.err
+	case <-time.After(timeout):
+		d.cmd.Process.Kill()
+		<-d.done
+		return fmt.Errorf("weir did not exit within %v after SIGTERM", timeout)
+	}
+}
+
+// exited reports whether the process has ended.
+func (d *daemon) exited() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// sinkPayloads reads every record in the file sink (sealed and open files)
+// and counts each payload.
+func sinkPayloads(t testing.TB, dir string) map[string]int {
+	t.Helper()
+	lines, err := filesink.ReadDirFS(vfs.OS, dir, true)
+	if err != nil {
+		t.Fatalf("read file sink: %v", err)
+	}
+	out := make(map[string]int, len(lines))
+	for _, l := range lines {
+		out[string(l.Payload)]++
+	}
+	return out
+}
+
+// waitDelivered waits until every payload in want is in the sink.
+func waitDelivered(t testing.TB, d *daemon, want map[string]bool, timeout time.Duration) map[string]int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := sinkPayloads(t, d.outDir())
+		missing := 0
+		var example string
+		for p := range want {
+			if got[p] == 0 {
+				missing++
+				example = p
+			}
+		}
+		if missing == 0 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d acked records not in the sink after %v (e.g. %q)\n--- daemon log (tail) ---\n%s",
+				missing, len(want), timeout, example, tail(d.log.String(), 4000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
