@@ -258,6 +258,21 @@ func (s *shard) process() {
 			return
 		}
 	}
+	if s.seg.records > 0 && s.seg.off+int64(len(buf))+FooterFrameSize > s.l.opts.SegmentMaxBytes {
+		// The first request did not fit: seal now (on this batch's path;
+		// the check after each batch makes this rare).
+		s.rotate(true)
+		if err := s.err(); err != nil {
+			doneAll(batch, err)
+			return
+		}
+		if s.seg == nil {
+			if err := s.openSegment(); err != nil {
+				doneAll(batch, err)
+				return
+			}
+		}
+	}
 	seg := s.seg
 	if err := s.reserve(int64(len(buf))); err != nil {
 		doneAll(batch, err)
@@ -324,7 +339,9 @@ func (s *shard) process() {
 	}
 	// Off the ack path from here on.
 	aged := s.l.opts.SegmentMaxAge > 0 && time.Since(seg.firstWrite) >= s.l.opts.SegmentMaxAge
-	if s.rotateAfter || aged || seg.off+FooterFrameSize >= s.l.opts.SegmentMaxBytes {
+	// Seal when the room left would not hold a batch like this one, so that
+	// the next batch rarely has to wait for a seal.
+	if s.rotateAfter || aged || seg.off+int64(len(buf))+FooterFrameSize > s.l.opts.SegmentMaxBytes {
 		s.rotate(true)
 		return
 	}
