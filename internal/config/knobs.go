@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weir-io/weir/internal/sink/filesink"
 	"github.com/weir-io/weir/wab"
 	"github.com/weir-io/weir/wire"
 )
@@ -35,9 +36,9 @@ const (
 	DefaultDrainRetryBase   = 100 * time.Millisecond
 	DefaultDrainRetryMax    = 10 * time.Second
 	DefaultSinkType         = "file"
-	DefaultFileMaxBytes     = int64(128 << 20)
-	DefaultFileMaxAge       = time.Minute
-	DefaultFileBatchRecords = 4096
+	DefaultFileMaxBytes     = filesink.DefaultMaxBytes
+	DefaultFileMaxAge       = filesink.DefaultMaxAge
+	DefaultFileBatchRecords = filesink.DefaultMaxBatchSize
 	DefaultLogLevel         = "info"
 	DefaultLogFormat        = "text"
 

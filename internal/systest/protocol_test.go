@@ -214,4 +214,3 @@ func TestSocketTakeover(t *testing.T) {
 		}
 	})
 }
-
