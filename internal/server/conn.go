@@ -74,7 +74,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		shard:   s.pickShard(),
 		pending: make(chan *pending, s.opts.ConnMaxInflight),
 	}
-	c.dr = &deadlineReader{nc: nc, idle: s.opts.IdleTimeout, frame: s.opts.FrameReadTimeout}
+	c.dr = &deadlineReader{nc: nc, idle: s.opts.IdleTimeout, frame: s.opts.FrameReadTimeout, stopped: &c.stopped}
 	return c
 }
 
@@ -227,6 +227,7 @@ type deadlineReader struct {
 	nc          net.Conn
 	idle, frame time.Duration
 	atBoundary  bool
+	stopped     *atomic.Bool // set by stopReading: never extend the deadline again
 }
 
 func (r *deadlineReader) Read(b []byte) (int, error) {
@@ -234,9 +235,15 @@ func (r *deadlineReader) Read(b []byte) (int, error) {
 	if r.atBoundary {
 		d = r.idle
 	}
+	if r.stopped.Load() {
+		return 0, os.ErrDeadlineExceeded
+	}
 	if d > 0 {
 		if err := r.nc.SetReadDeadline(time.Now().Add(d)); err != nil {
 			return 0, err
+		}
+		if r.stopped.Load() { // stopReading raced with the line above
+			return 0, os.ErrDeadlineExceeded
 		}
 	}
 	n, err := r.nc.Read(b)
