@@ -55,6 +55,10 @@ type Config struct {
 
 	Sink SinkConfig // [sink]
 
+	MetricsBind      string        // metrics_bind
+	MetricsPort      int           // metrics_port; 0 turns the endpoint off
+	LiveStallTimeout time.Duration // live_stall_timeout
+
 	LogLevel  string // log_level: debug|info|warn|error
 	LogFormat string // log_format: text|json
 }

@@ -100,8 +100,11 @@ func TestDefaults(t *testing.T) {
 		Sink: SinkConfig{Type: "file", File: FileConfig{
 			Dir: "/srv/weir/data/out", MaxBytes: 128 << 20, MaxAge: time.Minute, BatchRecords: 4096,
 		}},
-		LogLevel:  "info",
-		LogFormat: "text",
+		MetricsBind:      "127.0.0.1",
+		MetricsPort:      9185,
+		LiveStallTimeout: time.Minute,
+		LogLevel:         "info",
+		LogFormat:        "text",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)
@@ -151,6 +154,9 @@ var samples = map[string][2]string{
 	"sink.file.max_bytes":       {"4KiB", "1GiB"},
 	"sink.file.max_age":         {"1h", "10s"},
 	"sink.file.batch_records":   {"1", "100000"},
+	"metrics_bind":              {"0.0.0.0", "metrics.internal"},
+	"metrics_port":              {"0", "19185"},
+	"live_stall_timeout":        {"30s", "5m"},
 	"log_level":                 {"debug", "error"},
 	"log_format":                {"json", "text"},
 }
@@ -316,6 +322,12 @@ func TestValidationErrors(t *testing.T) {
 		{"file batch", []string{"--sink-file-batch-records=0"}, nil, []string{"sink.file.batch_records = 0: must be between"}},
 		{"log level", []string{"--log-level=trace"}, nil, []string{`log_level = "trace": must be one of "debug", "info", "warn", "error"`}},
 		{"log format", []string{"--log-format=xml"}, nil, []string{`log_format = "xml": must be one of "text", "json"`}},
+		{"metrics_port", []string{"--metrics-port=65536"}, nil,
+			[]string{"config: metrics_port = 65536: must be between 0 and 65535 (flag --metrics-port, env WEIR_METRICS_PORT)"}},
+		{"metrics_bind with port", []string{"--metrics-bind=127.0.0.1:9185"}, nil,
+			[]string{`metrics_bind = "127.0.0.1:9185": must be an IP address or a host name, without a port`}},
+		{"metrics_bind empty", nil, []string{"WEIR_METRICS_BIND= "}, []string{`metrics_bind = " ": must be an IP address or a host name`}},
+		{"live_stall_timeout", []string{"--live-stall-timeout=10ms"}, nil, []string{"live_stall_timeout = 10ms: must be between 1s and 1h"}},
 		{"sink dir equals wab", []string{"--wab-dir=/x", "--sink-file-dir=/x/"}, nil, []string{`sink.file.dir = "/x": must differ from wab_dir`}},
 		{"all errors reported", []string{"--shards=0", "--log-format=xml"}, []string{"WEIR_QUEUE_TIMEOUT=0s"},
 			[]string{"shards = 0", "log_format = \"xml\"", "queue_timeout = 0s"}},

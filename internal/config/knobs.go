@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -39,6 +40,9 @@ const (
 	DefaultFileMaxBytes     = filesink.DefaultMaxBytes
 	DefaultFileMaxAge       = filesink.DefaultMaxAge
 	DefaultFileBatchRecords = filesink.DefaultMaxBatchSize
+	DefaultMetricsBind      = "127.0.0.1"
+	DefaultMetricsPort      = 9185
+	DefaultLiveStallTimeout = time.Minute
 	DefaultLogLevel         = "info"
 	DefaultLogFormat        = "text"
 
@@ -279,6 +283,40 @@ func enumKnob(key, def string, values []string, help string, field func(*partial
 	})
 }
 
+// hostKnob is a listen address: an IP address or a host name, without a
+// port.
+func hostKnob(key, def, help string, field func(*partial) **string, out func(*Config) *string) knob {
+	return newKnob(spec[string]{
+		key: key, help: help, kind: kindString, def: def,
+		rangeText: "an IP address or a host name, without a port",
+		field:     field, out: out,
+		parse:    func(s string) (string, error) { return s, nil },
+		fromTOML: tomlString,
+		check:    checkHost,
+		format:   func(v string) string { return fmt.Sprintf("%q", v) },
+	})
+}
+
+// checkHost accepts an IP address or a host name made of letters, digits,
+// dots, dashes and underscores.
+func checkHost(v string) string {
+	const msg = "must be an IP address or a host name, without a port"
+	if v == "" || len(v) > 253 {
+		return msg
+	}
+	if net.ParseIP(v) != nil {
+		return ""
+	}
+	for _, r := range v {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
+		default:
+			return msg
+		}
+	}
+	return ""
+}
+
 // pathKnob is a path; defText documents a default derived from data_dir
 // (applied by derivePaths), or def is the default itself.
 func pathKnob(key, def, defText, help string, field func(*partial) **string, out func(*Config) *string) knob {
@@ -366,6 +404,13 @@ func knobs() []knob {
 		intKnob("sink.file.batch_records", DefaultFileBatchRecords, 1, 1<<20, "Most records the file sink takes per commit.",
 			func(p *partial) **int { return &p.FileBatchRecords }, func(c *Config) *int { return &c.Sink.File.BatchRecords }),
 
+		hostKnob("metrics_bind", DefaultMetricsBind, "Address the metrics and health endpoint listens on: an IP address or a host name. The endpoint is unauthenticated; keep it on loopback or a private network.",
+			func(p *partial) **string { return &p.MetricsBind }, func(c *Config) *string { return &c.MetricsBind }),
+		intKnob("metrics_port", DefaultMetricsPort, 0, 65535, "TCP port of the metrics and health endpoint (/metrics, /live, /ready); 0 turns the endpoint off.",
+			func(p *partial) **int { return &p.MetricsPort }, func(c *Config) *int { return &c.MetricsPort }),
+		durationKnob("live_stall_timeout", DefaultLiveStallTimeout, time.Second, time.Hour, "/live fails once a shard flusher or the drain has been busy this long without progress (a sink that is slow or down never counts).",
+			func(p *partial) **time.Duration { return &p.LiveStallTimeout }, func(c *Config) *time.Duration { return &c.LiveStallTimeout }),
+
 		enumKnob("log_level", DefaultLogLevel, []string{"debug", "info", "warn", "error"}, "Least severe log level written.",
 			func(p *partial) **string { return &p.LogLevel }, func(c *Config) *string { return &c.LogLevel }),
 		enumKnob("log_format", DefaultLogFormat, []string{"text", "json"}, "Log line format.",
@@ -397,6 +442,10 @@ type partial struct {
 	FileMaxBytes     *int64
 	FileMaxAge       *time.Duration
 	FileBatchRecords *int
+
+	MetricsBind      *string
+	MetricsPort      *int
+	LiveStallTimeout *time.Duration
 
 	LogLevel, LogFormat *string
 }
