@@ -1,0 +1,200 @@
+package systest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weir-io/weir/client"
+	"github.com/weir-io/weir/internal/vfs"
+)
+
+// Benchmarks of the real binary over its Unix socket. Each prints a
+// "BENCH: {json}" line that scripts/bench reads; run them with
+//
+//	go test -run '^$' -bench . -benchtime 1x -count 5 ./internal/systest
+//
+// Producers and the daemon share the machine's cores. The baselines
+// (BenchmarkDiskBaseline) measure the same file system in the same run.
+
+const benchRecordBytes = 256
+
+func benchLine(b *testing.B, fields map[string]any) {
+	fields["date"] = time.Now().UTC().Format(time.RFC3339)
+	j, _ := json.Marshal(fields)
+	fmt.Printf("BENCH: %s\n", j)
+}
+
+// BenchmarkDiskBaseline measures the disk under the daemon's data
+// directory: a 4 KiB append+fdatasync loop on a growing file and on a
+// preallocated one, and durable write bandwidth (1 MiB writes, each
+// fdatasynced).
+func BenchmarkDiskBaseline(b *testing.B) {
+	dir := b.TempDir()
+	syncLoop := func(prealloc bool) float64 {
+		f, err := vfs.OS.Create(filepath.Join(dir, fmt.Sprintf("sync-%v", prealloc)), 0o600)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		const n = 2000
+		if prealloc {
+			f.Preallocate(0, n*4096)
+			f.Sync()
+		}
+		buf := make([]byte, 4096)
+		start := time.Now()
+		for range n {
+			f.Write(buf)
+			if err := f.Sync(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return n / time.Since(start).Seconds()
+	}
+	bandwidth := func() float64 {
+		f, err := vfs.OS.Create(filepath.Join(dir, "bw"), 0o600)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		buf := make([]byte, 1<<20)
+		const n = 256
+		start := time.Now()
+		for range n {
+			f.Write(buf)
+			if err := f.Sync(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return n / time.Since(start).Seconds() // MiB/s
+	}
+	for range b.N {
+		appendRate := syncLoop(false)
+		preRate := syncLoop(true)
+		bw := bandwidth()
+		b.ReportMetric(appendRate, "syncs/s")
+		b.ReportMetric(preRate, "prealloc-syncs/s")
+		b.ReportMetric(bw, "MiB/s")
+		benchLine(b, map[string]any{"name": "disk_baseline", "fdatasync_per_s": appendRate,
+			"prealloc_fdatasync_per_s": preRate, "durable_mib_per_s": bw})
+	}
+}
+
+// BenchmarkIngest pushes 256-byte records through the real daemon: each
+// producer is one connection keeping up to `window` records in flight;
+// frames are single-record or batches. It reports records/s and the ack
+// latency distribution (from PushAsync to the Ack).
+func BenchmarkIngest(b *testing.B) {
+	records := 200_000
+	if s := os.Getenv("WEIR_BENCH_RECORDS"); s != "" {
+		fmt.Sscan(s, &records)
+	}
+	for _, tier := range []client.Durability{client.Durable, client.Buffered} {
+		for _, batch := range []int{1, 64} {
+			for _, producers := range []int{1, 16, 64} {
+				frames := "single"
+				if batch > 1 {
+					frames = fmt.Sprintf("batch%d", batch)
+				}
+				name := fmt.Sprintf("%s/%s/p%d", tier, frames, producers)
+				b.Run(name, func(b *testing.B) {
+					for range b.N {
+						ingestOnce(b, name, tier, batch, producers, records)
+					}
+				})
+			}
+		}
+	}
+}
+
+func ingestOnce(b *testing.B, name string, tier client.Durability, batch, producers, records int) {
+	b.StopTimer()
+	d := newDaemon(b, "--log-level", "warn")
+	d.start()
+	defer d.stop(30 * time.Second)
+	window := 256
+	if batch > 1 {
+		window = 4 * batch
+	}
+	perProducer := records / producers
+	payload := make([]byte, benchRecordBytes)
+	for i := range payload {
+		payload[i] = 'a' + byte(i%26)
+	}
+	clients := make([]*client.Client, producers)
+	ctx := context.Background()
+	for i := range clients {
+		c, err := client.Dial(ctx, d.socket, client.WithWindow(window))
+		if err != nil {
+			b.Fatal(err)
+		}
+		clients[i] = c
+	}
+	lat := make([][]time.Duration, producers)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	b.StartTimer()
+	start := time.Now()
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[p]
+			mine := make([]time.Duration, 0, perProducer/batch+1)
+			var mu sync.Mutex
+			frame := make([][]byte, batch)
+			for i := range frame {
+				frame[i] = payload
+			}
+			for sent := 0; sent < perProducer; sent += batch {
+				t0 := time.Now()
+				err := c.PushAsync(ctx, frame, tier, func(err error) {
+					if err != nil {
+						failed.Add(1)
+					}
+					mu.Lock()
+					mine = append(mine, time.Since(t0))
+					mu.Unlock()
+				})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			c.Close(ctx)
+			mu.Lock()
+			lat[p] = mine
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d pushes refused", n)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	q := func(f float64) float64 {
+		if len(all) == 0 {
+			return 0
+		}
+		return float64(all[int(f*float64(len(all)-1))].Microseconds())
+	}
+	total := perProducer / batch * batch * producers
+	rate := float64(total) / elapsed.Seconds()
+	b.ReportMetric(rate, "records/s")
+	b.ReportMetric(q(0.50), "p50-µs")
+	b.ReportMetric(q(0.99), "p99-µs")
+	benchLine(b, map[string]any{"name": "ingest/" + name, "records_per_s": rate,
+		"p50_us": q(0.50), "p99_us": q(0.99), "p999_us": q(0.999), "records": total,
+		"producers": producers, "batch": batch, "window": window, "record_bytes": benchRecordBytes})
+}
