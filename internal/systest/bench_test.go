@@ -181,20 +181,15 @@ func ingestOnce(b *testing.B, name string, tier client.Durability, batch, produc
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d pushes refused", n)
 	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	q := func(f float64) float64 {
-		if len(all) == 0 {
-			return 0
-		}
-		return float64(all[int(f*float64(len(all)-1))].Microseconds())
-	}
+	qs := quantiles(slices.Concat(lat...))
 	total := perProducer / batch * batch * producers
 	rate := float64(total) / elapsed.Seconds()
 	b.ReportMetric(rate, "records/s")
-	b.ReportMetric(q(0.50), "p50-µs")
-	b.ReportMetric(q(0.99), "p99-µs")
+	b.ReportMetric(qs[0], "p50-µs")
+	b.ReportMetric(qs[1], "p99-µs")
 	benchLine(b, map[string]any{"name": "ingest/" + name, "records_per_s": rate,
-		"p50_us": q(0.50), "p99_us": q(0.99), "p999_us": q(0.999), "records": total,
+		"p50_us": qs[0], "p99_us": qs[1], "p999_us": qs[2], "records": total,
 		"producers": producers, "batch": batch, "window": window, "record_bytes": benchRecordBytes})
 }
+
+func sortDurations(s []time.Duration) { slices.Sort(s) }
