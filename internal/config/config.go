@@ -44,6 +44,14 @@ type Config struct {
 	QueueTimeout     time.Duration // queue_timeout
 	ShutdownTimeout  time.Duration // shutdown_timeout
 
+	// TCP with mutual TLS; off when TCPListen is empty.
+	TCPListen            string        // tcp_listen (host:port)
+	TLSCertFile          string        // tls_cert_file
+	TLSKeyFile           string        // tls_key_file
+	TLSClientCAFile      string        // tls_client_ca_file
+	TLSAllowedIdentities []string      // tls_allowed_identities; nil allows any verified client
+	TLSReloadInterval    time.Duration // tls_reload_interval
+
 	BatchMaxRecords  int           // batch_max_records
 	BatchDeadline    time.Duration // batch_deadline
 	SegmentMaxBytes  int64         // segment_max_bytes
@@ -219,6 +227,8 @@ func validate(ks []knob, c *Config, wd string) []error {
 	resolve("wab_dir", &c.WABDir, DefaultWABName)
 	resolve("sink.file.dir", &c.Sink.File.Dir, DefaultFileSinkName)
 
+	errs = append(errs, validateTLS(ks, c, wd)...)
+
 	if c.WABDir != "" && c.WABDir == c.Sink.File.Dir {
 		k := knobByKey(ks, "sink.file.dir")
 		errs = append(errs, invalid(k, fmt.Sprintf("%q", c.Sink.File.Dir), "must differ from wab_dir"))
@@ -232,6 +242,53 @@ func validate(ks []knob, c *Config, wd string) []error {
 		k := knobByKey(ks, "segment_preallocate_bytes")
 		errs = append(errs, invalid(k, FormatSize(c.PreallocateBytes),
 			fmt.Sprintf("must not exceed segment_max_bytes (%s)", FormatSize(c.SegmentMaxBytes))))
+	}
+	return errs
+}
+
+// validateTLS resolves the TLS file paths and checks that TCP is served
+// only with all of its TLS material, and that TLS settings are not given
+// without TCP (they would silently do nothing).
+func validateTLS(ks []knob, c *Config, wd string) []error {
+	var errs []error
+	files := []struct {
+		key string
+		p   *string
+	}{
+		{"tls_cert_file", &c.TLSCertFile},
+		{"tls_key_file", &c.TLSKeyFile},
+		{"tls_client_ca_file", &c.TLSClientCAFile},
+	}
+	for _, f := range files {
+		if *f.p == "" {
+			continue
+		}
+		abs, why := resolvePath(*f.p, wd)
+		if why != "" {
+			errs = append(errs, invalid(knobByKey(ks, f.key), fmt.Sprintf("%q", *f.p), why))
+			continue
+		}
+		*f.p = abs
+	}
+	if c.TCPListen != "" {
+		for _, f := range files {
+			if *f.p == "" {
+				errs = append(errs, invalid(knobByKey(ks, f.key), `""`,
+					fmt.Sprintf("is required because tcp_listen is set (%q): TCP is served only with mutual TLS", c.TCPListen)))
+			}
+		}
+		return errs
+	}
+	for _, f := range files {
+		if *f.p != "" {
+			errs = append(errs, invalid(knobByKey(ks, f.key), fmt.Sprintf("%q", *f.p),
+				"has no effect while tcp_listen is empty; set tcp_listen to serve TCP with mutual TLS, or unset this"))
+		}
+	}
+	if len(c.TLSAllowedIdentities) > 0 {
+		k := knobByKey(ks, "tls_allowed_identities")
+		errs = append(errs, invalid(k, k.value(c),
+			"has no effect while tcp_listen is empty; set tcp_listen to serve TCP with mutual TLS, or unset this"))
 	}
 	return errs
 }

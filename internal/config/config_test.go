@@ -77,26 +77,27 @@ func mustLoad(t *testing.T, args, env []string) *Config {
 func TestDefaults(t *testing.T) {
 	got := mustLoad(t, nil, nil)
 	want := &Config{
-		DataDir:          "/srv/weir/data",
-		SocketPath:       "/srv/weir/data/weir.sock",
-		WABDir:           "/srv/weir/data/wab",
-		Shards:           4,
-		MaxConnections:   1024,
-		MaxFrameBytes:    4 << 20,
-		FrameReadTimeout: 10 * time.Second,
-		IdleTimeout:      5 * time.Minute,
-		WriteTimeout:     10 * time.Second,
-		ConnMaxInflight:  4096,
-		QueueCapacity:    DefaultQueueCapacity,
-		QueueTimeout:     time.Second,
-		ShutdownTimeout:  30 * time.Second,
-		BatchMaxRecords:  4096,
-		BatchDeadline:    0,
-		SegmentMaxBytes:  256 << 20,
-		SegmentMaxAge:    time.Second,
-		PreallocateBytes: DefaultPreallocateBytes,
-		DrainRetryBase:   100 * time.Millisecond,
-		DrainRetryMax:    10 * time.Second,
+		DataDir:           "/srv/weir/data",
+		SocketPath:        "/srv/weir/data/weir.sock",
+		WABDir:            "/srv/weir/data/wab",
+		Shards:            4,
+		MaxConnections:    1024,
+		MaxFrameBytes:     4 << 20,
+		FrameReadTimeout:  10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		WriteTimeout:      10 * time.Second,
+		ConnMaxInflight:   4096,
+		QueueCapacity:     DefaultQueueCapacity,
+		QueueTimeout:      time.Second,
+		ShutdownTimeout:   30 * time.Second,
+		TLSReloadInterval: 30 * time.Second,
+		BatchMaxRecords:   4096,
+		BatchDeadline:     0,
+		SegmentMaxBytes:   256 << 20,
+		SegmentMaxAge:     time.Second,
+		PreallocateBytes:  DefaultPreallocateBytes,
+		DrainRetryBase:    100 * time.Millisecond,
+		DrainRetryMax:     10 * time.Second,
 		Sink: SinkConfig{Type: "file", File: FileConfig{
 			Dir: "/srv/weir/data/out", MaxBytes: 128 << 20, MaxAge: time.Minute, BatchRecords: 4096,
 		}},
@@ -142,6 +143,12 @@ var samples = map[string][2]string{
 	"queue_capacity":            {"1000", "2000"},
 	"queue_timeout":             {"5ms", "2s"},
 	"shutdown_timeout":          {"5s", "1m"},
+	"tcp_listen":                {"127.0.0.1:9443", ":7000"},
+	"tls_cert_file":             {"/etc/weir/tls/a.crt", "tls/b.crt"},
+	"tls_key_file":              {"/etc/weir/tls/a.key", "tls/b.key"},
+	"tls_client_ca_file":        {"/etc/weir/tls/ca-a.crt", "tls/ca-b.crt"},
+	"tls_allowed_identities":    {"spiffe://weir.test/producer", "ingest.weir.test, ops@weir.test"},
+	"tls_reload_interval":       {"5s", "1h"},
 	"batch_max_records":         {"128", "1"},
 	"batch_deadline":            {"1ms", "2ms"},
 	"segment_max_bytes":         {"512MiB", "1GiB"},
@@ -161,11 +168,37 @@ var samples = map[string][2]string{
 	"log_format":                {"json", "text"},
 }
 
+// tlsCompanions are settings that must accompany one another: TCP is
+// served only with its TLS files, and TLS settings need TCP.
+var tlsCompanions = map[string]string{
+	"tcp_listen":         "127.0.0.1:9443",
+	"tls_cert_file":      "/etc/weir/tls/server.crt",
+	"tls_key_file":       "/etc/weir/tls/server.key",
+	"tls_client_ca_file": "/etc/weir/tls/client-ca.crt",
+}
+
+// companionFlags are the flags a sample of key needs to be valid.
+func companionFlags(key string) []string {
+	if _, ok := tlsCompanions[key]; !ok && key != "tls_allowed_identities" {
+		return nil
+	}
+	var out []string
+	for k, v := range tlsCompanions {
+		if k != key {
+			out = append(out, "--"+knobByKey(knobs(), k).Flag()+"="+v)
+		}
+	}
+	return out
+}
+
 // tomlFor renders one knob setting as a TOML document.
 func tomlFor(k *knob, v string) string {
 	lit := fmt.Sprintf("%q", v)
-	if k.Kind == kindInt {
+	switch k.Kind {
+	case kindInt:
 		lit = v
+	case kindList:
+		lit = "[" + strings.Join(quoteAll(splitList(v)), ", ") + "]"
 	}
 	parts := strings.Split(k.Key, ".")
 	if len(parts) == 1 {
@@ -190,13 +223,17 @@ func TestEveryKnobThroughEveryLayer(t *testing.T) {
 		}
 		t.Run(k.Key, func(t *testing.T) {
 			a, b := s[0], s[1]
-			flagA := mustLoad(t, []string{"--" + k.Flag(), a}, nil)
-			flagB := mustLoad(t, []string{"--" + k.Flag() + "=" + b}, nil)
-			def := mustLoad(t, nil, nil)
+			extra := companionFlags(k.Key)
+			withExtra := func(args []string) []string { return append(args, extra...) }
+			flagA := mustLoad(t, withExtra([]string{"--" + k.Flag(), a}), nil)
+			flagB := mustLoad(t, withExtra([]string{"--" + k.Flag() + "=" + b}), nil)
+			// With its companions but without itself, a TLS knob is
+			// incomplete (an error), so it cannot equal its default.
+			def, defErr := load(withExtra(nil), nil, nil, wd)
 			if a != b && reflect.DeepEqual(flagA, flagB) {
 				t.Fatalf("samples %q and %q give the same config", a, b)
 			}
-			if reflect.DeepEqual(flagA, def) && a != b {
+			if defErr == nil && reflect.DeepEqual(flagA, def) && a != b {
 				t.Fatalf("sample %q is the default", a)
 			}
 			fileA := writeFile(t, tomlFor(k, a))
@@ -220,7 +257,7 @@ func TestEveryKnobThroughEveryLayer(t *testing.T) {
 				{"last env wins", nil, []string{envB, envA}, flagA},
 			}
 			for _, tc := range cases {
-				got, err := load(tc.args, tc.env, nil, wd)
+				got, err := load(withExtra(tc.args), tc.env, nil, wd)
 				if err != nil {
 					t.Errorf("%s: %v", tc.name, err)
 					continue
@@ -331,6 +368,26 @@ func TestValidationErrors(t *testing.T) {
 		{"sink dir equals wab", []string{"--wab-dir=/x", "--sink-file-dir=/x/"}, nil, []string{`sink.file.dir = "/x": must differ from wab_dir`}},
 		{"all errors reported", []string{"--shards=0", "--log-format=xml"}, []string{"WEIR_QUEUE_TIMEOUT=0s"},
 			[]string{"shards = 0", "log_format = \"xml\"", "queue_timeout = 0s"}},
+		// TCP with mutual TLS.
+		{"tcp without tls", []string{"--tcp-listen=:9443"}, nil, []string{
+			`config: tls_cert_file = "": is required because tcp_listen is set (":9443"): TCP is served only with mutual TLS (flag --tls-cert-file, env WEIR_TLS_CERT_FILE)`,
+			`config: tls_key_file = "": is required because tcp_listen is set`,
+			`config: tls_client_ca_file = "": is required because tcp_listen is set`}},
+		{"tcp missing ca", []string{"--tcp-listen=:9443", "--tls-cert-file=/c", "--tls-key-file=/k"}, nil,
+			[]string{`tls_client_ca_file = "": is required because tcp_listen is set`}},
+		{"tls without tcp", []string{"--tls-cert-file=/c", "--tls-allowed-identities=a.example"}, nil, []string{
+			`config: tls_cert_file = "/c": has no effect while tcp_listen is empty`,
+			`config: tls_allowed_identities = ["a.example"]: has no effect while tcp_listen is empty`}},
+		{"tcp bad address", []string{"--tcp-listen=9443"}, nil, []string{`config: tcp_listen = "9443": must be host:port`}},
+		{"tcp bad port", nil, []string{"WEIR_TCP_LISTEN=localhost:https"}, []string{`tcp_listen = "localhost:https": port "https" must be a number`}},
+		{"tcp port too big", []string{"--tcp-listen=:70000"}, nil, []string{`port "70000" must be a number from 0 to 65535`}},
+		{"tls path dotdot", []string{"--tcp-listen=:1", "--tls-cert-file=../c", "--tls-key-file=/k", "--tls-client-ca-file=/ca"}, nil,
+			[]string{`tls_cert_file = "../c": must not contain a ".." element`}},
+		{"bad identities", []string{"--tcp-listen=:1", "--tls-cert-file=/c", "--tls-key-file=/k", "--tls-client-ca-file=/ca",
+			"--tls-allowed-identities=*.weir.test,ok.weir.test,host:1"}, nil,
+			[]string{`tls_allowed_identities = ["*.weir.test", "ok.weir.test", "host:1"]: identity "*.weir.test": wildcards are not supported`,
+				`identity "host:1": a URI needs a scheme`}},
+		{"reload interval", []string{"--tls-reload-interval=10ms"}, nil, []string{"tls_reload_interval = 10ms: must be between 1s and 24h"}},
 		// Paths.
 		{"dotdot relative", []string{"--data-dir=../up"}, nil,
 			[]string{`config: data_dir = "../up": must not contain a ".." element (flag --data-dir, env WEIR_DATA_DIR)`}},
@@ -413,6 +470,8 @@ func TestFileErrors(t *testing.T) {
 		{"syntax", "shards = 4\nidle_timeout = \n", []string{`:2:`}},
 		{"two errors", "shards = \"x\"\nlog_level = 3\n", []string{`:1: shards:`, `:2: log_level: want a string`}},
 		{"valid but out of range", "shards = 1000\n", []string{"config: shards = 1000: must be between 1 and 256"}},
+		{"list of numbers", "tls_allowed_identities = [\"a.example\", 3]\n", []string{`:1: tls_allowed_identities: want an array of strings, element 2 is the integer 3`}},
+		{"list as table", "[tls_allowed_identities]\nx = 1\n", []string{`tls_allowed_identities: want an array of strings, got a table`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -601,5 +660,40 @@ func TestLevel(t *testing.T) {
 		if c.Level() != want {
 			t.Errorf("%s: %v", s, c.Level())
 		}
+	}
+}
+
+func TestTLSSettings(t *testing.T) {
+	file := writeFile(t, `
+tcp_listen = "[::1]:9443"
+tls_cert_file = "tls/server.crt"
+tls_key_file = "/etc/weir/server.key"
+tls_client_ca_file = "tls/../tls/ca.crt"
+tls_allowed_identities = ["spiffe://weir.test/producer", " ingest.weir.test ", ""]
+tls_reload_interval = "1m"
+`)
+	c := mustLoad(t, []string{"--config", file}, nil)
+	want := []any{"[::1]:9443", "/srv/weir/tls/server.crt", "/etc/weir/server.key", "/srv/weir/tls/ca.crt", time.Minute}
+	got := []any{c.TCPListen, c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile, c.TLSReloadInterval}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if ids := []string{"spiffe://weir.test/producer", "ingest.weir.test"}; !reflect.DeepEqual(c.TLSAllowedIdentities, ids) {
+		t.Errorf("identities %q, want %q", c.TLSAllowedIdentities, ids)
+	}
+	// A flag replaces the file's list; an empty one clears it.
+	c = mustLoad(t, []string{"--config", file, "--tls-allowed-identities", "a.weir.test,b.weir.test"}, nil)
+	if ids := []string{"a.weir.test", "b.weir.test"}; !reflect.DeepEqual(c.TLSAllowedIdentities, ids) {
+		t.Errorf("flag identities %q, want %q", c.TLSAllowedIdentities, ids)
+	}
+	c = mustLoad(t, []string{"--config", file, "--tls-allowed-identities="}, nil)
+	if c.TLSAllowedIdentities != nil {
+		t.Errorf("empty flag left identities %q", c.TLSAllowedIdentities)
+	}
+	// An empty tcp_listen flag turns TCP off over the file (and then the
+	// file's TLS settings are reported as having no effect).
+	if _, err := load([]string{"--config", file, "--tcp-listen="}, nil, nil, wd); err == nil ||
+		!strings.Contains(err.Error(), "has no effect while tcp_listen is empty") {
+		t.Errorf("err = %v", err)
 	}
 }

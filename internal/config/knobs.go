@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/tlsconf"
 	"github.com/weir-io/weir/wab"
 	"github.com/weir-io/weir/wire"
 )
@@ -45,6 +47,7 @@ const (
 	DefaultLiveStallTimeout = time.Minute
 	DefaultLogLevel         = "info"
 	DefaultLogFormat        = "text"
+	DefaultTLSReload        = 30 * time.Second
 
 	// MaxSocketPathBytes is the longest Unix socket path the kernel accepts:
 	// sun_path holds 108 bytes including the terminating NUL.
@@ -66,6 +69,8 @@ const (
 	kindInt      kind = "integer"
 	kindSize     kind = "size"
 	kindDuration kind = "duration"
+	kindAddress  kind = "address"
+	kindList     kind = "list"
 )
 
 // knob is one configuration setting. The table returned by knobs is the only
@@ -106,7 +111,7 @@ func (k *knob) Env() string {
 }
 
 // spec describes a knob of Go type T; newKnob turns it into the closures.
-type spec[T comparable] struct {
+type spec[T any] struct {
 	key, help  string
 	kind       kind
 	def        T
@@ -121,7 +126,7 @@ type spec[T comparable] struct {
 	skipDefApp bool // default is derived later (paths under data_dir)
 }
 
-func newKnob[T comparable](s spec[T]) knob {
+func newKnob[T any](s spec[T]) knob {
 	k := knob{Key: s.key, Kind: s.kind, Help: s.help, Range: s.rangeText}
 	k.Default = s.defText
 	if k.Default == "" {
@@ -346,6 +351,98 @@ func pathKnob(key, def, defText, help string, field func(*partial) **string, out
 	})
 }
 
+// optPathKnob is a path with no default: empty means not set.
+func optPathKnob(key, rangeText, help string, field func(*partial) **string, out func(*Config) *string) knob {
+	return newKnob(spec[string]{
+		key: key, help: help, kind: kindPath, def: "",
+		rangeText: rangeText + "; absolute or relative to the working directory; no NUL, no `..`",
+		field:     field, out: out,
+		parse:    func(s string) (string, error) { return s, nil },
+		fromTOML: tomlString,
+		format:   func(v string) string { return fmt.Sprintf("%q", v) },
+	})
+}
+
+// addressKnob is a TCP host:port to listen on; empty turns it off.
+func addressKnob(key, help string, field func(*partial) **string, out func(*Config) *string) knob {
+	return newKnob(spec[string]{
+		key: key, help: help, kind: kindAddress, def: "",
+		rangeText: "empty (off) or host:port; the host may be an IP address, a name, or empty for every interface; port 0 – 65535",
+		field:     field, out: out,
+		parse:    func(s string) (string, error) { return strings.TrimSpace(s), nil },
+		fromTOML: tomlString,
+		check: func(v string) string {
+			if v == "" {
+				return ""
+			}
+			_, port, err := net.SplitHostPort(v)
+			if err != nil {
+				return "must be host:port, such as \"127.0.0.1:9443\" or \":9443\" (IPv6 hosts in brackets: \"[::1]:9443\")"
+			}
+			if n, err := strconv.ParseUint(port, 10, 16); err != nil || port == "" || n > 65535 {
+				return fmt.Sprintf("port %q must be a number from 0 to 65535", port)
+			}
+			return ""
+		},
+		format: func(v string) string { return fmt.Sprintf("%q", v) },
+	})
+}
+
+// listKnob is a list of strings: comma-separated in flags and environment
+// variables, an array of strings (or one comma-separated string) in TOML.
+// An empty list is nil. check validates one entry.
+func listKnob(key, rangeText, help string, check func(string) error, field func(*partial) **[]string, out func(*Config) *[]string) knob {
+	return newKnob(spec[[]string]{
+		key: key, help: help, kind: kindList, def: nil,
+		rangeText: rangeText + "; comma-separated in a flag or variable, an array of strings in TOML",
+		field:     field, out: out,
+		parse: func(s string) ([]string, error) { return splitList(s), nil },
+		fromTOML: func(v any) ([]string, error) {
+			switch v := v.(type) {
+			case string:
+				return splitList(v), nil
+			case []any:
+				var out []string
+				for i, e := range v {
+					s, ok := e.(string)
+					if !ok {
+						return nil, fmt.Errorf("want an array of strings, element %d is %s", i+1, tomlType(e))
+					}
+					if s = strings.TrimSpace(s); s != "" {
+						out = append(out, s)
+					}
+				}
+				return out, nil
+			}
+			return nil, fmt.Errorf("want an array of strings, got %s", tomlType(v))
+		},
+		check: func(vs []string) string {
+			var why []string
+			for _, v := range vs {
+				if err := check(v); err != nil {
+					why = append(why, err.Error())
+				}
+			}
+			return strings.Join(why, "; ")
+		},
+		format: func(vs []string) string {
+			return "[" + strings.Join(quoteAll(vs), ", ") + "]"
+		},
+	})
+}
+
+// splitList splits a comma-separated list, trimming space and dropping
+// empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // knobs is the table of every setting, in documentation order.
 func knobs() []knob {
 	return []knob{
@@ -376,6 +473,24 @@ func knobs() []knob {
 			func(p *partial) **time.Duration { return &p.QueueTimeout }, func(c *Config) *time.Duration { return &c.QueueTimeout }),
 		durationKnob("shutdown_timeout", DefaultShutdownTimeout, 100*time.Millisecond, time.Hour, "Time a graceful shutdown waits for in-flight records before closing connections.",
 			func(p *partial) **time.Duration { return &p.ShutdownTimeout }, func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
+
+		addressKnob("tcp_listen", "TCP address producers may also connect to, with mutual TLS only (there is no plaintext TCP); empty serves the Unix socket alone.",
+			func(p *partial) **string { return &p.TCPListen }, func(c *Config) *string { return &c.TCPListen }),
+		optPathKnob("tls_cert_file", "required when tcp_listen is set",
+			"PEM certificate chain the daemon presents to TCP producers, leaf first.",
+			func(p *partial) **string { return &p.TLSCertFile }, func(c *Config) *string { return &c.TLSCertFile }),
+		optPathKnob("tls_key_file", "required when tcp_listen is set",
+			"PEM private key of tls_cert_file; keep it mode 0600.",
+			func(p *partial) **string { return &p.TLSKeyFile }, func(c *Config) *string { return &c.TLSKeyFile }),
+		optPathKnob("tls_client_ca_file", "required when tcp_listen is set",
+			"PEM bundle of the CAs a producer's client certificate must chain to.",
+			func(p *partial) **string { return &p.TLSClientCAFile }, func(c *Config) *string { return &c.TLSClientCAFile }),
+		listKnob("tls_allowed_identities", "each a DNS name, a URI with a scheme (spiffe://…) or an email address; no wildcards",
+			"Client certificate SANs allowed to connect over TCP; empty allows every certificate the client CA signed.",
+			func(s string) error { _, err := tlsconf.ParseIdentity(s); return err },
+			func(p *partial) **[]string { return &p.TLSAllowedIdentities }, func(c *Config) *[]string { return &c.TLSAllowedIdentities }),
+		durationKnob("tls_reload_interval", DefaultTLSReload, time.Second, 24*time.Hour, "How often the certificate, key and client CA files are checked for changes (SIGHUP checks at once).",
+			func(p *partial) **time.Duration { return &p.TLSReloadInterval }, func(c *Config) *time.Duration { return &c.TLSReloadInterval }),
 
 		intKnob("batch_max_records", DefaultBatchMaxRecords, 1, 1<<20, "Most records a flusher writes (and syncs) as one batch.",
 			func(p *partial) **int { return &p.BatchMaxRecords }, func(c *Config) *int { return &c.BatchMaxRecords }),
@@ -428,6 +543,11 @@ type partial struct {
 	WriteTimeout                          *time.Duration
 	ConnMaxInflight, QueueCapacity        *int
 	QueueTimeout, ShutdownTimeout         *time.Duration
+
+	TCPListen, TLSCertFile, TLSKeyFile *string
+	TLSClientCAFile                    *string
+	TLSAllowedIdentities               *[]string
+	TLSReloadInterval                  *time.Duration
 
 	BatchMaxRecords  *int
 	BatchDeadline    *time.Duration
