@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -54,13 +55,17 @@ func (p *pending) complete(err error) {
 // codeFor classifies a backend error for the wire.
 func codeFor(err error) wire.Code {
 	switch {
+	// A failed shard comes first: its sticky error may also wrap the cause
+	// (ErrDiskFull for a torn write on a full disk), but the shard will not
+	// recover, so the producer must reconnect, not wait and retry here.
+	case errors.Is(err, wab.ErrShardFailed):
+		return wire.CodeShardFailed
 	case errors.Is(err, wab.ErrQueueTimeout):
 		return wire.CodeQueueTimeout
 	case errors.Is(err, wab.ErrDiskFull):
 		return wire.CodeDiskFull
-	case errors.Is(err, wab.ErrShardFailed):
-		return wire.CodeShardFailed
-	case errors.Is(err, wab.ErrClosed):
+	// The server's context ends only when Shutdown stops waiting.
+	case errors.Is(err, wab.ErrClosed), errors.Is(err, context.Canceled):
 		return wire.CodeShuttingDown
 	default:
 		return wire.CodeInternal
@@ -102,7 +107,7 @@ func (c *conn) readLoop() {
 	br := bufio.NewReaderSize(c.dr, readBufferSize)
 	dec := wire.NewDecoder(br, c.s.opts.MaxFrameBytes)
 	for {
-		c.dr.atBoundary = br.Buffered() == 0
+		c.dr.nextFrame(br.Buffered() > 0)
 		push, err := dec.Next()
 		if err != nil {
 			var pe *wire.ProtocolError
@@ -118,7 +123,7 @@ func (c *conn) readLoop() {
 			case errors.Is(err, io.EOF):
 			case errors.Is(err, os.ErrDeadlineExceeded):
 				if !c.stopped.Load() {
-					if c.dr.atBoundary {
+					if c.dr.idleWait() {
 						log.Debug("closing idle connection", "idle_timeout", c.s.opts.IdleTimeout)
 					} else {
 						log.Warn("closing connection: frame not completed in time", "frame_read_timeout", c.s.opts.FrameReadTimeout)
@@ -180,17 +185,23 @@ func (c *conn) writeLoop() {
 	bw := bufio.NewWriterSize(c.nc, writeBufferSize)
 	var frame []byte
 	broken := false
+	fail := func(err error) {
+		broken = true
+		c.s.log.Debug("connection write failed", "err", err)
+		c.nc.Close() // unblocks the reader
+	}
+	armWrite := func() {
+		if c.s.opts.WriteTimeout > 0 {
+			c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+		}
+	}
 	flush := func() {
 		if broken || bw.Buffered() == 0 {
 			return
 		}
-		if c.s.opts.WriteTimeout > 0 {
-			c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
-		}
+		armWrite()
 		if err := bw.Flush(); err != nil {
-			broken = true
-			c.s.log.Debug("connection write failed", "err", err)
-			c.nc.Close() // unblocks the reader
+			fail(err)
 		}
 	}
 	for p := range c.pending {
@@ -198,7 +209,17 @@ func (c *conn) writeLoop() {
 		case <-p.done:
 		default:
 			flush()
-			<-p.done
+			select {
+			case <-p.done:
+			case <-c.s.ctx.Done():
+				// Shutdown stopped waiting: the requests still in flight go
+				// unanswered (none of them was acked). Close the connection
+				// and let the reader run out.
+				c.nc.Close()
+				for range c.pending {
+				}
+				return
+			}
 		}
 		if p.code == 0 {
 			frame = wire.AppendAck(frame[:0], p.id, uint32(p.records))
@@ -208,9 +229,14 @@ func (c *conn) writeLoop() {
 			c.s.obs.Nacked(p.dur, p.code, p.records)
 		}
 		if !broken {
+			// A Write that does not fit in the buffer writes to the
+			// connection: it needs a deadline of its own, not whatever is
+			// left of the last flush's.
+			if len(frame) > bw.Available() {
+				armWrite()
+			}
 			if _, err := bw.Write(frame); err != nil {
-				broken = true
-				c.nc.Close()
+				fail(err)
 			}
 		}
 		if len(c.pending) == 0 {
@@ -220,35 +246,62 @@ func (c *conn) writeLoop() {
 	flush()
 }
 
-// deadlineReader arms the connection's read deadline on every read: the idle
-// timeout while waiting for a new frame to start, the frame timeout once
-// part of a frame has arrived.
+// deadlineReader arms the connection's read deadline: the idle timeout
+// while waiting for a new frame to start (re-armed on every read, cleared
+// when the idle timeout is disabled), and the frame timeout once part of a
+// frame has arrived — armed once per frame, so a frame trickling in one
+// byte at a time still has to be complete within it. A frame whose first
+// bytes were already buffered is timed from when the reader turns to it,
+// so time the server spent not reading (a full window, a queue wait) is not
+// charged to the producer.
 type deadlineReader struct {
 	nc          net.Conn
 	idle, frame time.Duration
-	atBoundary  bool
+	atBoundary  bool         // no byte of the next frame read yet
+	frameStart  time.Time    // zero: not timed yet
+	armed       time.Time    // the read deadline set on nc (zero: none)
 	stopped     *atomic.Bool // set by stopReading: never extend the deadline again
 }
 
+// nextFrame is called before each frame is decoded; buffered reports that
+// some of it has been read already.
+func (r *deadlineReader) nextFrame(buffered bool) {
+	r.atBoundary = !buffered
+	r.frameStart = time.Time{}
+}
+
+// idleWait reports that the reader was waiting for a frame to start (as
+// opposed to inside one).
+func (r *deadlineReader) idleWait() bool { return r.atBoundary }
+
 func (r *deadlineReader) Read(b []byte) (int, error) {
-	d := r.frame
-	if r.atBoundary {
-		d = r.idle
-	}
 	if r.stopped.Load() {
 		return 0, os.ErrDeadlineExceeded
 	}
-	if d > 0 {
-		if err := r.nc.SetReadDeadline(time.Now().Add(d)); err != nil {
+	var dl time.Time
+	if r.atBoundary {
+		if r.idle > 0 {
+			dl = time.Now().Add(r.idle)
+		}
+	} else if r.frame > 0 {
+		if r.frameStart.IsZero() {
+			r.frameStart = time.Now()
+		}
+		dl = r.frameStart.Add(r.frame)
+	}
+	if !dl.Equal(r.armed) {
+		if err := r.nc.SetReadDeadline(dl); err != nil {
 			return 0, err
 		}
+		r.armed = dl
 		if r.stopped.Load() { // stopReading raced with the line above
 			return 0, os.ErrDeadlineExceeded
 		}
 	}
 	n, err := r.nc.Read(b)
-	if n > 0 {
+	if n > 0 && r.atBoundary {
 		r.atBoundary = false
+		r.frameStart = time.Now()
 	}
 	return n, err
 }

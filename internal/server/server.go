@@ -112,6 +112,9 @@ func New(opts Options, backend Backend) *Server {
 // ListenUnix binds the hardened Unix socket at path (see listenUnix) and
 // serves it in the background until Shutdown.
 func (s *Server) ListenUnix(path string) error {
+	if s.closing.Load() {
+		return errors.New("server: ListenUnix after Shutdown")
+	}
 	ln, lock, err := listenUnix(path)
 	if err != nil {
 		return err
@@ -122,11 +125,19 @@ func (s *Server) ListenUnix(path string) error {
 }
 
 // Serve serves an already-bound listener (any transport) in the background
-// until Shutdown. The server closes it.
+// until Shutdown. The server closes it; after Shutdown it is closed at once.
 func (s *Server) Serve(ln net.Listener) { s.serve(ln, nil) }
 
 func (s *Server) serve(ln net.Listener, extra io.Closer) {
 	s.mu.Lock()
+	if s.closing.Load() { // Shutdown has closed the listeners already
+		s.mu.Unlock()
+		ln.Close()
+		if extra != nil {
+			extra.Close()
+		}
+		return
+	}
 	s.listeners[ln] = extra
 	s.mu.Unlock()
 	s.acceptWG.Add(1)
