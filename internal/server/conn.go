@@ -91,6 +91,10 @@ func (c *conn) stopReading() {
 }
 
 func (c *conn) run() {
+	if !c.handshake() {
+		c.nc.Close()
+		return
+	}
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)

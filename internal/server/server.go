@@ -1,8 +1,9 @@
 // Package server accepts producer connections and turns wire-protocol push
 // frames into write-ahead-buffer requests. The accept loop is per transport
-// (a hardened Unix socket here); everything below it — framing, deadlines,
-// the in-flight window, ordered acks — is one connection handler shared by
-// every transport.
+// (a hardened Unix socket; TCP with mutual TLS); everything below it — the
+// TLS handshake where there is one, framing, deadlines, the in-flight
+// window, ordered acks — is one connection handler shared by every
+// transport.
 package server
 
 import (

@@ -168,12 +168,17 @@ func (ca *CA) Client(t testing.TB, names ...string) *Leaf {
 	return ca.Issue(t, Spec{CommonName: "weir test client", Names: names})
 }
 
-// ClientConfig is a client configuration that trusts ca for the server and
-// presents leaf (nil: no client certificate).
+// ClientConfig is a client configuration that trusts serverCA for the
+// server and presents leaf (nil: no client certificate). It presents leaf
+// even when the server's list of acceptable CAs does not name its issuer
+// (a Go client given Certificates would then send none), so that tests
+// see the server judge a foreign certificate.
 func ClientConfig(serverCA *CA, leaf *Leaf) *tls.Config {
 	cfg := &tls.Config{RootCAs: serverCA.Pool(), MinVersion: tls.VersionTLS13}
 	if leaf != nil {
-		cfg.Certificates = []tls.Certificate{leaf.TLS}
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return &leaf.TLS, nil
+		}
 	}
 	return cfg
 }
