@@ -29,27 +29,37 @@ type conn struct {
 	nc      net.Conn
 	shard   int
 	pending chan *pending
+	wake    chan struct{} // cap 1: a pending request was completed
 	stopped atomic.Bool
 	dr      *deadlineReader
 }
 
-// pending is one request awaiting its answer. The WAB's flusher completes
-// it; the writer waits on done.
+// pending is one request awaiting its answer, and the wab.Request it was
+// submitted as (one allocation for both). Whoever completes it — the WAB's
+// flusher, or the reader when Submit refused — sets the answer, marks it
+// done and wakes the writer without blocking; the writer waits for done.
 type pending struct {
+	req     wab.Request
+	one     [1][]byte // req.Payloads of a single-record push
+	c       *conn
 	id      uint64
 	records int
 	bytes   int
 	dur     wire.Durability
 	code    wire.Code // 0: ack
 	msg     string
-	done    chan struct{}
+	done    atomic.Bool // set after code and msg
 }
 
 func (p *pending) complete(err error) {
 	if err != nil {
 		p.code, p.msg = codeFor(err), err.Error()
 	}
-	close(p.done)
+	p.done.Store(true)
+	select {
+	case p.c.wake <- struct{}{}:
+	default: // a wake-up is already due
+	}
 }
 
 // codeFor classifies a backend error for the wire.
@@ -78,6 +88,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		nc:      nc,
 		shard:   s.pickShard(),
 		pending: make(chan *pending, s.opts.ConnMaxInflight),
+		wake:    make(chan struct{}, 1),
 	}
 	c.dr = &deadlineReader{nc: nc, idle: s.opts.IdleTimeout, frame: s.opts.FrameReadTimeout, stopped: &c.stopped}
 	return c
@@ -151,15 +162,15 @@ func (c *conn) readLoop() {
 			c.answer(push.RequestID, n, wire.CodeShuttingDown, "daemon is shutting down")
 			continue
 		}
-		p := &pending{id: push.RequestID, records: n, bytes: size, dur: push.Durability, done: make(chan struct{})}
+		p := &pending{c: c, id: push.RequestID, records: n, bytes: size, dur: push.Durability}
 		c.pending <- p // blocks while the in-flight window is full
-		req := &wab.Request{
+		p.req = wab.Request{
 			Durability: wab.Durability(push.Durability),
-			Payloads:   copyPayloads(push.Payloads, size),
+			Payloads:   copyPayloads(p.one[:0], push.Payloads, size),
 			Received:   time.Now().UnixNano(),
 			Done:       p.complete,
 		}
-		if err := c.s.backend.Submit(c.s.ctx, c.shard, req, c.s.opts.QueueTimeout); err != nil {
+		if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout); err != nil {
 			p.complete(err)
 		}
 	}
@@ -167,22 +178,26 @@ func (c *conn) readLoop() {
 
 // answer queues an immediate response (a Nack decided by the reader).
 func (c *conn) answer(id uint64, records int, code wire.Code, msg string) {
-	p := &pending{id: id, records: records, code: code, msg: msg, done: make(chan struct{})}
-	close(p.done)
+	p := &pending{c: c, id: id, records: records, code: code, msg: msg}
+	p.done.Store(true)
 	c.pending <- p
 }
 
-// copyPayloads copies the decoder's aliased payloads into one allocation.
-func copyPayloads(src [][]byte, size int) [][]byte {
+// copyPayloads copies the decoder's aliased payloads into one allocation,
+// appending the slices to dst (which has room for one: a single-record push
+// needs no allocation for them).
+func copyPayloads(dst, src [][]byte, size int) [][]byte {
 	buf := make([]byte, size)
-	out := make([][]byte, len(src))
+	if len(src) > cap(dst) {
+		dst = make([][]byte, 0, len(src))
+	}
 	off := 0
-	for i, p := range src {
+	for _, p := range src {
 		n := copy(buf[off:], p)
-		out[i] = buf[off : off+n : off+n]
+		dst = append(dst, buf[off:off+n:off+n])
 		off += n
 	}
-	return out
+	return dst
 }
 
 func (c *conn) writeLoop() {
@@ -209,20 +224,20 @@ func (c *conn) writeLoop() {
 		}
 	}
 	for p := range c.pending {
-		select {
-		case <-p.done:
-		default:
+		if !p.done.Load() {
 			flush()
-			select {
-			case <-p.done:
-			case <-c.s.ctx.Done():
-				// Shutdown stopped waiting: the requests still in flight go
-				// unanswered (none of them was acked). Close the connection
-				// and let the reader run out.
-				c.nc.Close()
-				for range c.pending {
+			for !p.done.Load() {
+				select {
+				case <-c.wake: // some request completed; maybe this one
+				case <-c.s.ctx.Done():
+					// Shutdown stopped waiting: the requests still in flight
+					// go unanswered (none of them was acked). Close the
+					// connection and let the reader run out.
+					c.nc.Close()
+					for range c.pending {
+					}
+					return
 				}
-				return
 			}
 		}
 		if p.code == 0 {
