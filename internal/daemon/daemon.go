@@ -28,6 +28,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tlsMgr, err := loadTLS(cfg, log)
+	if err != nil {
+		return err
+	}
 	if err := fs.MkdirAll(cfg.WABDir, 0o700); err != nil {
 		return fmt.Errorf("create wab_dir: %w", err)
 	}
@@ -97,6 +101,16 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		drainWG.Wait()
 		return errors.Join(err, closeWAB(context.Background()), snk.Close())
 	}
+	stopTLS, err := serveTCP(srv, tlsMgr, cfg)
+	if err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		serr := srv.Shutdown(sctx)
+		stopDrain()
+		drainWG.Wait()
+		return errors.Join(err, serr, closeWAB(sctx), snk.Close())
+	}
+	defer stopTLS()
 	log.Info("weir ready", "socket", cfg.SocketPath, "wab_dir", cfg.WABDir, "shards", cfg.Shards, "sink", snk.Name())
 
 	<-ctx.Done()

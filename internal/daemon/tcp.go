@@ -1,0 +1,62 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"github.com/weir-io/weir/internal/config"
+	"github.com/weir-io/weir/internal/server"
+	"github.com/weir-io/weir/internal/tlsconf"
+)
+
+// loadTLS reads the TLS material for tcp_listen, so that a bad certificate
+// stops the daemon before anything is opened. It returns nil when TCP is
+// off.
+func loadTLS(cfg *config.Config, log *slog.Logger) (*tlsconf.Manager, error) {
+	if cfg.TCPListen == "" {
+		return nil, nil
+	}
+	m, err := tlsconf.New(tlsconf.Options{
+		CertFile:          cfg.TLSCertFile,
+		KeyFile:           cfg.TLSKeyFile,
+		ClientCAFile:      cfg.TLSClientCAFile,
+		AllowedIdentities: cfg.TLSAllowedIdentities,
+		Logger:            log.With("component", "tls"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tcp_listen %s: %w", cfg.TCPListen, err)
+	}
+	return m, nil
+}
+
+// serveTCP binds tcp_listen with mutual TLS and keeps the TLS material
+// fresh: every tls_reload_interval and on SIGHUP. The returned stop ends
+// the reloading; the listener itself closes with the server. With m nil it
+// does nothing.
+func serveTCP(srv *server.Server, m *tlsconf.Manager, cfg *config.Config) (stop func(), err error) {
+	if m == nil {
+		return func() {}, nil
+	}
+	if _, err := srv.ListenTLS(cfg.TCPListen, m.ServerConfig()); err != nil {
+		return nil, fmt.Errorf("tcp_listen: %w", err)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.Run(ctx, cfg.TLSReloadInterval, hup)
+	}()
+	return func() {
+		signal.Stop(hup)
+		cancel()
+		wg.Wait()
+	}, nil
+}
