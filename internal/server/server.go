@@ -44,14 +44,15 @@ type Observer interface {
 	Nacked(d wire.Durability, code wire.Code, records int)
 }
 
-// Options configure a Server. Zero durations disable the matching timeout.
+// Options configure a Server. Zero durations disable the matching timeout,
+// except QueueTimeout: zero there means no wait at all.
 type Options struct {
 	MaxConnections   int
 	MaxFrameBytes    int
 	FrameReadTimeout time.Duration // a started frame must arrive within this
 	IdleTimeout      time.Duration // a connection with no new frame is closed after this
 	WriteTimeout     time.Duration // writing responses must progress within this
-	QueueTimeout     time.Duration // longest wait for space in a shard's queue
+	QueueTimeout     time.Duration // longest wait for space in a shard's queue; 0: a full queue is refused at once
 	ConnMaxInflight  int           // requests in flight per connection
 	Logger           *slog.Logger
 	Observer         Observer
