@@ -88,6 +88,9 @@ func (s *shard) run() {
 		s.l.logger.Warn("cannot prepare segment; will retry on the next batch", "shard", s.id, "err", err)
 	}
 	for {
+		if dstBuild {
+			s.dstStep()
+		}
 		first := s.pending
 		s.pending = nil
 		if first == nil {
@@ -315,6 +318,9 @@ func (s *shard) process() {
 	}
 	var syncDur time.Duration
 	if durable {
+		if dstBuild {
+			dstBeforeSync(batch)
+		}
 		t0 := time.Now()
 		err := seg.f.Sync()
 		syncDur = time.Since(t0)
@@ -435,7 +441,9 @@ func (s *shard) openSegment() error {
 		f.Close() // never synced again; recovery removes a header-only file
 		return s.fail(fmt.Errorf("new segment %s: fdatasync: %w", path, err))
 	}
-	if err := fsys.SyncDir(s.dir); err != nil {
+	if dstBuild && dstSkipNewSegmentDirSync() {
+		// A deliberately broken build for the simulation tests only.
+	} else if err := fsys.SyncDir(s.dir); err != nil {
 		f.Close()
 		return s.fail(fmt.Errorf("new segment %s: sync directory: %w", path, err))
 	}

@@ -1,0 +1,58 @@
+//go:build dst
+
+package wab
+
+// Hooks for the deterministic simulation tests (dst_test.go), compiled only
+// with -tags dst. A normal build gets the empty versions in
+// flusher_nodst.go instead, so none of this exists in production.
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+const dstBuild = true
+
+var (
+	// dstBrokenAckBeforeSync deliberately breaks the flusher: Durable
+	// requests are acknowledged before fdatasync. Only tests that prove
+	// the simulation catches it turn it on.
+	dstBrokenAckBeforeSync atomic.Bool
+	// dstBrokenSkipDirSync deliberately breaks segment creation: the
+	// directory fsync of a new segment is skipped.
+	dstBrokenSkipDirSync atomic.Bool
+
+	// dstSteppers maps a Log's vfs.FS to the dstStepper that schedules its
+	// flushers. A Log whose FS is not registered runs freely.
+	dstSteppers sync.Map
+)
+
+// dstStepper schedules flushers. park is called by a shard's flusher at the
+// top of its loop, before it takes its next request (after the segment it
+// prepares at start, and after each batch with everything that follows the
+// acknowledgements: sealing, preparing the next segment, extending the
+// reservation). It returns when the flusher may take one more step.
+type dstStepper interface {
+	park(shard int)
+}
+
+func (s *shard) dstStep() {
+	if v, ok := dstSteppers.Load(s.l.fs); ok {
+		v.(dstStepper).park(s.id)
+	}
+}
+
+// dstBeforeSync runs just before a batch's fdatasync.
+func dstBeforeSync(batch []*Request) {
+	if !dstBrokenAckBeforeSync.Load() {
+		return
+	}
+	for _, r := range batch {
+		if r.Durability == Durable {
+			r.Done(nil)
+			r.Done = func(error) {}
+		}
+	}
+}
+
+func dstSkipNewSegmentDirSync() bool { return dstBrokenSkipDirSync.Load() }
