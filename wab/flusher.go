@@ -82,6 +82,10 @@ func (s *shard) fail(cause error) error {
 
 func (s *shard) run() {
 	defer s.l.flushers.Done()
+	if dstBuild {
+		defer s.dstExit()
+		s.dstStep()
+	}
 	defer s.ageTimer.Stop()
 	defer s.batchTimer.Stop()
 	if err := s.openSegment(); err != nil {

@@ -27,18 +27,27 @@ var (
 	dstSteppers sync.Map
 )
 
-// dstStepper schedules flushers. park is called by a shard's flusher at the
-// top of its loop, before it takes its next request (after the segment it
-// prepares at start, and after each batch with everything that follows the
-// acknowledgements: sealing, preparing the next segment, extending the
-// reservation). It returns when the flusher may take one more step.
+// dstStepper schedules flushers. park is called by a shard's flusher when it
+// starts (before it prepares its first segment) and at the top of its loop,
+// before it takes its next request (so after each batch and everything that
+// follows the acknowledgements: sealing, preparing the next segment,
+// extending the reservation). It returns when the flusher may take one more
+// step.
+// exited is called when a shard's flusher returns.
 type dstStepper interface {
 	park(shard int)
+	exited(shard int)
 }
 
 func (s *shard) dstStep() {
 	if v, ok := dstSteppers.Load(s.l.fs); ok {
 		v.(dstStepper).park(s.id)
+	}
+}
+
+func (s *shard) dstExit() {
+	if v, ok := dstSteppers.Load(s.l.fs); ok {
+		v.(dstStepper).exited(s.id)
 	}
 }
 

@@ -8,5 +8,6 @@ package wab
 const dstBuild = false
 
 func (s *shard) dstStep()            {}
+func (s *shard) dstExit()            {}
 func dstBeforeSync([]*Request)       {}
 func dstSkipNewSegmentDirSync() bool { return false }
