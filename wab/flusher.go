@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weir-io/weir/internal/vfs"
@@ -33,6 +34,11 @@ type shard struct {
 
 	mu     sync.Mutex
 	failed error // sticky; wraps ErrShardFailed
+
+	// busySince is when the flusher took up its current batch or seal, in
+	// nanoseconds on the monotonic clock (see monoNow); 0 while it waits
+	// for work. Read by FlusherBusy.
+	busySince atomic.Int64
 
 	// ---- owned by the flusher goroutine ----
 	nextSeq     uint64
@@ -88,9 +94,11 @@ func (s *shard) run() {
 	}
 	defer s.ageTimer.Stop()
 	defer s.batchTimer.Stop()
+	s.busySince.Store(monoNow())
 	if err := s.openSegment(); err != nil {
 		s.l.logger.Warn("cannot prepare segment; will retry on the next batch", "shard", s.id, "err", err)
 	}
+	s.busySince.Store(0)
 	for {
 		if dstBuild {
 			s.dstStep()
@@ -119,7 +127,9 @@ func (s *shard) run() {
 			case <-ageC:
 				s.ageArmed = false
 				if s.seg != nil && s.seg.records > 0 && s.err() == nil {
+					s.busySince.Store(monoNow())
 					s.rotate(true)
+					s.busySince.Store(0)
 				}
 				continue
 			case <-s.l.abort:
@@ -137,8 +147,10 @@ func (s *shard) run() {
 			default:
 			}
 		}
+		s.busySince.Store(monoNow())
 		s.collect(first)
 		s.process()
+		s.busySince.Store(0)
 	}
 }
 

@@ -200,6 +200,27 @@ func (l *Log) ShardErr(shard int) error {
 	return l.shards[shard].err()
 }
 
+// FlusherBusy is how long shard's flusher has been working on its current
+// batch (collecting, writing, syncing, acknowledging, sealing); zero while
+// it waits for work or for an out-of-range shard. A flusher that stays busy
+// for long is stuck, typically in an fdatasync that does not return.
+func (l *Log) FlusherBusy(shard int) time.Duration {
+	if shard < 0 || shard >= len(l.shards) {
+		return 0
+	}
+	since := l.shards[shard].busySince.Load()
+	if since == 0 {
+		return 0
+	}
+	return time.Duration(max(monoNow()-since, 1))
+}
+
+// monoEpoch anchors monoNow.
+var monoEpoch = time.Now()
+
+// monoNow is a monotonic clock reading in nanoseconds, never 0.
+func monoNow() int64 { return int64(time.Since(monoEpoch)) + 1 }
+
 // Sealed lists the sealed segments on disk, by shard then sequence.
 func (l *Log) Sealed() ([]SegmentRef, error) { return ListSealed(l.fs, l.dir) }
 
