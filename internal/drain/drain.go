@@ -239,6 +239,11 @@ type Drain struct {
 
 	state   atomic.Int32
 	running atomic.Bool
+	// busySince is when Run's goroutine last started work of its own
+	// (listing, reading, confirming, dead-lettering), in nanoseconds on the
+	// monotonic clock (see monoNow); 0 while it waits (for work, a backoff,
+	// a dead-letter rescan) or a Sink.Commit is in progress. Read by Busy.
+	busySince atomic.Int64
 	// healthNudge asks the health loop for an extra poll (coalesced).
 	healthNudge chan struct{}
 	// deferred holds segments set aside, by path, with the time before
@@ -323,6 +328,36 @@ func (d *Drain) State() State { return State(d.state.Load()) }
 // in bytes, as last derived from disk and updated by writes.
 func (d *Drain) DeadLetterTotals() (files int, bytes int64) { return d.dl.totals() }
 
+// Busy is how long the drain has been doing work of its own without
+// reaching a wait or a sink call; zero while it waits for work, sleeps
+// before a retry or a dead-letter rescan, calls Sink.Commit, or is not
+// running. Time spent in the sink never counts: a slow or failing sink is
+// not a stuck drain. A drain that stays busy for long is stuck, typically
+// on its own disk I/O.
+func (d *Drain) Busy() time.Duration {
+	since := d.busySince.Load()
+	if since == 0 {
+		return 0
+	}
+	return time.Duration(max(monoNow()-since, 1))
+}
+
+func (d *Drain) markBusy() { d.busySince.Store(monoNow()) }
+func (d *Drain) markIdle() { d.busySince.Store(0) }
+
+// wait is d.sleep, not counted as busy.
+func (d *Drain) wait(ctx context.Context, dur time.Duration) error {
+	d.markIdle()
+	defer d.markBusy()
+	return d.sleep(ctx, dur)
+}
+
+// monoEpoch anchors monoNow.
+var monoEpoch = time.Now()
+
+// monoNow is a monotonic clock reading in nanoseconds, never 0.
+func monoNow() int64 { return int64(time.Since(monoEpoch)) + 1 }
+
 // Run delivers segments until ctx ends, then returns nil once every
 // goroutine it started has exited. Work in progress when ctx ends is left
 // unconfirmed and is replayed by the next Run. Run may be called only once.
@@ -334,6 +369,7 @@ func (d *Drain) Run(ctx context.Context) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer d.markIdle()
 
 	d.obs.State(d.State())
 	files, bytes := d.dl.totals()
@@ -346,6 +382,7 @@ func (d *Drain) Run(ctx context.Context) error {
 	}()
 
 	for ctx.Err() == nil {
+		d.markBusy()
 		progressed, err := d.pass(ctx)
 		if ctx.Err() != nil {
 			break
@@ -431,6 +468,7 @@ func (d *Drain) waitForWork(ctx context.Context) {
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
+	d.markIdle()
 	select {
 	case <-ctx.Done():
 	case <-d.src.Notify():
@@ -579,7 +617,9 @@ func (d *Drain) deliver(ctx context.Context, ref wab.SegmentRef, h wab.Header, s
 	retries := 0
 	for {
 		t0 := d.now()
+		d.markIdle()
 		res, err := d.sink.Commit(ctx, batch)
+		d.markBusy()
 		elapsed := d.now().Sub(t0)
 		if ctx.Err() != nil {
 			// Whatever the sink said, a cancelled commit proves nothing:
@@ -604,7 +644,7 @@ func (d *Drain) deliver(ctx context.Context, ref wab.SegmentRef, h wab.Header, s
 			d.obs.Retry(retries, delay, err)
 			d.log.Warn("transient sink error, retrying", "segment", ref.Path,
 				"attempt", retries, "max_retries", d.maxRetries, "backoff", delay, "err", err)
-			if err := d.sleep(ctx, delay); err != nil {
+			if err := d.wait(ctx, delay); err != nil {
 				return err
 			}
 			continue
@@ -712,7 +752,7 @@ func (d *Drain) blockUntilRoom(ctx context.Context, ref wab.SegmentRef, need int
 		"dir", d.dl.dir, "files", files, "bytes", bytes, "max_bytes", d.dl.maxBytes,
 		"needed_bytes", need, "segment", ref.Path)
 	for {
-		if err := d.sleep(ctx, d.dlCheck); err != nil {
+		if err := d.wait(ctx, d.dlCheck); err != nil {
 			return err
 		}
 		if err := d.dl.rescan(); err != nil {
