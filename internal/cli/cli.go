@@ -22,6 +22,9 @@ const usage = `weir — crash-safe ingestion engine
 Usage:
   weir serve [flags]   run the daemon (weir serve --help lists every flag)
   weir push  [flags]   push newline-delimited records from stdin (weir push --help)
+  weir inspect [DIR]   describe every segment of a WAB directory (offline, read-only)
+  weir verify  [DIR]   check a WAB directory; exit 1 on corruption (offline, read-only)
+  weir deadletter list|show|replay|purge   manage the dead-letter lane
   weir version         print the version
 
 Documentation: docs/ in the source tree.
@@ -41,6 +44,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return serve(args[1:], stdout, stderr)
 	case "push":
 		return push(args[1:], stdin, stdout, stderr)
+	case "inspect":
+		return inspect(args[1:], stdout, stderr, false)
+	case "verify":
+		return inspect(args[1:], stdout, stderr, true)
+	case "deadletter":
+		return deadletter(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "weir", Version)
 		return 0
