@@ -121,11 +121,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		errs = append(errs, err)
 	}
+	// The drain stops before the WAB seals its open segments: what is
+	// sealed at shutdown is delivered at the next start, and a delivery cut
+	// short here is replayed (never confirmed half-done).
+	stopDrain()
+	drainWG.Wait()
 	if err := closeWAB(sctx); err != nil {
 		errs = append(errs, err)
 	}
-	stopDrain()
-	drainWG.Wait()
 	if err := snk.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close sink: %w", err))
 	}
