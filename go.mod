@@ -6,4 +6,5 @@ require (
 	github.com/BurntSushi/toml v1.6.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
+	pgregory.net/rapid v1.3.0
 )

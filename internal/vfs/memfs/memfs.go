@@ -382,6 +382,25 @@ func (m *FS) IsDurable(name string) bool {
 	return n.dir || slices.Equal(n.data, n.durable)
 }
 
+// EntryDurable reports whether every directory entry on the path to name
+// is durable (whatever the file's content).
+func (m *FS) EntryDurable(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.root
+	for _, c := range split(name) {
+		if !n.dir {
+			return false
+		}
+		next, ok := n.entries[c]
+		if !ok || n.durEntries[c] != next {
+			return false
+		}
+		n = next
+	}
+	return true
+}
+
 // ---- crash clones ----
 
 // CrashMode says what becomes of data written since the last Sync.

@@ -126,8 +126,8 @@ func TestCrashDropsUnsyncedData(t *testing.T) {
 	if _, ok := read(t, drop(m), "/d/f"); ok {
 		t.Fatal("file survived a crash before its directory was synced")
 	}
-	if m.IsDurable("/d/f") {
-		t.Fatal("IsDurable before SyncDir")
+	if m.IsDurable("/d/f") || m.EntryDurable("/d/f") {
+		t.Fatal("IsDurable or EntryDurable before SyncDir")
 	}
 	if err := m.SyncDir("/d"); err != nil {
 		t.Fatal(err)
@@ -138,8 +138,8 @@ func TestCrashDropsUnsyncedData(t *testing.T) {
 	if _, err := f.Write([]byte("+volatile")); err != nil {
 		t.Fatal(err)
 	}
-	if m.IsDurable("/d/f") {
-		t.Fatal("IsDurable with unsynced data")
+	if m.IsDurable("/d/f") || !m.EntryDurable("/d/f") {
+		t.Fatal("IsDurable with unsynced data, or entry not durable")
 	}
 	c := drop(m)
 	if got, _ := read(t, c, "/d/f"); got != "durable" {
