@@ -1,0 +1,122 @@
+// Package source is weir's intake seam: the contract between something
+// records are read from (a broker, a file, the daemon's own socket) and the
+// gate that makes them durable.
+//
+// # The acknowledgement rule
+//
+// A source commits its position — a Kafka group offset, a JetStream ack, a
+// file cursor — only after Gate.Write has returned nil for every record up
+// to that position. Write returns only once the records are durable at the
+// gate (fdatasynced in the write-ahead buffer, or committed by the
+// primary-raw sink when there is no buffer). Positions may lag what is
+// durable — a crash then re-reads a few records, which the deterministic
+// record ids make harmless — but they must never lead it: a position ahead
+// of what is durable is silent loss.
+//
+// # Record ids
+//
+// A source gives every record an id derived from where it came from and
+// what it holds (for Kafka: cluster, topic, partition, offset and payload),
+// so that a redelivered record gets the same id and every sink can drop the
+// duplicate. See ID.
+package source
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"time"
+
+	"github.com/weir-io/weir/sink"
+)
+
+// Regime says who persists a source's position.
+type Regime int
+
+const (
+	// BrokerManaged: the position lives server-side (a consumer-group
+	// offset, a durable consumer's ack floor); the source commits it to the
+	// broker, which redelivers anything unacknowledged.
+	BrokerManaged Regime = iota
+	// StoreManaged: nothing upstream keeps a position; weir persists the
+	// source's Cursor in its offset store, after the gate's durable ack.
+	StoreManaged
+)
+
+func (r Regime) String() string {
+	if r == BrokerManaged {
+		return "broker-managed"
+	}
+	return "store-managed"
+}
+
+// Record is one record read from a source.
+type Record struct {
+	// ID is the record's deterministic id (see ID).
+	ID sink.RecordID
+	// Payload is the record's bytes.
+	Payload []byte
+	// Source names the source instance, e.g. "kafka:orders".
+	Source string
+	// Time is the record's own timestamp when the source has one (broker
+	// append time, file mtime), else when it was read.
+	Time time.Time
+}
+
+// Gate is where a source writes. Write returns nil only once every record
+// is durable at the gate; on error none of them may be considered durable
+// (some may be, and will be deduplicated by id if written again).
+type Gate interface {
+	Write(ctx context.Context, recs []Record) error
+}
+
+// Cursor is a store-managed source's position, opaque to the store.
+type Cursor []byte
+
+// CursorStore persists store-managed cursors. Save must be durable when it
+// returns.
+type CursorStore interface {
+	Load(ctx context.Context, source string) (Cursor, error) // nil, nil if none
+	Save(ctx context.Context, source string, c Cursor) error
+}
+
+// Source is something weir reads records from.
+type Source interface {
+	// Name identifies the source instance in logs, metrics and the offset
+	// store.
+	Name() string
+	// Regime says who persists the position.
+	Regime() Regime
+	// Replayable reports whether the origin can be read again from an
+	// earlier position (files can; a socket feed cannot). Only a replayable
+	// source may serve as its own raw system of record.
+	Replayable() bool
+	// Run reads until ctx ends, writing to gate and committing positions
+	// only after the gate's durable ack. It returns nil when ctx ended, or
+	// the error that stopped it. Store-managed sources use cursors.
+	Run(ctx context.Context, gate Gate, cursors CursorStore) error
+}
+
+// ID derives a record id from its origin: SHA-256 over each part
+// (length-prefixed, so ("ab","c") and ("a","bc") differ), truncated to 128
+// bits. Pass the parts that locate the record — e.g. cluster, topic,
+// partition, offset — then the payload last.
+func ID(parts ...[]byte) sink.RecordID {
+	h := sha256.New()
+	var n [8]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	var id sink.RecordID
+	copy(id[:], h.Sum(nil))
+	return id
+}
+
+// Uint64 is a helper for ID parts.
+func Uint64(v uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return b[:]
+}
