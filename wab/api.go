@@ -106,8 +106,12 @@ var (
 type Request struct {
 	Durability Durability
 	Payloads   [][]byte
-	Received   int64
-	Done       func(err error)
+	// Metas, when not nil, holds one Meta per payload (same length as
+	// Payloads; each at most MaxMetaBytes). Sources use it to carry a
+	// record's origin id; producer records have none.
+	Metas    [][]byte
+	Received int64
+	Done     func(err error)
 }
 
 // Observer receives the flusher's measurements. Every method must be cheap

@@ -167,8 +167,12 @@ func (s *shard) abortQueued() {
 
 func requestBytes(r *Request) int64 {
 	var n int64
-	for _, p := range r.Payloads {
-		n += RecordSize(0, len(p))
+	for i, p := range r.Payloads {
+		m := 0
+		if r.Metas != nil {
+			m = len(r.Metas[i])
+		}
+		n += RecordSize(m, len(p))
 	}
 	return n
 }
@@ -261,8 +265,12 @@ func (s *shard) process() {
 	buf := s.buf[:0]
 	records := 0
 	for _, r := range batch {
-		for _, p := range r.Payloads {
-			buf = appendRecord(buf, r.Durability, r.Received, nil, p)
+		for i, p := range r.Payloads {
+			var meta []byte
+			if r.Metas != nil {
+				meta = r.Metas[i]
+			}
+			buf = appendRecord(buf, r.Durability, r.Received, meta, p)
 		}
 		records += len(r.Payloads)
 	}

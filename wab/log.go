@@ -152,6 +152,14 @@ func (l *Log) Submit(ctx context.Context, shard int, req *Request, wait time.Dur
 	if req.Durability != Durable && req.Durability != Buffered {
 		return fmt.Errorf("wab: unknown durability %d", req.Durability)
 	}
+	if req.Metas != nil && len(req.Metas) != len(req.Payloads) {
+		return fmt.Errorf("wab: request has %d metas for %d payloads", len(req.Metas), len(req.Payloads))
+	}
+	for i := range req.Metas {
+		if len(req.Metas[i]) > MaxMetaBytes {
+			return fmt.Errorf("%w: meta of %d bytes, limit %d", ErrRecordTooLarge, len(req.Metas[i]), MaxMetaBytes)
+		}
+	}
 	for _, p := range req.Payloads {
 		if len(p) > l.opts.MaxRecordBytes {
 			return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
