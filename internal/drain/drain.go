@@ -60,6 +60,7 @@ import (
 
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
 )
 
@@ -611,6 +612,13 @@ func (d *Drain) deliver(ctx context.Context, ref wab.SegmentRef, h wab.Header, s
 			Durability: sink.Durability(rec.Durability),
 			Received:   time.Unix(0, rec.Received),
 			Source:     RecordSource,
+		}
+		// Records written by a source carry their origin's id, so that a
+		// redelivery from the broker gets the same id as the first copy.
+		if len(rec.Meta) > 0 {
+			if o, err := source.DecodeOrigin(rec.Meta); err == nil {
+				srecs[i].ID, srecs[i].Source = o.ID, o.Source
+			}
 		}
 	}
 	batch := sink.NewBatch(srecs)
