@@ -378,6 +378,10 @@ type dstRun struct {
 	crashed    bool
 	midImage   *memfs.FS
 	steps      int
+	// closing is set when Close starts; closeErrnos lists the errnos
+	// injected from then on.
+	closing     bool
+	closeErrnos []syscall.Errno
 
 	durGen, volGen     uint64
 	durView, volView   map[string]foundRec
@@ -423,6 +427,12 @@ func (r *dstRun) onEvent(ev errorfs.Event) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closing && ev.Injected {
+		var ie *errorfs.InjectedError
+		if errors.As(ev.Err, &ie) {
+			r.closeErrnos = append(r.closeErrnos, ie.Errno)
+		}
+	}
 	if ev.Op == errorfs.OpSync {
 		if r.syncFailed[ev.Path] {
 			r.violate("fsync-retried", "fdatasync of %s called again after it failed", ev.Path)
@@ -720,7 +730,9 @@ func (r *dstRun) run() []dstViolation {
 	}
 
 	// End of the run: Close (with the shutdown faults armed) or kill.
-	injectedBefore := r.efs.Injected()
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
 	if spec.Kill {
 		for _, s := range l.shards {
 			s.fail(errSimulatedKill)
@@ -745,27 +757,18 @@ func (r *dstRun) run() []dstViolation {
 	}
 	closeErr := <-closed
 	r.gate.release()
-	if !spec.Kill && len(closeRules) > 0 && r.efs.Injected() > injectedBefore {
+	// Nothing is queued at Close, so every fault that fires now hits the
+	// shutdown seal, and each of those fails the shard.
+	r.mu.Lock()
+	if errnos := r.closeErrnos; !spec.Kill && len(errnos) > 0 {
 		if closeErr == nil {
-			r.mu.Lock()
-			r.violate("seal-failure-unreported", "a shutdown fault fired but Close returned nil")
-			r.mu.Unlock()
-		} else if !errors.Is(closeErr, ErrDiskFull) && allENOSPC(closeRules) && injectedBefore == 0 {
-			r.mu.Lock()
-			r.violate("disk-full-misreported", "Close after ENOSPC at the seal: %v", closeErr)
-			r.mu.Unlock()
+			r.violate("seal-failure-unreported", "%d faults fired at the shutdown seal but Close returned nil", len(errnos))
+		} else if !errors.Is(closeErr, ErrDiskFull) && !slices.ContainsFunc(errnos, func(e syscall.Errno) bool { return e != syscall.ENOSPC }) {
+			r.violate("disk-full-misreported", "Close after ENOSPC at the shutdown seal: %v", closeErr)
 		}
 	}
+	r.mu.Unlock()
 	return r.finish(closeErr)
-}
-
-func allENOSPC(rules []errorfs.Rule) bool {
-	for _, r := range rules {
-		if r.Errno != syscall.ENOSPC {
-			return false
-		}
-	}
-	return true
 }
 
 // finish checks the answers and every crash image.
