@@ -3,8 +3,17 @@ module github.com/weir-io/weir
 go 1.26.8
 
 require (
+	filippo.io/edwards25519 v1.1.0
 	github.com/BurntSushi/toml v1.6.0 // indirect
+	github.com/go-sql-driver/mysql v1.9.3
+	github.com/jackc/pgpassfile v1.0.0
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761
+	github.com/jackc/pgx/v5 v5.7.5
+	github.com/jackc/puddle/v2 v2.2.2
 	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/crypto v0.37.0
+	golang.org/x/sync v0.16.0
 	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/text v0.28.0
 	pgregory.net/rapid v1.3.0
 )

@@ -1,0 +1,244 @@
+package pgsink
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/weir-io/weir/internal/testenv"
+	"github.com/weir-io/weir/sink"
+)
+
+func mkRecords(tag string, n int) []sink.Record {
+	recs := make([]sink.Record, n)
+	for i := range recs {
+		var id sink.RecordID
+		copy(id[:], fmt.Sprintf("%-8s%08d", tag, i))
+		recs[i] = sink.Record{ID: id, Payload: fmt.Appendf(nil, `{"n":%d}`, i), Source: "socket",
+			Received: time.Now().Truncate(time.Microsecond)}
+	}
+	return recs
+}
+
+func (e *env) countDistinct(ctx context.Context) (rows, distinct int) {
+	e.t.Helper()
+	c := e.conn(ctx)
+	defer c.Close(context.Background())
+	if err := c.QueryRow(ctx, fmt.Sprintf("SELECT count(*), count(DISTINCT weir_record_id) FROM %s",
+		pgx.Identifier{e.table}.Sanitize())).Scan(&rows, &distinct); err != nil {
+		e.t.Fatal(err)
+	}
+	return
+}
+
+// TestKillConnectionsUnderLoad terminates the sink's backends again and
+// again while batches are committed the way the drain does (a transient
+// error retries the same batch). Afterwards the table must hold every
+// committed record exactly once.
+func TestKillConnectionsUnderLoad(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.open(t, e.dsn, Options{Timeout: 10 * time.Second})
+	const batches, per = 60, 500
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var killed int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(15 * time.Millisecond):
+			}
+			n, err := e.terminate(ctx)
+			if err != nil {
+				t.Errorf("terminate: %v", err)
+				return
+			}
+			killed += n
+		}
+	}()
+	transient := 0
+	for i := range batches {
+		b := sink.NewBatch(mkRecords(fmt.Sprintf("k%03d", i), per))
+		for attempt := 0; ; attempt++ {
+			_, err := s.Commit(ctx, b)
+			if err == nil {
+				break
+			}
+			if !sink.IsTransient(err) {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("batch %d: permanent error %v", i, err)
+			}
+			transient++
+			if attempt > 200 {
+				t.Fatalf("batch %d: still failing: %v", i, err)
+			}
+			time.Sleep(time.Millisecond << min(attempt, 6))
+		}
+	}
+	close(stop)
+	wg.Wait()
+	rows, distinct := e.countDistinct(ctx)
+	t.Logf("%d backends terminated, %d transient errors, %d rows", killed, transient, rows)
+	if rows != batches*per || distinct != rows {
+		t.Fatalf("table holds %d rows (%d distinct), want exactly %d", rows, distinct, batches*per)
+	}
+	if killed == 0 || transient == 0 {
+		t.Fatalf("the fault never hit (killed %d, transient %d)", killed, transient)
+	}
+}
+
+func TestValidateExistingTable(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name, ddl, want string
+		jsonb           bool
+	}{
+		{"missing column", `(weir_record_id uuid PRIMARY KEY, payload bytea NOT NULL, durability text NOT NULL,
+			received_at timestamptz NOT NULL, committed_at timestamptz NOT NULL DEFAULT now())`, `missing column "source" (text)`, false},
+		{"mistyped column", `(weir_record_id uuid PRIMARY KEY, payload text NOT NULL, source text, durability text,
+			received_at timestamptz, committed_at timestamptz DEFAULT now())`, `column "payload" has type text, want bytea`, false},
+		{"wrong payload type", `(weir_record_id uuid PRIMARY KEY, payload bytea NOT NULL, source text, durability text,
+			received_at timestamptz, committed_at timestamptz DEFAULT now())`, `column "payload" has type bytea, want jsonb`, true},
+		{"no primary key", `(weir_record_id uuid, payload bytea, source text, durability text,
+			received_at timestamptz, committed_at timestamptz DEFAULT now())`, `not the primary key`, false},
+		{"extra required column", `(weir_record_id uuid PRIMARY KEY, payload bytea, source text, durability text,
+			received_at timestamptz, committed_at timestamptz DEFAULT now(), tenant int NOT NULL)`, `column "tenant" is NOT NULL without a default`, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.exec(ctx, "CREATE TABLE "+pgx.Identifier{e.table}.Sanitize()+" "+tc.ddl)
+			pt := PayloadBytea
+			if tc.jsonb {
+				pt = PayloadJSONB
+			}
+			_, err := New(ctx, Options{DSN: e.dsn, Table: e.table, PayloadType: pt, CreateTable: true})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: %v; want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("absent without create_table", func(t *testing.T) {
+		e := newEnv(t)
+		_, err := New(ctx, Options{DSN: e.dsn, Table: e.table})
+		if err == nil || !strings.Contains(err.Error(), "does not exist and create_table is off") {
+			t.Fatalf("New: %v", err)
+		}
+	})
+}
+
+// TestSchemaQualifiedQuotedName writes to a schema-qualified table whose
+// names need quoting.
+func TestSchemaQualifiedQuotedName(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	schema := "Weir Schema " + testenv.Suffix()
+	e.exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	t.Cleanup(func() { e.exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") })
+	table := `Events "x"`
+	s := e.open(t, e.dsn, Options{Table: schema + "." + table})
+	if _, err := s.Commit(ctx, sink.NewBatch(mkRecords("q", 10))); err != nil {
+		t.Fatal(err)
+	}
+	c := e.conn(ctx)
+	defer c.Close(ctx)
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, table}.Sanitize()).Scan(&n); err != nil || n != 10 {
+		t.Fatalf("count: %d, %v", n, err)
+	}
+	if _, err := New(ctx, Options{DSN: e.dsn, Table: "a.b.c"}); err == nil {
+		t.Fatal("three-part name accepted")
+	}
+}
+
+// TestBisectionIsBounded puts server-only poison into a large batch and
+// checks the number of probes, and that a batch of nothing but poison
+// still costs at most MaxProbes + n statements.
+func TestBisectionIsBounded(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.open(t, e.dsn, Options{PayloadType: PayloadJSONB, MaxProbes: 64})
+	recs := mkRecords("b", 4096)
+	bad := map[int]bool{7: true, 2000: true, 4095: true}
+	for i := range bad {
+		recs[i].Payload = []byte(`"\u0000"`)
+	}
+	before := s.Stats()
+	res, err := s.Commit(ctx, sink.NewBatch(recs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rejected) != len(bad) {
+		t.Fatalf("rejected %v", res.Rejected)
+	}
+	for _, rj := range res.Rejected {
+		if !bad[rj.Index] || !strings.Contains(rj.Reason, "22P05") {
+			t.Fatalf("rejection %+v", rj)
+		}
+	}
+	probes := s.Stats().Probes - before.Probes
+	t.Logf("3 bad rows in 4096: %d probes", probes)
+	if probes > 2*3*13 {
+		t.Fatalf("%d probes for 3 bad rows", probes)
+	}
+	if rows, _ := e.countDistinct(ctx); rows != 4096-3 {
+		t.Fatalf("%d rows", rows)
+	}
+
+	all := mkRecords("p", 200)
+	for i := range all {
+		all[i].Payload = []byte(`"\u0000"`)
+	}
+	before = s.Stats()
+	res, err = s.Commit(ctx, sink.NewBatch(all))
+	if err != nil || len(res.Rejected) != 200 {
+		t.Fatalf("%v, %d rejected", err, len(res.Rejected))
+	}
+	if p := s.Stats().Probes - before.Probes; p > 64+200 {
+		t.Fatalf("%d probes for 200 bad rows, bound %d", p, 64+200)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for code, transient := range map[string]bool{
+		"40001": true, "40P01": true, "57P01": true, "53100": true, "53300": true, "08006": true,
+		"42P01": false, "28P01": false, "42501": false, "3D000": false, "57P04": false, "XX000": false,
+	} {
+		err := classify("x", &pgconn.PgError{Code: code}, false)
+		if sink.IsTransient(err) != transient {
+			t.Errorf("%s: transient = %v, want %v", code, !transient, transient)
+		}
+	}
+	if !sink.IsTransient(classify("x", context.DeadlineExceeded, false)) {
+		t.Error("deadline not transient")
+	}
+	if !sink.IsTransient(classify("x", fmt.Errorf("boom"), true)) {
+		t.Error("error on a closed connection not transient")
+	}
+	if !isDataError(&pgconn.PgError{Code: "22P05"}) || isDataError(&pgconn.PgError{Code: "42P01"}) {
+		t.Error("isDataError")
+	}
+}
+
+func TestAuthFailureIsPermanent(t *testing.T) {
+	e := newEnv(t)
+	dsn := strings.Replace(e.dsn, "postgres@", "weir_no_such_user@", 1)
+	if dsn == e.dsn {
+		t.Skip("DSN does not name the user in URL form")
+	}
+	_, err := New(context.Background(), Options{DSN: dsn, Table: e.table, CreateTable: true, Timeout: 5 * time.Second})
+	if err == nil || sink.IsTransient(err) {
+		t.Fatalf("New with an unknown role: %v (transient=%v), want permanent", err, sink.IsTransient(err))
+	}
+}

@@ -1,0 +1,163 @@
+// Package testenv finds the real database servers that integration tests
+// run against, and gives those tests a few shared tools: unique table
+// names and a TCP proxy that can cut a server off.
+//
+// A server is found through an environment variable naming its DSN, with a
+// default for the machine's local server. When the server cannot be
+// reached the test is skipped with a loud message — unless
+// WEIR_REQUIRE_SERVICES=1, in which case it fails. CI sets that variable so
+// that a missing server can never turn into a silently green run.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+)
+
+// Environment variables and their defaults.
+const (
+	PostgresEnv     = "WEIR_TEST_POSTGRES_DSN"
+	PostgresDefault = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	MySQLEnv        = "WEIR_TEST_MYSQL_DSN"
+	MySQLDefault    = "root@tcp(127.0.0.1:3306)/test"
+	RequireEnv      = "WEIR_REQUIRE_SERVICES"
+)
+
+// probeTimeout bounds how long a reachability check may take.
+const probeTimeout = 5 * time.Second
+
+var (
+	probeMu sync.Mutex
+	probed  = map[string]error{} // dsn -> result of the first probe
+)
+
+// Postgres returns the DSN of the test PostgreSQL server, or skips (fails
+// under WEIR_REQUIRE_SERVICES=1) when it cannot be reached.
+func Postgres(t testing.TB) string {
+	t.Helper()
+	return service(t, "PostgreSQL", PostgresEnv, PostgresDefault, func(ctx context.Context, dsn string) error {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		return conn.Ping(ctx)
+	})
+}
+
+// MySQL returns the DSN (go-sql-driver form) of the test MySQL or MariaDB
+// server, or skips (fails under WEIR_REQUIRE_SERVICES=1) when it cannot be
+// reached.
+func MySQL(t testing.TB) string {
+	t.Helper()
+	return service(t, "MySQL/MariaDB", MySQLEnv, MySQLDefault, func(ctx context.Context, dsn string) error {
+		if _, err := mysql.ParseDSN(dsn); err != nil {
+			return err
+		}
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		return db.PingContext(ctx)
+	})
+}
+
+// Required reports whether WEIR_REQUIRE_SERVICES=1 is set.
+func Required() bool { return os.Getenv(RequireEnv) == "1" }
+
+func service(t testing.TB, name, env, def string, probe func(context.Context, string) error) string {
+	t.Helper()
+	dsn := os.Getenv(env)
+	if dsn == "" {
+		dsn = def
+	}
+	probeMu.Lock()
+	err, done := probed[dsn]
+	if !done {
+		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		err = probe(ctx, dsn)
+		cancel()
+		probed[dsn] = err
+	}
+	probeMu.Unlock()
+	if err != nil {
+		msg := fmt.Sprintf("%s is not reachable at %s=%q: %v", name, env, dsn, err)
+		if Required() {
+			t.Fatalf("%s (%s=1: a missing service is a failure)", msg, RequireEnv)
+		}
+		t.Skipf("\n*** SKIPPING: %s\n*** set %s to a reachable server, or %s=1 to make this a failure", msg, env, RequireEnv)
+	}
+	return dsn
+}
+
+// Suffix is a random lowercase hex string for unique object names.
+func Suffix() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// TableName is a unique table name beginning with prefix.
+func TableName(prefix string) string { return prefix + "_" + Suffix() }
+
+// PostgresVia rewrites a PostgreSQL DSN (URL or keyword/value form) to
+// connect to addr (host:port) instead.
+func PostgresVia(dsn, addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Host = net.JoinHostPort(host, port)
+		return u.String(), nil
+	}
+	// Keyword/value form: later settings win.
+	return fmt.Sprintf("%s host=%s port=%s", dsn, host, port), nil
+}
+
+// PostgresTarget is the host:port a PostgreSQL DSN connects to.
+func PostgresTarget(dsn string) (string, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), nil
+}
+
+// MySQLVia rewrites a go-sql-driver DSN to connect over TCP to addr.
+func MySQLVia(dsn, addr string) (string, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", err
+	}
+	cfg.Net, cfg.Addr = "tcp", addr
+	return cfg.FormatDSN(), nil
+}
+
+// MySQLTarget is the host:port a go-sql-driver DSN connects to.
+func MySQLTarget(dsn string) (string, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", err
+	}
+	if cfg.Net != "tcp" {
+		return "", fmt.Errorf("testenv: DSN uses %q, not tcp", cfg.Net)
+	}
+	return cfg.Addr, nil
+}
