@@ -927,12 +927,25 @@ func reproducer(spec *dstSpec) string {
 // report formats violations, and pins the spec when WEIR_DST_PIN is set.
 func report(spec *dstSpec, vs []dstViolation) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "invariant %q violated: %s", vs[0].Invariant, vs[0].Detail)
-	for _, v := range vs[1:min(len(vs), 6)] {
-		fmt.Fprintf(&b, "\n  also %q: %s", v.Invariant, v.Detail)
+	// The first violation, then the first of each other invariant, with
+	// how often each was violated.
+	count := map[string]int{}
+	var first []dstViolation
+	for _, v := range vs {
+		if count[v.Invariant] == 0 {
+			first = append(first, v)
+		}
+		count[v.Invariant]++
 	}
-	if len(vs) > 6 {
-		fmt.Fprintf(&b, "\n  (%d more)", len(vs)-6)
+	for i, v := range first {
+		if i == 0 {
+			fmt.Fprintf(&b, "invariant %q violated: %s", v.Invariant, v.Detail)
+		} else {
+			fmt.Fprintf(&b, "\n  also %q: %s", v.Invariant, v.Detail)
+		}
+		if n := count[v.Invariant]; n > 1 {
+			fmt.Fprintf(&b, " (and %d more like it)", n-1)
+		}
 	}
 	fmt.Fprintf(&b, "\nreproduce: %s", reproducer(spec))
 	if os.Getenv("WEIR_DST_PIN") != "" {
