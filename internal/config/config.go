@@ -73,8 +73,29 @@ type Config struct {
 
 // SinkConfig chooses and configures the sink the drain delivers to.
 type SinkConfig struct {
-	Type string     // sink.type: "file"
-	File FileConfig // [sink.file]
+	Type     string         // sink.type: "file", "postgres" or "mysql"
+	File     FileConfig     // [sink.file]
+	Postgres PostgresConfig // [sink.postgres]
+	MySQL    MySQLConfig    // [sink.mysql]
+}
+
+// PostgresConfig configures the PostgreSQL sink.
+type PostgresConfig struct {
+	DSN          string        // sink.postgres.dsn
+	Table        string        // sink.postgres.table
+	PayloadType  string        // sink.postgres.payload_type: bytea|jsonb
+	BatchRecords int           // sink.postgres.batch_records
+	CreateTable  bool          // sink.postgres.create_table
+	Timeout      time.Duration // sink.postgres.timeout
+}
+
+// MySQLConfig configures the MySQL/MariaDB sink.
+type MySQLConfig struct {
+	DSN          string        // sink.mysql.dsn
+	Table        string        // sink.mysql.table
+	PayloadType  string        // sink.mysql.payload_type: blob|json
+	BatchRecords int           // sink.mysql.batch_records
+	Timeout      time.Duration // sink.mysql.timeout
 }
 
 // FileConfig configures the NDJSON file sink.
@@ -232,6 +253,15 @@ func validate(ks []knob, c *Config, wd string) []error {
 	if c.WABDir != "" && c.WABDir == c.Sink.File.Dir {
 		k := knobByKey(ks, "sink.file.dir")
 		errs = append(errs, invalid(k, fmt.Sprintf("%q", c.Sink.File.Dir), "must differ from wab_dir"))
+	}
+	for _, need := range []struct{ typ, key, dsn string }{
+		{"postgres", "sink.postgres.dsn", c.Sink.Postgres.DSN},
+		{"mysql", "sink.mysql.dsn", c.Sink.MySQL.DSN},
+	} {
+		if c.Sink.Type == need.typ && need.dsn == "" {
+			errs = append(errs, invalid(knobByKey(ks, need.key), `""`,
+				fmt.Sprintf("is required because sink.type is %q", need.typ)))
+		}
 	}
 	if c.DrainRetryMax < c.DrainRetryBase {
 		k := knobByKey(ks, "drain_retry_max")

@@ -42,6 +42,14 @@ const (
 	DefaultFileMaxBytes     = filesink.DefaultMaxBytes
 	DefaultFileMaxAge       = filesink.DefaultMaxAge
 	DefaultFileBatchRecords = filesink.DefaultMaxBatchSize
+	DefaultPGTable          = "weir_records"
+	DefaultPGPayloadType    = "bytea"
+	DefaultPGBatchRecords   = 4096
+	DefaultPGTimeout        = 30 * time.Second
+	DefaultMySQLTable       = "weir_records"
+	DefaultMySQLPayloadType = "blob"
+	DefaultMySQLBatch       = 4096
+	DefaultMySQLTimeout     = 30 * time.Second
 	DefaultMetricsBind      = "127.0.0.1"
 	DefaultMetricsPort      = 9185
 	DefaultLiveStallTimeout = time.Minute
@@ -71,6 +79,7 @@ const (
 	kindDuration kind = "duration"
 	kindAddress  kind = "address"
 	kindList     kind = "list"
+	kindBool     kind = "boolean"
 )
 
 // knob is one configuration setting. The table returned by knobs is the only
@@ -431,6 +440,77 @@ func listKnob(key, rangeText, help string, check func(string) error, field func(
 	})
 }
 
+// boolKnob is true or false; TOML takes a boolean (or the string form).
+func boolKnob(key string, def bool, help string, field func(*partial) **bool, out func(*Config) *bool) knob {
+	parse := func(s string) (bool, error) {
+		switch strings.ToLower(strings.TrimSpace(s)) {
+		case "true", "1", "yes", "on":
+			return true, nil
+		case "false", "0", "no", "off":
+			return false, nil
+		}
+		return false, fmt.Errorf("want true or false, got %q", s)
+	}
+	return newKnob(spec[bool]{
+		key: key, help: help, kind: kindBool, def: def,
+		rangeText: "true or false",
+		field:     field, out: out,
+		parse: parse,
+		fromTOML: func(v any) (bool, error) {
+			switch v := v.(type) {
+			case bool:
+				return v, nil
+			case string:
+				return parse(v)
+			}
+			return false, fmt.Errorf("want a boolean, got %s", tomlType(v))
+		},
+		format: strconv.FormatBool,
+	})
+}
+
+// dsnKnob is a database connection string. It is never echoed back in
+// messages: it may hold a password.
+func dsnKnob(key, rangeText, help string, field func(*partial) **string, out func(*Config) *string) knob {
+	return newKnob(spec[string]{
+		key: key, help: help, kind: kindString, def: "",
+		rangeText: rangeText,
+		field:     field, out: out,
+		parse:    func(s string) (string, error) { return s, nil },
+		fromTOML: tomlString,
+		format: func(v string) string {
+			if v == "" {
+				return `""`
+			}
+			return "(set, not shown)"
+		},
+	})
+}
+
+// identKnob is a table name: "name" or "schema.name", used verbatim.
+func identKnob(key, def, help string, field func(*partial) **string, out func(*Config) *string) knob {
+	return newKnob(spec[string]{
+		key: key, help: help, kind: kindString, def: def,
+		rangeText: "a table name or schema.table, used verbatim (case-sensitive), at most 63 bytes per part",
+		field:     field, out: out,
+		parse:    func(s string) (string, error) { return s, nil },
+		fromTOML: tomlString,
+		check: func(v string) string {
+			parts := strings.Split(v, ".")
+			if v == "" || len(parts) > 2 {
+				return "must be a table name or schema.table"
+			}
+			for _, p := range parts {
+				if p == "" || len(p) > 63 || strings.ContainsRune(p, 0) {
+					return "each part must be 1 to 63 bytes, without NUL"
+				}
+			}
+			return ""
+		},
+		format: func(v string) string { return fmt.Sprintf("%q", v) },
+	})
+}
+
 // splitList splits a comma-separated list, trimming space and dropping
 // empty entries.
 func splitList(s string) []string {
@@ -508,7 +588,7 @@ func knobs() []knob {
 		durationKnob("drain_retry_max", DefaultDrainRetryMax, time.Millisecond, time.Hour, "Cap on the drain's back-off between retries; at least drain_retry_base.",
 			func(p *partial) **time.Duration { return &p.DrainRetryMax }, func(c *Config) *time.Duration { return &c.DrainRetryMax }),
 
-		enumKnob("sink.type", DefaultSinkType, []string{"file"}, "Which sink the drain delivers to.",
+		enumKnob("sink.type", DefaultSinkType, []string{"file", "postgres", "mysql"}, "Which sink the drain delivers to.",
 			func(p *partial) **string { return &p.SinkType }, func(c *Config) *string { return &c.Sink.Type }),
 		pathKnob("sink.file.dir", "", "<data_dir>/"+DefaultFileSinkName, "Directory the file sink writes its NDJSON files to.",
 			func(p *partial) **string { return &p.FileDir }, func(c *Config) *string { return &c.Sink.File.Dir }),
@@ -518,6 +598,32 @@ func knobs() []knob {
 			func(p *partial) **time.Duration { return &p.FileMaxAge }, func(c *Config) *time.Duration { return &c.Sink.File.MaxAge }),
 		intKnob("sink.file.batch_records", DefaultFileBatchRecords, 1, 1<<20, "Most records the file sink takes per commit.",
 			func(p *partial) **int { return &p.FileBatchRecords }, func(c *Config) *int { return &c.Sink.File.BatchRecords }),
+
+		dsnKnob("sink.postgres.dsn", "a libpq URL or key=value string; required when sink.type is \"postgres\"",
+			"PostgreSQL connection string, such as postgres://weir@db:5432/ingest?sslmode=verify-full. Holds the password if any; never logged.",
+			func(p *partial) **string { return &p.PGDSN }, func(c *Config) *string { return &c.Sink.Postgres.DSN }),
+		identKnob("sink.postgres.table", DefaultPGTable, "Table the Postgres sink writes to.",
+			func(p *partial) **string { return &p.PGTable }, func(c *Config) *string { return &c.Sink.Postgres.Table }),
+		enumKnob("sink.postgres.payload_type", DefaultPGPayloadType, []string{"bytea", "jsonb"}, "Column type of payload; with jsonb a record that is not valid JSON is dead-lettered.",
+			func(p *partial) **string { return &p.PGPayloadType }, func(c *Config) *string { return &c.Sink.Postgres.PayloadType }),
+		intKnob("sink.postgres.batch_records", DefaultPGBatchRecords, 1, 65536, "Most records the Postgres sink takes per transaction.",
+			func(p *partial) **int { return &p.PGBatchRecords }, func(c *Config) *int { return &c.Sink.Postgres.BatchRecords }),
+		boolKnob("sink.postgres.create_table", true, "Create the table when it does not exist; an existing table is always checked.",
+			func(p *partial) **bool { return &p.PGCreateTable }, func(c *Config) *bool { return &c.Sink.Postgres.CreateTable }),
+		durationKnob("sink.postgres.timeout", DefaultPGTimeout, time.Second, time.Hour, "Time allowed for one commit (a timeout is retried).",
+			func(p *partial) **time.Duration { return &p.PGTimeout }, func(c *Config) *time.Duration { return &c.Sink.Postgres.Timeout }),
+
+		dsnKnob("sink.mysql.dsn", "a go-sql-driver DSN, user:password@tcp(host:port)/database; required when sink.type is \"mysql\"",
+			"MySQL or MariaDB connection string. Holds the password if any; never logged.",
+			func(p *partial) **string { return &p.MySQLDSN }, func(c *Config) *string { return &c.Sink.MySQL.DSN }),
+		identKnob("sink.mysql.table", DefaultMySQLTable, "Table (or database.table) the MySQL sink writes to; created when missing.",
+			func(p *partial) **string { return &p.MySQLTable }, func(c *Config) *string { return &c.Sink.MySQL.Table }),
+		enumKnob("sink.mysql.payload_type", DefaultMySQLPayloadType, []string{"blob", "json"}, "Column type of payload (LONGBLOB or JSON); with json a record that is not valid JSON is dead-lettered.",
+			func(p *partial) **string { return &p.MySQLPayloadType }, func(c *Config) *string { return &c.Sink.MySQL.PayloadType }),
+		intKnob("sink.mysql.batch_records", DefaultMySQLBatch, 1, 65536, "Most records the MySQL sink takes per commit (one INSERT unless max_allowed_packet forces a split).",
+			func(p *partial) **int { return &p.MySQLBatchRecords }, func(c *Config) *int { return &c.Sink.MySQL.BatchRecords }),
+		durationKnob("sink.mysql.timeout", DefaultMySQLTimeout, time.Second, time.Hour, "Time allowed for one commit (a timeout is retried).",
+			func(p *partial) **time.Duration { return &p.MySQLTimeout }, func(c *Config) *time.Duration { return &c.Sink.MySQL.Timeout }),
 
 		hostKnob("metrics_bind", DefaultMetricsBind, "Address the metrics and health endpoint listens on: an IP address or a host name. The endpoint is unauthenticated; keep it on loopback or a private network.",
 			func(p *partial) **string { return &p.MetricsBind }, func(c *Config) *string { return &c.MetricsBind }),
@@ -562,6 +668,15 @@ type partial struct {
 	FileMaxBytes     *int64
 	FileMaxAge       *time.Duration
 	FileBatchRecords *int
+
+	PGDSN, PGTable, PGPayloadType *string
+	PGBatchRecords                *int
+	PGCreateTable                 *bool
+	PGTimeout                     *time.Duration
+
+	MySQLDSN, MySQLTable, MySQLPayloadType *string
+	MySQLBatchRecords                      *int
+	MySQLTimeout                           *time.Duration
 
 	MetricsBind      *string
 	MetricsPort      *int
