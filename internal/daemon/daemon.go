@@ -14,6 +14,8 @@ import (
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/server"
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/sink/mysqlsink"
+	"github.com/weir-io/weir/internal/sink/pgsink"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/wab"
@@ -151,6 +153,28 @@ func openSink(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logg
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open file sink: %w", err)
+		}
+		return s, nil
+	case "postgres":
+		pc := cfg.Sink.Postgres
+		s, err := pgsink.New(ctx, pgsink.Options{
+			DSN: pc.DSN, Table: pc.Table, PayloadType: pc.PayloadType, CreateTable: pc.CreateTable,
+			MaxBatchSize: pc.BatchRecords, Timeout: pc.Timeout,
+			Logger: log.With("component", "sink", "sink", "postgres"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open postgres sink: %w", err)
+		}
+		return s, nil
+	case "mysql":
+		mc := cfg.Sink.MySQL
+		s, err := mysqlsink.New(ctx, mysqlsink.Options{
+			DSN: mc.DSN, Table: mc.Table, PayloadType: mc.PayloadType,
+			MaxBatchSize: mc.BatchRecords, Timeout: mc.Timeout,
+			Logger: log.With("component", "sink", "sink", "mysql"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open mysql sink: %w", err)
 		}
 		return s, nil
 	default:
