@@ -34,6 +34,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tel, err := startTelemetry(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer tel.stop()
 	if err := fs.MkdirAll(cfg.WABDir, 0o700); err != nil {
 		return fmt.Errorf("create wab_dir: %w", err)
 	}
@@ -50,10 +55,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		QueueCapacity:    cfg.QueueCapacity,
 		MaxRecordBytes:   cfg.MaxFrameBytes,
 		Logger:           log.With("component", "wab"),
+		Observer:         tel.m,
 	})
 	if err != nil {
 		return fmt.Errorf("open write-ahead buffer: %w", err)
 	}
+	tel.watchWAB(fs, wlog)
 	closeWAB := func(ctx context.Context) error {
 		if err := wlog.Close(ctx); err != nil {
 			return fmt.Errorf("close write-ahead buffer: %w", err)
@@ -74,10 +81,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:    log.With("component", "drain"),
 		RetryBase: cfg.DrainRetryBase,
 		RetryMax:  cfg.DrainRetryMax,
+		Observer:  tel.m,
 	})
 	if err != nil {
 		return errors.Join(fmt.Errorf("start drain: %w", err), closeWAB(context.Background()), snk.Close())
 	}
+	tel.watchDrain(dr)
 	drainCtx, stopDrain := context.WithCancel(context.Background())
 	var drainWG sync.WaitGroup
 	drainWG.Add(1)
@@ -97,6 +106,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		QueueTimeout:     cfg.QueueTimeout,
 		ConnMaxInflight:  cfg.ConnMaxInflight,
 		Logger:           log.With("component", "server"),
+		Observer:         tel.m,
 	}, wlog)
 	if err := srv.ListenUnix(cfg.SocketPath); err != nil {
 		stopDrain()
@@ -113,9 +123,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return errors.Join(err, serr, closeWAB(sctx), snk.Close())
 	}
 	defer stopTLS()
+	tel.h.Ready()
 	log.Info("weir ready", "socket", cfg.SocketPath, "wab_dir", cfg.WABDir, "shards", cfg.Shards, "sink", snk.Name())
 
 	<-ctx.Done()
+	tel.h.NotReady("shutting down")
 	log.Info("shutting down", "shutdown_timeout", cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
