@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -74,6 +75,9 @@ type daemon struct {
 	log    *syncBuffer
 	done   chan struct{}
 	err    error
+
+	// metricsPort is the daemon's --metrics-port on 127.0.0.1.
+	metricsPort int
 }
 
 // newDaemon prepares a daemon in its own temporary data directory; start it
@@ -92,10 +96,24 @@ func newDaemon(t testing.TB, extra ...string) *daemon {
 			t.Logf("data directory kept for inspection: %s", dir)
 		}
 	})
-	d := &daemon{t: t, dir: dir, socket: filepath.Join(dir, "weir.sock")}
+	d := &daemon{t: t, dir: dir, socket: filepath.Join(dir, "weir.sock"), metricsPort: freePort(t)}
 	d.args = append([]string{"serve", "--data-dir", dir, "--log-level", "debug",
-		"--segment-max-age", "200ms", "--sink-file-max-age", "1s"}, extra...)
+		"--segment-max-age", "200ms", "--sink-file-max-age", "1s",
+		"--metrics-port", strconv.Itoa(d.metricsPort)}, extra...)
 	return d
+}
+
+// freePort picks a TCP port on 127.0.0.1 that is free right now, for a
+// daemon's metrics endpoint (every daemon gets its own, so tests never
+// contend for the default port).
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func (d *daemon) outDir() string { return filepath.Join(d.dir, "out") }
