@@ -37,7 +37,7 @@
 // and replay idempotent.
 //
 // COPY into a temporary staging table followed by INSERT … SELECT … ON
-// CONFLICT DO NOTHING was measured too (docs/benchmarks.md): about 15%
+// CONFLICT DO NOTHING was measured too (docs/benchmarks_sinks.md): about 15%
 // faster, but it needs per-session state (which a pooler in transaction
 // mode does not keep), and pgx's CopyFrom can panic when the server
 // terminates the connection mid-copy — exactly the fault this sink must
