@@ -1,0 +1,187 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/weir-io/weir/source"
+	"github.com/weir-io/weir/wab"
+)
+
+// Defaults for GateOptions.
+const (
+	// DefaultGateMaxRequestRecords bounds the records of one buffer request.
+	DefaultGateMaxRequestRecords = 1024
+	// DefaultGateMaxRequestBytes bounds the encoded size of one buffer
+	// request, so that a large Write does not produce a segment much larger
+	// than the buffer's SegmentMaxBytes.
+	DefaultGateMaxRequestBytes int64 = 4 << 20
+	// DefaultGateQueueWait is how long a request waits for room in a full
+	// shard queue before Write gives up with wab.ErrQueueTimeout.
+	DefaultGateQueueWait = 5 * time.Second
+)
+
+// GateOptions configure NewWABGate. A zero field takes its default.
+type GateOptions struct {
+	// MaxRequestRecords and MaxRequestBytes bound each buffer request a
+	// Write is split into (defaults DefaultGateMaxRequestRecords,
+	// DefaultGateMaxRequestBytes). A single record larger than
+	// MaxRequestBytes travels in a request of its own.
+	MaxRequestRecords int
+	MaxRequestBytes   int64
+	// MaxRecordBytes must match the buffer's Options.MaxRecordBytes
+	// (default wab.DefaultMaxRecordBytes). Write checks every payload
+	// against it before submitting anything, so that an oversized record
+	// fails the whole Write with wab.ErrRecordTooLarge and nothing of it is
+	// written.
+	MaxRecordBytes int
+	// QueueWait: see DefaultGateQueueWait.
+	QueueWait time.Duration
+}
+
+func (o GateOptions) withDefaults() GateOptions {
+	if o.MaxRequestRecords <= 0 {
+		o.MaxRequestRecords = DefaultGateMaxRequestRecords
+	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = DefaultGateMaxRequestBytes
+	}
+	if o.MaxRecordBytes <= 0 {
+		o.MaxRecordBytes = wab.DefaultMaxRecordBytes
+	}
+	if o.QueueWait <= 0 {
+		o.QueueWait = DefaultGateQueueWait
+	}
+	return o
+}
+
+// ErrGate wraps every error WABGate.Write returns, next to the cause
+// (a wab error such as wab.ErrShardFailed, wab.ErrQueueTimeout,
+// wab.ErrRecordTooLarge or wab.ErrClosed, or the context's error).
+var ErrGate = errors.New("engine: gate write failed")
+
+// WABGate is the gate of a pipeline with a write-ahead buffer: Write
+// returns once every record is fdatasynced in a segment whose directory
+// entry is durable (the buffer's Durable tier).
+//
+// Placement: all records of one source go to one shard, chosen by a hash
+// of the source's name. A source's records then sit in one shard in the
+// order it read them, so the drain delivers them in that order, and one
+// Write costs one group-committed fdatasync instead of one per shard. Many
+// sources spread over the shards by their names. A source that needs more
+// than one shard's throughput should be split into several named instances
+// (one per partition set).
+type WABGate struct {
+	log  *wab.Log
+	opts GateOptions
+}
+
+var _ source.Gate = (*WABGate)(nil)
+
+// NewWABGate returns a gate writing to log.
+func NewWABGate(log *wab.Log, opts GateOptions) (*WABGate, error) {
+	if log == nil {
+		return nil, errors.New("engine: NewWABGate: nil log")
+	}
+	return &WABGate{log: log, opts: opts.withDefaults()}, nil
+}
+
+// ShardFor is the shard a source's records are written to.
+func (g *WABGate) ShardFor(sourceName string) int {
+	h := fnv.New32a()
+	h.Write([]byte(sourceName))
+	return int(h.Sum32() % uint32(g.log.Shards()))
+}
+
+// Write submits recs under the Durable tier, each with its encoded Origin
+// as Meta, and returns nil once every request has been acknowledged. On
+// any error none of recs may be considered durable (some may be; written
+// again they are deduplicated by id).
+//
+// The buffer keeps referring to the payloads until the requests are
+// finished, which may be after Write returned early because ctx ended: a
+// caller must not reuse a payload's memory after passing it to Write.
+func (g *WABGate) Write(ctx context.Context, recs []source.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	for i := range recs {
+		if n := len(recs[i].Payload); n > g.opts.MaxRecordBytes {
+			return fmt.Errorf("%w: record %d of %q: %w: %d bytes, limit %d",
+				ErrGate, i, recs[i].Source, wab.ErrRecordTooLarge, n, g.opts.MaxRecordBytes)
+		}
+	}
+	reqs := g.split(recs)
+	done := make(chan error, len(reqs))
+	submitted := 0
+	var firstErr error
+	for _, r := range reqs {
+		r.req.Done = func(err error) { done <- err }
+		if err := g.log.Submit(ctx, r.shard, r.req, g.opts.QueueWait); err != nil {
+			firstErr = fmt.Errorf("%w: submit to shard %d: %w", ErrGate, r.shard, err)
+			break
+		}
+		submitted++
+	}
+	for ; submitted > 0; submitted-- {
+		select {
+		case err := <-done:
+			if err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("%w: %w", ErrGate, err)
+			}
+		case <-ctx.Done():
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%w: %w", ErrGate, ctx.Err())
+			}
+			return firstErr
+		}
+	}
+	return firstErr
+}
+
+type shardReq struct {
+	shard int
+	req   *wab.Request
+}
+
+// split cuts recs into requests within the limits, keeping each source's
+// records in order on its shard.
+func (g *WABGate) split(recs []source.Record) []shardReq {
+	now := time.Now().UnixNano()
+	var out []shardReq
+	open := map[int]int{} // shard -> index in out of the request being filled
+	var openBytes = map[int]int64{}
+	var lastSource string
+	lastShard := -1
+	for i := range recs {
+		r := &recs[i]
+		shard := lastShard
+		if shard < 0 || r.Source != lastSource {
+			shard = g.ShardFor(r.Source)
+			lastSource, lastShard = r.Source, shard
+		}
+		meta := source.EncodeOrigin(source.Origin{ID: r.ID, Source: r.Source})
+		size := wab.RecordSize(len(meta), len(r.Payload))
+		idx, ok := open[shard]
+		if ok {
+			req := out[idx].req
+			if len(req.Payloads) >= g.opts.MaxRequestRecords || openBytes[shard]+size > g.opts.MaxRequestBytes {
+				ok = false
+			}
+		}
+		if !ok {
+			out = append(out, shardReq{shard: shard, req: &wab.Request{Durability: wab.Durable, Received: now}})
+			idx = len(out) - 1
+			open[shard] = idx
+			openBytes[shard] = 0
+		}
+		req := out[idx].req
+		req.Payloads = append(req.Payloads, r.Payload)
+		req.Metas = append(req.Metas, meta)
+		openBytes[shard] += size
+	}
+	return out
+}

@@ -1,0 +1,104 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/source"
+)
+
+type gateFunc func(context.Context, []source.Record) error
+
+func (f gateFunc) Write(ctx context.Context, r []source.Record) error { return f(ctx, r) }
+
+func TestCheckerPrefixCommit(t *testing.T) {
+	var ix engine.PayloadIndex
+	batch := recs("k", 0, 10)
+	for i, r := range batch {
+		ix.Add(r.Payload, engine.Position{Source: "k", Partition: "t/0", Offset: int64(i)})
+	}
+	fail := false
+	g := gateFunc(func(context.Context, []source.Record) error {
+		if fail {
+			return errors.New("boom")
+		}
+		return nil
+	})
+	var seen []engine.Violation
+	c := engine.NewChecker(g, ix.Locate, func(v engine.Violation) { seen = append(seen, v) })
+	c.Expect(ix.Positions()...)
+	ctx := context.Background()
+	if err := c.Write(ctx, batch[:5]); err != nil {
+		t.Fatal(err)
+	}
+	c.Committed("k", "t/0", 5) // exactly the durable prefix
+	c.Committed("k", "t/0", 3) // lagging
+	if len(seen) != 0 {
+		t.Fatalf("violations on a sound commit: %v", seen)
+	}
+	// Records 5..9 are known (expected) but not durable: a commit of 7 leads.
+	c.Committed("k", "t/0", 7)
+	if len(seen) != 1 || seen[0].Kind != "lead" || len(seen[0].Missing) != 2 || seen[0].Missing[0].Offset != 5 {
+		t.Fatalf("violations = %v", seen)
+	}
+	// A failed write makes nothing durable.
+	fail = true
+	_ = c.Write(ctx, batch[5:])
+	c.Committed("k", "t/0", 10)
+	if len(seen) != 2 {
+		t.Fatalf("violations = %v", seen)
+	}
+	// A skipped record is caught: 8 and 9 durable, 5..7 not.
+	fail = false
+	if err := c.Write(ctx, batch[8:]); err != nil {
+		t.Fatal(err)
+	}
+	c.Committed("k", "t/0", 10)
+	if len(seen) != 3 || len(seen[2].Missing) != 3 {
+		t.Fatalf("violations = %v", seen)
+	}
+	if st := c.Stats(); st.Durable != 7 || st.Known != 10 || st.Commits != 5 {
+		t.Fatalf("stats = %+v", st)
+	}
+	if m := c.Missing(); len(m) != 3 || m[0].Offset != 5 {
+		t.Fatalf("missing = %v", m)
+	}
+}
+
+func TestCheckerAckAndIDChange(t *testing.T) {
+	var ix engine.PayloadIndex
+	batch := recs("n", 1, 3)
+	for i, r := range batch {
+		ix.Add(r.Payload, engine.Position{Source: "n", Partition: "S", Offset: int64(i + 1)})
+	}
+	var seen []engine.Violation
+	c := engine.NewChecker(gateFunc(func(context.Context, []source.Record) error { return nil }), ix.Locate,
+		func(v engine.Violation) { seen = append(seen, v) })
+	ctx := context.Background()
+	if err := c.Write(ctx, batch[:1]); err != nil {
+		t.Fatal(err)
+	}
+	c.Acked("n", "S", 1)
+	c.Acked("n", "S", 2)
+	if len(seen) != 1 || seen[0].Kind != "lead" {
+		t.Fatalf("violations = %v", seen)
+	}
+	// The same position again with the same id: a redelivery, fine.
+	if err := c.Write(ctx, batch[:1]); err != nil {
+		t.Fatal(err)
+	}
+	// With another id: reported.
+	again := batch[0]
+	again.ID[0] ^= 1
+	if err := c.Write(ctx, []source.Record{again}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || seen[1].Kind != "id-changed" {
+		t.Fatalf("violations = %v", seen)
+	}
+	if st := c.Stats(); st.Rewrites != 2 {
+		t.Fatalf("stats = %+v", st)
+	}
+}
