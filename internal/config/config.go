@@ -61,6 +61,11 @@ type Config struct {
 	DrainRetryBase time.Duration // drain_retry_base
 	DrainRetryMax  time.Duration // drain_retry_max
 
+	DrainMaxRetries         int           // drain_max_retries
+	DeadLetterMaxBytes      int64         // dead_letter_max_bytes
+	DeadLetterCheckInterval time.Duration // dead_letter_check_interval
+	SinkHealthInterval      time.Duration // sink_health_interval
+
 	Sink SinkConfig // [sink]
 
 	MetricsBind      string        // metrics_bind

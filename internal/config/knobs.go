@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/sink/filesink"
 	"github.com/weir-io/weir/internal/tlsconf"
 	"github.com/weir-io/weir/wab"
@@ -36,8 +37,12 @@ const (
 	DefaultSegmentMaxBytes  = wab.DefaultSegmentMaxBytes
 	DefaultSegmentMaxAge    = wab.DefaultSegmentMaxAge
 	DefaultPreallocateBytes = wab.DefaultPreallocateBytes
-	DefaultDrainRetryBase   = 100 * time.Millisecond
-	DefaultDrainRetryMax    = 10 * time.Second
+	DefaultDrainRetryBase   = drain.DefaultRetryBase
+	DefaultDrainRetryMax    = drain.DefaultRetryMax
+	DefaultDrainMaxRetries  = drain.DefaultMaxRetries
+	DefaultDeadLetterMax    = drain.DefaultDeadLetterMaxBytes
+	DefaultDeadLetterCheck  = drain.DefaultDeadLetterCheckInterval
+	DefaultHealthInterval   = drain.DefaultHealthInterval
 	DefaultSinkType         = "file"
 	DefaultFileMaxBytes     = filesink.DefaultMaxBytes
 	DefaultFileMaxAge       = filesink.DefaultMaxAge
@@ -587,6 +592,14 @@ func knobs() []knob {
 			func(p *partial) **time.Duration { return &p.DrainRetryBase }, func(c *Config) *time.Duration { return &c.DrainRetryBase }),
 		durationKnob("drain_retry_max", DefaultDrainRetryMax, time.Millisecond, time.Hour, "Cap on the drain's back-off between retries; at least drain_retry_base.",
 			func(p *partial) **time.Duration { return &p.DrainRetryMax }, func(c *Config) *time.Duration { return &c.DrainRetryMax }),
+		intKnob("drain_max_retries", DefaultDrainMaxRetries, 0, 1000, "Retries of a sub-batch after a transient sink error before the segment is set aside (left on disk, retried on a later pass).",
+			func(p *partial) **int { return &p.DrainMaxRetries }, func(c *Config) *int { return &c.DrainMaxRetries }),
+		sizeKnob("dead_letter_max_bytes", DefaultDeadLetterMax, 1<<20, 1<<40, "Cap on the dead-letter lane's size on disk; at the cap the drain blocks (state blocked_dead_letter_full) until an operator frees space.",
+			func(p *partial) **int64 { return &p.DeadLetterMaxBytes }, func(c *Config) *int64 { return &c.DeadLetterMaxBytes }),
+		durationKnob("dead_letter_check_interval", DefaultDeadLetterCheck, 10*time.Millisecond, time.Hour, "How often a drain blocked on a full dead-letter lane rescans it for space an operator freed.",
+			func(p *partial) **time.Duration { return &p.DeadLetterCheckInterval }, func(c *Config) *time.Duration { return &c.DeadLetterCheckInterval }),
+		durationKnob("sink_health_interval", DefaultHealthInterval, 100*time.Millisecond, time.Hour, "How often the sink's health is polled, also while idle or blocked (the weir_sink_health gauge).",
+			func(p *partial) **time.Duration { return &p.SinkHealthInterval }, func(c *Config) *time.Duration { return &c.SinkHealthInterval }),
 
 		enumKnob("sink.type", DefaultSinkType, []string{"file", "postgres", "mysql"}, "Which sink the drain delivers to.",
 			func(p *partial) **string { return &p.SinkType }, func(c *Config) *string { return &c.Sink.Type }),
@@ -662,6 +675,10 @@ type partial struct {
 	PreallocateBytes *int64
 
 	DrainRetryBase, DrainRetryMax *time.Duration
+	DrainMaxRetries               *int
+	DeadLetterMaxBytes            *int64
+	DeadLetterCheckInterval       *time.Duration
+	SinkHealthInterval            *time.Duration
 
 	SinkType         *string
 	FileDir          *string

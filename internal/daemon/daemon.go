@@ -81,7 +81,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:    log.With("component", "drain"),
 		RetryBase: cfg.DrainRetryBase,
 		RetryMax:  cfg.DrainRetryMax,
-		Observer:  tel.m,
+		MaxRetries:              drainRetries(cfg.DrainMaxRetries),
+		DeadLetterMaxBytes:      cfg.DeadLetterMaxBytes,
+		DeadLetterCheckInterval: cfg.DeadLetterCheckInterval,
+		HealthInterval:          cfg.SinkHealthInterval,
+		Observer:                tel.m,
 	})
 	if err != nil {
 		return errors.Join(fmt.Errorf("start drain: %w", err), closeWAB(context.Background()), snk.Close())
@@ -192,4 +196,13 @@ func openSink(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logg
 	default:
 		return nil, fmt.Errorf("sink.type %q: unknown sink", cfg.Sink.Type)
 	}
+}
+
+// drainRetries maps drain_max_retries to drain.Options.MaxRetries, where 0
+// means "the default" and a negative value means none.
+func drainRetries(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
