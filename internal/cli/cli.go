@@ -25,6 +25,7 @@ Usage:
   weir inspect [DIR]   describe every segment of a WAB directory (offline, read-only)
   weir verify  [DIR]   check a WAB directory; exit 1 on corruption (offline, read-only)
   weir deadletter list|show|replay|purge   manage the dead-letter lane
+  weir status          summary of a running daemon (reads its /metrics, /live, /ready)
   weir version         print the version
 
 Documentation: docs/ in the source tree.
@@ -48,6 +49,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return inspect(args[1:], stdout, stderr, false)
 	case "verify":
 		return inspect(args[1:], stdout, stderr, true)
+	case "status":
+		return status(args[1:], stdout, stderr)
 	case "deadletter":
 		return deadletter(args[1:], stdout, stderr)
 	case "version", "--version":

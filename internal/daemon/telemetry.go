@@ -29,7 +29,7 @@ type telemetry struct {
 // ready until ready is called.
 func startTelemetry(ctx context.Context, cfg *config.Config, log *slog.Logger) (*telemetry, error) {
 	log = log.With("component", "metrics")
-	m, reg := metrics.New(metrics.Config{Shards: cfg.Shards, Sink: cfg.Sink.Type})
+	m, reg := metrics.New(metrics.Config{Shards: cfg.Shards, Sink: cfg.Sink.Type, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes})
 	t := &telemetry{m: m, h: metrics.NewHealth(cfg.LiveStallTimeout, log), log: log}
 	t.h.NotReady("recovering the write-ahead buffer")
 	if cfg.MetricsPort == 0 {

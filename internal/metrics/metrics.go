@@ -39,6 +39,10 @@ type Config struct {
 	Shards int
 	// Sink is the sink's name, the value of the sink label.
 	Sink string
+	// DeadLetterMaxBytes is the dead-letter lane's cap, exported as
+	// weir_dead_letter_max_bytes so usage can be shown against it (0: not
+	// exported).
+	DeadLetterMaxBytes int64
 	// Version is reported by weir_build_info; empty takes the main
 	// module's version from the binary's build information.
 	Version string
@@ -195,6 +199,9 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 	m.retries = f.counter("weir_drain_retries_total", "Retries of a sub-batch after a transient sink error.")
 	m.dlFiles = f.gauge("weir_dead_letter_files", "Files in the dead-letter lane.")
 	m.dlBytes = f.gauge("weir_dead_letter_bytes", "Size in bytes of the dead-letter lane.")
+	if cfg.DeadLetterMaxBytes > 0 {
+		f.gauge("weir_dead_letter_max_bytes", "The dead-letter lane's cap (dead_letter_max_bytes): at it the drain blocks.").Set(float64(cfg.DeadLetterMaxBytes))
+	}
 	m.dlFull = f.counter("weir_dead_letter_full_total", "Times the drain entered blocked_dead_letter_full (once per entry, not per wake).")
 	m.dlRecords = f.counter("weir_dead_letter_records_total", "Records written to the dead-letter lane.")
 	m.segDelivered = f.counter("weir_segments_delivered_total", "Sealed segments fully delivered and removed by the drain.")

@@ -191,3 +191,39 @@ func TestDeadLetterCLI(t *testing.T) {
 		t.Fatalf("purge left the file: %v", err)
 	}
 }
+
+// TestStatusCLI: `weir status` against a running daemon summarises its
+// metrics and health; against nothing it fails clearly.
+func TestStatusCLI(t *testing.T) {
+	d := newDaemon(t)
+	d.start()
+	ctx := ctxTimeout(t, 20*time.Second)
+	l := newLedger()
+	produce(ctx, t, d.socket, "status", 500, 10, client.Durable, l, 10*time.Second)
+	waitDelivered(t, d, l.snapshot(), 30*time.Second)
+	addr := fmt.Sprintf("127.0.0.1:%d", d.metricsPort)
+	deadline := time.Now().Add(15 * time.Second)
+	var out string
+	for {
+		var code int
+		var errOut string
+		out, errOut, code = weirCmd(t, nil, "status", "--metrics-addr", addr)
+		if code == 0 && strings.Contains(out, "500 records delivered") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("weir status: exit %d\n%s\n%s", code, out, errOut)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, want := range []string{"ready, live", "500 received, 500 acked (durable 500", "none failed", "sink file:    healthy", "records per commit", "dead letter:  0 files, 0 B of 1.0 GiB"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("weir status output lacks %q:\n%s", want, out)
+		}
+	}
+	d.stop(20 * time.Second)
+	_, errOut, code := weirCmd(t, nil, "status", "--metrics-addr", addr)
+	if code != 1 || !strings.Contains(errOut, "cannot reach") {
+		t.Fatalf("status against a stopped daemon: exit %d, %q", code, errOut)
+	}
+}
