@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +12,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/weir-io/weir/client"
 )
@@ -262,4 +267,66 @@ func quantiles(lat []time.Duration) [3]float64 {
 	sortDurations(s)
 	at := func(f float64) float64 { return float64(s[int(f*float64(len(s)-1))].Microseconds()) }
 	return [3]float64{at(0.5), at(0.99), at(0.999)}
+}
+
+// scrape fetches the daemon's /metrics as parsed families.
+func scrape(tb testing.TB, d *daemon) map[string]*dto.MetricFamily {
+	tb.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", d.metricsPort))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fams
+}
+
+// histTotals sums a histogram family's sample sums and counts.
+func histTotals(fams map[string]*dto.MetricFamily, name string) (sum float64, count uint64) {
+	for _, m := range fams[name].GetMetric() {
+		sum += m.GetHistogram().GetSampleSum()
+		count += m.GetHistogram().GetSampleCount()
+	}
+	return sum, count
+}
+
+// BenchmarkLoadRecordsPerCommit: 64 pipelined Durable producers; then, from
+// the daemon's own metrics, how many records each fdatasync covered (group
+// commit) and how many each sink commit carried.
+func BenchmarkLoadRecordsPerCommit(b *testing.B) {
+	for range b.N {
+		d := newDaemon(b, "--log-level", "warn")
+		d.start()
+		ctx := context.Background()
+		l := newLedger()
+		var wg sync.WaitGroup
+		for p := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				produce(ctx, b, d.socket, fmt.Sprintf("rpc%02d", p), 3000, 1, client.Durable, l, 30*time.Second)
+			}()
+		}
+		wg.Wait()
+		waitDelivered(b, d, l.snapshot(), 60*time.Second)
+		fams := scrape(b, d)
+		recs, batches := histTotals(fams, "weir_batch_records")
+		_, syncs := histTotals(fams, "weir_fdatasync_duration_seconds")
+		_, commits := histTotals(fams, "weir_sink_commit_duration_seconds")
+		var committed float64
+		for _, m := range fams["weir_sink_commit_records_total"].GetMetric() {
+			committed += m.GetCounter().GetValue()
+		}
+		d.stop(30 * time.Second)
+		perSync := recs / float64(max(syncs, 1))
+		perCommit := committed / float64(max(commits, 1))
+		b.ReportMetric(perSync, "records/fdatasync")
+		b.ReportMetric(perCommit, "records/commit")
+		benchLine(b, map[string]any{"name": "load/records_per_commit", "records": recs, "batches": batches,
+			"fdatasyncs": syncs, "records_per_fdatasync": perSync, "sink_commits": commits, "records_per_sink_commit": perCommit})
+	}
 }
