@@ -74,13 +74,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	dr, err := drain.New(drain.Options{
-		FS:        fs,
-		WABDir:    cfg.WABDir,
-		Source:    wlog,
-		Sink:      snk,
-		Logger:    log.With("component", "drain"),
-		RetryBase: cfg.DrainRetryBase,
-		RetryMax:  cfg.DrainRetryMax,
+		FS:                      fs,
+		WABDir:                  cfg.WABDir,
+		Source:                  wlog,
+		Sink:                    snk,
+		Logger:                  log.With("component", "drain"),
+		RetryBase:               cfg.DrainRetryBase,
+		RetryMax:                cfg.DrainRetryMax,
 		MaxRetries:              drainRetries(cfg.DrainMaxRetries),
 		DeadLetterMaxBytes:      cfg.DeadLetterMaxBytes,
 		DeadLetterCheckInterval: cfg.DeadLetterCheckInterval,
