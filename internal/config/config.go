@@ -71,6 +71,7 @@ type Config struct {
 	MetricsBind      string        // metrics_bind
 	MetricsPort      int           // metrics_port; 0 turns the endpoint off
 	LiveStallTimeout time.Duration // live_stall_timeout
+	DebugPprof       bool          // debug_pprof
 
 	LogLevel  string // log_level: debug|info|warn|error
 	LogFormat string // log_format: text|json

@@ -167,6 +167,7 @@ var samples = map[string][2]string{
 	"dead_letter_max_bytes":       {"1MiB", "2GiB"},
 	"dead_letter_check_interval":  {"10ms", "1m"},
 	"sink_health_interval":        {"100ms", "2s"},
+	"debug_pprof":                 {"true", "false"},
 	"sink.type":                   {"postgres", "mysql"},
 	"sink.file.dir":               {"/out/a", "out-b"},
 	"sink.file.max_bytes":         {"4KiB", "1GiB"},

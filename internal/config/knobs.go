@@ -644,6 +644,8 @@ func knobs() []knob {
 			func(p *partial) **int { return &p.MetricsPort }, func(c *Config) *int { return &c.MetricsPort }),
 		durationKnob("live_stall_timeout", DefaultLiveStallTimeout, time.Second, time.Hour, "/live fails once a shard flusher or the drain has been busy this long without progress (a sink that is slow or down never counts).",
 			func(p *partial) **time.Duration { return &p.LiveStallTimeout }, func(c *Config) *time.Duration { return &c.LiveStallTimeout }),
+		boolKnob("debug_pprof", false, "Also serve Go's profiler at /debug/pprof/ on the metrics endpoint (for diagnosis; unauthenticated like /metrics).",
+			func(p *partial) **bool { return &p.DebugPprof }, func(c *Config) *bool { return &c.DebugPprof }),
 
 		enumKnob("log_level", DefaultLogLevel, []string{"debug", "info", "warn", "error"}, "Least severe log level written.",
 			func(p *partial) **string { return &p.LogLevel }, func(c *Config) *string { return &c.LogLevel }),
@@ -698,6 +700,7 @@ type partial struct {
 	MetricsBind      *string
 	MetricsPort      *int
 	LiveStallTimeout *time.Duration
+	DebugPprof       *bool
 
 	LogLevel, LogFormat *string
 }

@@ -41,6 +41,7 @@ func startTelemetry(ctx context.Context, cfg *config.Config, log *slog.Logger) (
 		Registry: reg,
 		Health:   t.h,
 		Logger:   log,
+		Pprof:    cfg.DebugPprof,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("metrics endpoint (metrics_bind, metrics_port): %w", err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -36,6 +37,8 @@ type ServerOptions struct {
 	Health *Health
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Pprof also serves net/http/pprof under /debug/pprof/.
+	Pprof bool
 }
 
 // Server serves /metrics, /live and /ready.
@@ -61,9 +64,20 @@ func Listen(ctx context.Context, opts ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", opts.Addr, err)
 	}
+	handler := Handler(opts.Registry, opts.Health, log)
+	if opts.Pprof {
+		mux := http.NewServeMux()
+		mux.Handle("/", handler)
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		handler = mux
+	}
 	s := &Server{
 		srv: &http.Server{
-			Handler:           Handler(opts.Registry, opts.Health, log),
+			Handler:           handler,
 			ReadHeaderTimeout: readHeaderTimeout,
 			ReadTimeout:       readTimeout,
 			WriteTimeout:      writeTimeout,
