@@ -360,12 +360,17 @@ func parseFlags(ks []knob, args []string) (*partial, *string, error) {
 	})
 	for i := range ks {
 		k := &ks[i]
-		fs.Func(k.Flag(), k.Help, func(s string) error {
+		set := func(s string) error {
 			if err := k.parse(p, s); err != nil {
 				return fmt.Errorf("%s: %w", k.Key, err)
 			}
 			return nil
-		})
+		}
+		if k.Kind == kindBool {
+			fs.BoolFunc(k.Flag(), k.Help, set) // --flag alone means true
+		} else {
+			fs.Func(k.Flag(), k.Help, set)
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
