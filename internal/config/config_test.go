@@ -251,7 +251,13 @@ func TestEveryKnobThroughEveryLayer(t *testing.T) {
 			a, b := s[0], s[1]
 			extra := companionFlags(k.Key)
 			withExtra := func(args []string) []string { return append(args, extra...) }
-			flagA := mustLoad(t, withExtra([]string{"--" + k.Flag(), a}), nil)
+			// "--flag value" for every kind but booleans, which (like Go's
+			// own boolean flags) take "--flag" or "--flag=value".
+			argsA := []string{"--" + k.Flag(), a}
+			if k.Kind == kindBool {
+				argsA = []string{"--" + k.Flag() + "=" + a}
+			}
+			flagA := mustLoad(t, withExtra(argsA), nil)
 			flagB := mustLoad(t, withExtra([]string{"--" + k.Flag() + "=" + b}), nil)
 			// With its companions but without itself, a TLS knob is
 			// incomplete (an error), so it cannot equal its default.
@@ -276,8 +282,8 @@ func TestEveryKnobThroughEveryLayer(t *testing.T) {
 				{"env", nil, []string{envA}, flagA},
 				{"env names file", nil, []string{ConfigEnv + "=" + fileA}, flagA},
 				{"env over file", []string{"--config", fileA}, []string{envB}, flagB},
-				{"flag over env", []string{"--" + k.Flag(), b}, []string{envA}, flagB},
-				{"flag over env over file", []string{"--config", fileA, "--" + k.Flag(), b}, []string{envA}, flagB},
+				{"flag over env", []string{"--" + k.Flag() + "=" + b}, []string{envA}, flagB},
+				{"flag over env over file", []string{"--config", fileA, "--" + k.Flag() + "=" + b}, []string{envA}, flagB},
 				{"flag config over env config", []string{"--config", fileB}, []string{ConfigEnv + "=" + fileA}, flagB},
 				{"empty env is unset", []string{"--config", fileA}, []string{k.Env() + "="}, flagA},
 				{"last env wins", nil, []string{envB, envA}, flagA},
