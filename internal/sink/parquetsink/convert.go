@@ -1,0 +1,131 @@
+package parquetsink
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress/zstd"
+
+	"github.com/weir-io/weir/internal/vfs"
+)
+
+// row is one record as a Parquet row. The schema is:
+//
+//	message row {
+//	  required fixed_len_byte_array(16) weir_record_id;
+//	  required binary payload;
+//	  required binary source (STRING);
+//	  required binary durability (STRING);
+//	  required int64 received_at (TIMESTAMP(NANOS,true));
+//	  required int64 committed_at (TIMESTAMP(NANOS,true));
+//	}
+type row struct {
+	ID          [16]byte `parquet:"weir_record_id"`
+	Payload     []byte   `parquet:"payload"`
+	Source      string   `parquet:"source,dict"`
+	Durability  string   `parquet:"durability,dict"`
+	ReceivedAt  int64    `parquet:"received_at,timestamp(nanosecond:utc)"`
+	CommittedAt int64    `parquet:"committed_at,timestamp(nanosecond:utc)"`
+}
+
+// rowGroupBytes bounds the payload bytes buffered in memory per row group.
+const rowGroupBytes = 32 << 20
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// converter turns stage files into Parquet files.
+type converter struct {
+	fs    vfs.FS
+	dir   string
+	level zstd.Level
+}
+
+// convert writes the first size bytes of the stage file r (which must be
+// valid frames) as base.parquet: into base.parquet.tmp first, which is
+// closed with its footer, fdatasynced, renamed into place, and followed by
+// a directory fsync. On any error the temporary file is closed unsynced and
+// removed, and nothing becomes visible. It returns rows and bytes written.
+func (c *converter) convert(r io.ReaderAt, stageName string, size int64, base string) (rows int64, bytes int64, err error) {
+	tmp := filepath.Join(c.dir, base+SuffixTemp)
+	final := filepath.Join(c.dir, base+SuffixParquet)
+	if _, serr := c.fs.Stat(tmp); serr == nil {
+		// Left by an earlier attempt of this writer: never reused.
+		if rerr := c.fs.Remove(tmp); rerr != nil {
+			return 0, 0, fmt.Errorf("parquetsink: remove stale %s: %w", tmp, rerr)
+		}
+	}
+	f, err := c.fs.Create(tmp, filePerm)
+	if err != nil {
+		return 0, 0, fmt.Errorf("parquetsink: create %s: %w", tmp, err)
+	}
+	fail := func(err error) (int64, int64, error) {
+		_ = f.Close() // never synced after a failure
+		_ = c.fs.Remove(tmp)
+		return 0, 0, err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	cw := &countingWriter{w: bw}
+	codec := &zstd.Codec{Level: c.level}
+	w := parquet.NewGenericWriter[row](cw,
+		parquet.Compression(codec),
+		parquet.CreatedBy("weir", "parquetsink", ""),
+		parquet.WriteBufferSize(0),
+	)
+	var buffered int64
+	_, err = scanStage(io.NewSectionReader(r, 0, size), stageName, size, false, func(fr frame, _ int64) error {
+		if _, err := w.Write(fr.rows); err != nil {
+			return fmt.Errorf("parquetsink: encode %s: %w", tmp, err)
+		}
+		rows += int64(len(fr.rows))
+		for i := range fr.rows {
+			buffered += int64(len(fr.rows[i].Payload))
+		}
+		if buffered >= rowGroupBytes {
+			buffered = 0
+			if err := w.Flush(); err != nil {
+				return fmt.Errorf("parquetsink: write %s: %w", tmp, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if err := w.Close(); err != nil {
+		return fail(fmt.Errorf("parquetsink: write %s: %w", tmp, err))
+	}
+	if err := bw.Flush(); err != nil {
+		return fail(fmt.Errorf("parquetsink: write %s: %w", tmp, err))
+	}
+	if err := f.Sync(); err != nil {
+		return fail(fmt.Errorf("parquetsink: fdatasync %s: %w", tmp, err))
+	}
+	if err := f.Close(); err != nil {
+		_ = c.fs.Remove(tmp)
+		return 0, 0, fmt.Errorf("parquetsink: close %s: %w", tmp, err)
+	}
+	if err := c.fs.Rename(tmp, final); err != nil {
+		_ = c.fs.Remove(tmp)
+		return 0, 0, fmt.Errorf("parquetsink: rename %s: %w", tmp, err)
+	}
+	if err := c.fs.SyncDir(c.dir); err != nil {
+		// The file is complete but its name may not be durable. The
+		// stage still holds the same rows and is kept (frozen) by the
+		// caller, so the next attempt, or recovery, settles it.
+		return 0, 0, fmt.Errorf("parquetsink: sync directory after renaming %s: %w", final, err)
+	}
+	return rows, cw.n, nil
+}
