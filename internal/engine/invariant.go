@@ -83,15 +83,27 @@ type Checker struct {
 
 	mu         sync.Mutex
 	parts      map[partKey]*partState
+	byPayload  map[string]Position      // from ExpectPayload
+	unplaced   map[string]sink.RecordID // durable records no position was known for yet
 	violations []Violation
 	commits    int
 	rewrites   int
 }
 
-// NewChecker wraps gate. onViolation, if not nil, is called (outside the
-// checker's lock) at the moment a violation is recorded.
+// NewChecker wraps gate. locate may be nil: records are then placed by
+// their payload, from ExpectPayload (for tests whose payloads are unique).
+// onViolation, if not nil, is called (outside the checker's lock) at the
+// moment a violation is recorded.
 func NewChecker(gate source.Gate, locate Locator, onViolation func(Violation)) *Checker {
-	return &Checker{gate: gate, locate: locate, onViol: onViolation, parts: map[partKey]*partState{}}
+	c := &Checker{gate: gate, locate: locate, onViol: onViolation, parts: map[partKey]*partState{},
+		byPayload: map[string]Position{}, unplaced: map[string]sink.RecordID{}}
+	if c.locate == nil {
+		c.locate = func(r source.Record) (Position, bool) {
+			p, ok := c.byPayload[string(r.Payload)]
+			return p, ok
+		}
+	}
+	return c
 }
 
 // TB is the part of testing.TB the helpers use.
@@ -140,6 +152,37 @@ func (c *Checker) Expect(ps ...Position) {
 	}
 }
 
+// ExpectPayload declares a position and the unique payload found there,
+// for the payload locator. A record written before its position was
+// declared (a consumer can see a record before its producer learns the
+// offset) is placed now.
+func (c *Checker) ExpectPayload(payload []byte, p Position) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byPayload[string(payload)] = p
+	ps := c.part(p.Source, p.Partition)
+	ps.known[p.Offset] = struct{}{}
+	if id, ok := c.unplaced[string(payload)]; ok {
+		delete(c.unplaced, string(payload))
+		if _, dup := ps.durable[p.Offset]; !dup {
+			ps.durable[p.Offset] = id
+		}
+	}
+}
+
+// Positions lists every declared position (Expect, ExpectPayload).
+func (c *Checker) Positions() []Position {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Position
+	for k, p := range c.parts {
+		for off := range p.known {
+			out = append(out, Position{k.source, k.partition, off})
+		}
+	}
+	return out
+}
+
 // Write passes recs to the wrapped gate and, when it returns nil, marks
 // their positions durable.
 func (c *Checker) Write(ctx context.Context, recs []source.Record) error {
@@ -160,7 +203,10 @@ func (c *Checker) Write(ctx context.Context, recs []source.Record) error {
 	c.mu.Lock()
 	for i := range recs {
 		if !oks[i] {
-			continue
+			if pos[i], oks[i] = c.locate(recs[i]); !oks[i] {
+				c.unplaced[string(recs[i].Payload)] = recs[i].ID
+				continue
+			}
 		}
 		p := c.part(pos[i].Source, pos[i].Partition)
 		if id, dup := p.durable[pos[i].Offset]; dup {
@@ -287,40 +333,4 @@ func (c *Checker) Durable(p Position) bool {
 	defer c.mu.Unlock()
 	_, ok := c.part(p.Source, p.Partition).durable[p.Offset]
 	return ok
-}
-
-// PayloadIndex is a Locator for tests whose payloads are unique: the test
-// adds each payload it produces with its position.
-type PayloadIndex struct {
-	mu sync.Mutex
-	m  map[string]Position
-}
-
-// Add records where payload is.
-func (x *PayloadIndex) Add(payload []byte, p Position) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.m == nil {
-		x.m = map[string]Position{}
-	}
-	x.m[string(payload)] = p
-}
-
-// Positions lists every position added.
-func (x *PayloadIndex) Positions() []Position {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	out := make([]Position, 0, len(x.m))
-	for _, p := range x.m {
-		out = append(out, p)
-	}
-	return out
-}
-
-// Locate is the Locator.
-func (x *PayloadIndex) Locate(r source.Record) (Position, bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	p, ok := x.m[string(r.Payload)]
-	return p, ok
 }

@@ -14,11 +14,7 @@ type gateFunc func(context.Context, []source.Record) error
 func (f gateFunc) Write(ctx context.Context, r []source.Record) error { return f(ctx, r) }
 
 func TestCheckerPrefixCommit(t *testing.T) {
-	var ix engine.PayloadIndex
 	batch := recs("k", 0, 10)
-	for i, r := range batch {
-		ix.Add(r.Payload, engine.Position{Source: "k", Partition: "t/0", Offset: int64(i)})
-	}
 	fail := false
 	g := gateFunc(func(context.Context, []source.Record) error {
 		if fail {
@@ -27,8 +23,10 @@ func TestCheckerPrefixCommit(t *testing.T) {
 		return nil
 	})
 	var seen []engine.Violation
-	c := engine.NewChecker(g, ix.Locate, func(v engine.Violation) { seen = append(seen, v) })
-	c.Expect(ix.Positions()...)
+	c := engine.NewChecker(g, nil, func(v engine.Violation) { seen = append(seen, v) })
+	for i, r := range batch {
+		c.ExpectPayload(r.Payload, engine.Position{Source: "k", Partition: "t/0", Offset: int64(i)})
+	}
 	ctx := context.Background()
 	if err := c.Write(ctx, batch[:5]); err != nil {
 		t.Fatal(err)
@@ -68,14 +66,13 @@ func TestCheckerPrefixCommit(t *testing.T) {
 }
 
 func TestCheckerAckAndIDChange(t *testing.T) {
-	var ix engine.PayloadIndex
 	batch := recs("n", 1, 3)
-	for i, r := range batch {
-		ix.Add(r.Payload, engine.Position{Source: "n", Partition: "S", Offset: int64(i + 1)})
-	}
 	var seen []engine.Violation
-	c := engine.NewChecker(gateFunc(func(context.Context, []source.Record) error { return nil }), ix.Locate,
+	c := engine.NewChecker(gateFunc(func(context.Context, []source.Record) error { return nil }), nil,
 		func(v engine.Violation) { seen = append(seen, v) })
+	for i, r := range batch {
+		c.ExpectPayload(r.Payload, engine.Position{Source: "n", Partition: "S", Offset: int64(i + 1)})
+	}
 	ctx := context.Background()
 	if err := c.Write(ctx, batch[:1]); err != nil {
 		t.Fatal(err)
@@ -100,5 +97,29 @@ func TestCheckerAckAndIDChange(t *testing.T) {
 	}
 	if st := c.Stats(); st.Rewrites != 2 {
 		t.Fatalf("stats = %+v", st)
+	}
+}
+
+// A record can reach the gate before the test learns its position (a
+// consumer sees it before the producer's ack): it is placed when declared.
+func TestCheckerLateDeclaration(t *testing.T) {
+	var seen []engine.Violation
+	c := engine.NewChecker(gateFunc(func(context.Context, []source.Record) error { return nil }), nil,
+		func(v engine.Violation) { seen = append(seen, v) })
+	batch := recs("k", 0, 3)
+	if err := c.Write(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range batch {
+		c.ExpectPayload(r.Payload, engine.Position{Source: "k", Partition: "p", Offset: int64(i)})
+	}
+	c.ExpectPayload([]byte("never written"), engine.Position{Source: "k", Partition: "p", Offset: 3})
+	c.Committed("k", "p", 3)
+	if len(seen) != 0 {
+		t.Fatalf("violations = %v", seen)
+	}
+	c.Committed("k", "p", 4)
+	if len(seen) != 1 {
+		t.Fatalf("violations = %v", seen)
 	}
 }

@@ -1,0 +1,484 @@
+// Package kafkasrc reads Kafka topics as a member of a consumer group and
+// writes the records through a gate, committing group offsets only after
+// the gate has made the records durable.
+//
+// # Position regime
+//
+// Broker-managed: the position is the group's committed offset per
+// partition, kept by the group coordinator. Autocommit is disabled; the
+// source commits itself, synchronously, after Gate.Write returned nil:
+//
+//  1. PollRecords (at most Options.MaxPollRecords). Rebalances are blocked
+//     from the poll until step 4 (kgo.BlockRebalanceOnPoll), so the
+//     partitions the records came from stay this member's.
+//  2. Gate.Write of the whole batch.
+//  3. Commit, per partition, the offset after the highest record of the
+//     batch (the batch high water), retrying retriable errors.
+//  4. AllowRebalance.
+//
+// A revoked partition can therefore never have anything committed for it
+// beyond what is durable: everything polled from it was either written and
+// committed in step 3, or the source stopped at step 2 without committing.
+// If the gate is slower than the group's rebalance timeout the member is
+// kicked out of the group; its commit then fails, which only means the new
+// owner re-reads the batch (duplicates with the same ids).
+//
+// With Options.PerRecordCommit the source writes and commits one record at
+// a time: a failure then replays at most one record, at the cost of one
+// fdatasync and one commit round trip per record.
+//
+// # Record ids
+//
+// source.ID(cluster, topic, partition, offset, payload): a redelivered
+// record gets the id of its first copy.
+//
+// # Failures
+//
+// A gate error stops Run with that error and nothing of the batch is
+// committed; the caller restarts the source, which resumes from the last
+// committed offsets. A commit that still fails after its retries, or fails
+// with a non-retriable error (the member lost the partition), is logged and
+// left behind: the committed offset lags, and the records are read again by
+// whoever owns the partition next.
+package kafkasrc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/weir-io/weir/source"
+)
+
+// Defaults for Options.
+const (
+	DefaultMaxPollRecords     = 1000
+	DefaultCommitRetries      = 8
+	DefaultCommitRetryBackoff = 200 * time.Millisecond
+	DefaultCommitTimeout      = 10 * time.Second
+	// DefaultRebalanceTimeout bounds how long a rebalance waits for members
+	// to give up their partitions — here, for a batch to be written and
+	// committed. It must exceed the gate's worst write latency for a batch.
+	DefaultRebalanceTimeout = 60 * time.Second
+	DefaultSessionTimeout   = 45 * time.Second
+)
+
+// Options configure New. Brokers, Topics and Group are required.
+type Options struct {
+	// Name is the source's name (logs, metrics, record origins); default
+	// "kafka:" + Group.
+	Name    string
+	Brokers []string
+	Topics  []string
+	Group   string
+	// Cluster names the Kafka cluster in record ids. Empty: the cluster id
+	// the brokers report (Metadata), which must then be stable. Set it
+	// explicitly when a cluster may be rebuilt under the same name, or the
+	// ids of re-read records would change.
+	Cluster string
+	// MaxPollRecords bounds a batch (default DefaultMaxPollRecords).
+	MaxPollRecords int
+	// PerRecordCommit writes and commits one record at a time instead of
+	// one batch at a time (see the package doc).
+	PerRecordCommit bool
+	// CommitRetries, CommitRetryBackoff: a commit failing with a retriable
+	// error is tried again up to CommitRetries times, waiting
+	// CommitRetryBackoff (doubling, at most 5s) in between (defaults
+	// DefaultCommitRetries, DefaultCommitRetryBackoff).
+	CommitRetries      int
+	CommitRetryBackoff time.Duration
+	// CommitTimeout bounds one commit attempt (default DefaultCommitTimeout).
+	// A commit after a durable write is attempted even when Run's context
+	// has ended, bounded by this timeout, so that a clean stop re-reads
+	// nothing.
+	CommitTimeout time.Duration
+	// RebalanceTimeout and SessionTimeout are the group's (defaults
+	// DefaultRebalanceTimeout, DefaultSessionTimeout).
+	RebalanceTimeout time.Duration
+	SessionTimeout   time.Duration
+	// FetchMaxBytes, FetchMaxPartitionBytes: the client's fetch sizes
+	// (0: the client's defaults, 50 MiB and 1 MiB).
+	FetchMaxBytes          int32
+	FetchMaxPartitionBytes int32
+	// StartAtEnd makes a group without committed offsets start at the end
+	// of each partition instead of the beginning.
+	StartAtEnd bool
+	// ClientOptions are appended to the client's options (TLS, SASL...).
+	// They must not re-enable autocommit.
+	ClientOptions []kgo.Opt
+	Logger        *slog.Logger
+	// OnCommit, if set, is called before each commit request for every
+	// partition it carries, with the offset being committed (the next
+	// offset to read). Tests use it to check positions against what is
+	// durable.
+	OnCommit func(topic string, partition int32, next int64)
+}
+
+// Source is a Kafka consumer-group source.
+type Source struct {
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	pending map[string]map[int32]kgo.EpochOffset // durable, not yet committed
+}
+
+var _ source.Source = (*Source)(nil)
+
+// New checks opts and returns a source; nothing connects until Run.
+func New(opts Options) (*Source, error) {
+	if len(opts.Brokers) == 0 || len(opts.Topics) == 0 || opts.Group == "" {
+		return nil, errors.New("kafkasrc: Brokers, Topics and Group are required")
+	}
+	if opts.Name == "" {
+		opts.Name = "kafka:" + opts.Group
+	}
+	if opts.MaxPollRecords <= 0 {
+		opts.MaxPollRecords = DefaultMaxPollRecords
+	}
+	if opts.CommitRetries <= 0 {
+		opts.CommitRetries = DefaultCommitRetries
+	}
+	if opts.CommitRetryBackoff <= 0 {
+		opts.CommitRetryBackoff = DefaultCommitRetryBackoff
+	}
+	if opts.CommitTimeout <= 0 {
+		opts.CommitTimeout = DefaultCommitTimeout
+	}
+	if opts.RebalanceTimeout <= 0 {
+		opts.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if opts.SessionTimeout <= 0 {
+		opts.SessionTimeout = DefaultSessionTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Source{
+		opts:    opts,
+		log:     opts.Logger.With("component", "source", "source", opts.Name),
+		pending: map[string]map[int32]kgo.EpochOffset{},
+	}, nil
+}
+
+// Name implements source.Source.
+func (s *Source) Name() string { return s.opts.Name }
+
+// Regime is broker-managed: the group coordinator keeps the offsets.
+func (s *Source) Regime() source.Regime { return source.BrokerManaged }
+
+// Replayable is false: a topic can be re-read only within its retention,
+// so it cannot serve as its own raw system of record.
+func (s *Source) Replayable() bool { return false }
+
+func (s *Source) clientOpts() []kgo.Opt {
+	o := []kgo.Opt{
+		kgo.SeedBrokers(s.opts.Brokers...),
+		kgo.ConsumerGroup(s.opts.Group),
+		kgo.ConsumeTopics(s.opts.Topics...),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.RebalanceTimeout(s.opts.RebalanceTimeout),
+		kgo.SessionTimeout(s.opts.SessionTimeout),
+		kgo.OnPartitionsRevoked(s.revoked),
+		kgo.OnPartitionsLost(s.lost),
+	}
+	if s.opts.StartAtEnd {
+		o = append(o, kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+	} else {
+		o = append(o, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	}
+	if s.opts.FetchMaxBytes > 0 {
+		o = append(o, kgo.FetchMaxBytes(s.opts.FetchMaxBytes))
+	}
+	if s.opts.FetchMaxPartitionBytes > 0 {
+		o = append(o, kgo.FetchMaxPartitionBytes(s.opts.FetchMaxPartitionBytes))
+	}
+	return append(o, s.opts.ClientOptions...)
+}
+
+// Run consumes until ctx ends (then it returns nil) or the gate fails.
+// cursors is unused: the broker keeps the position.
+func (s *Source) Run(ctx context.Context, gate source.Gate, _ source.CursorStore) error {
+	cl, err := kgo.NewClient(s.clientOpts()...)
+	if err != nil {
+		return fmt.Errorf("kafkasrc: %s: client: %w", s.opts.Name, err)
+	}
+	defer func() {
+		// Leaving the group commits nothing (autocommit is off).
+		cl.AllowRebalance()
+		cl.Close()
+	}()
+	cluster := s.opts.Cluster
+	if cluster == "" {
+		if cluster, err = clusterID(ctx, cl); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("kafkasrc: %s: %w", s.opts.Name, err)
+		}
+	}
+	s.log.Info("kafka source started", "cluster", cluster, "group", s.opts.Group, "topics", s.opts.Topics)
+	for {
+		fetches := cl.PollRecords(ctx, s.opts.MaxPollRecords)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			cl.AllowRebalance()
+			return nil
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			s.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+		})
+		recs := fetches.Records()
+		if err := s.handle(ctx, cl, gate, cluster, recs); err != nil {
+			cl.AllowRebalance()
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil // stopped mid-write: nothing of the batch committed
+			}
+			return err
+		}
+		cl.AllowRebalance()
+	}
+}
+
+func (s *Source) handle(ctx context.Context, cl *kgo.Client, gate source.Gate, cluster string, krecs []*kgo.Record) error {
+	if len(krecs) == 0 {
+		return nil
+	}
+	step := len(krecs)
+	if s.opts.PerRecordCommit {
+		step = 1
+	}
+	for len(krecs) > 0 {
+		n := min(step, len(krecs))
+		batch := krecs[:n]
+		krecs = krecs[n:]
+		recs := make([]source.Record, len(batch))
+		for i, r := range batch {
+			recs[i] = source.Record{
+				ID: source.ID([]byte(cluster), []byte(r.Topic), source.Uint64(uint64(r.Partition)),
+					source.Uint64(uint64(r.Offset)), r.Value),
+				Payload: r.Value,
+				Source:  s.opts.Name,
+				Time:    r.Timestamp,
+			}
+		}
+		if err := gate.Write(ctx, recs); err != nil {
+			return fmt.Errorf("kafkasrc: %s: gate: %w", s.opts.Name, err)
+		}
+		s.markDurable(batch)
+		s.commit(ctx, cl)
+	}
+	return nil
+}
+
+// markDurable adds the batch high water per partition to pending.
+func (s *Source) markDurable(batch []*kgo.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range batch {
+		ps := s.pending[r.Topic]
+		if ps == nil {
+			ps = map[int32]kgo.EpochOffset{}
+			s.pending[r.Topic] = ps
+		}
+		if cur, ok := ps[r.Partition]; !ok || r.Offset+1 > cur.Offset {
+			ps[r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
+		}
+	}
+}
+
+// commit commits every pending offset (only ever durable ones), retrying
+// retriable failures. Whatever cannot be committed stays pending, lagging,
+// unless the partition is no longer ours.
+func (s *Source) commit(ctx context.Context, cl *kgo.Client) {
+	backoff := s.opts.CommitRetryBackoff
+	for attempt := 0; ; attempt++ {
+		s.mu.Lock()
+		offs := clonePending(s.pending)
+		s.mu.Unlock()
+		if len(offs) == 0 {
+			return
+		}
+		retry := s.commitOnce(ctx, cl, offs)
+		if !retry {
+			return
+		}
+		if attempt >= s.opts.CommitRetries {
+			s.log.Error("commit retries exhausted; offsets lag (records will be read again)", "attempts", attempt+1)
+			return
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return // the stop-time attempt was made; what is left lags
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// commitOnce sends one commit of offs and removes from pending what was
+// committed or can no longer be. It reports whether a retriable failure
+// left something to commit.
+func (s *Source) commitOnce(ctx context.Context, cl *kgo.Client, offs map[string]map[int32]kgo.EpochOffset) bool {
+	if s.opts.OnCommit != nil {
+		for t, ps := range offs {
+			for p, eo := range ps {
+				s.opts.OnCommit(t, p, eo.Offset)
+			}
+		}
+	}
+	// A context that ends mid-commit would leave its outcome unknown for
+	// nothing: bound the attempt by time instead, so a stop still commits.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CommitTimeout)
+	defer cancel()
+	retry := false
+	cl.CommitOffsetsSync(cctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			retry = retriable(err)
+			s.log.Warn("offset commit failed", "err", err, "retry", retry)
+			if !retry {
+				s.dropPending(offs)
+			}
+			return
+		}
+		done := map[string]map[int32]kgo.EpochOffset{}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				eo, ok := offs[t.Topic][p.Partition]
+				if !ok {
+					continue
+				}
+				perr := kerr.ErrorForCode(p.ErrorCode)
+				if perr != nil && retriable(perr) {
+					retry = true
+					s.log.Warn("offset commit failed", "topic", t.Topic, "partition", p.Partition, "err", perr, "retry", true)
+					continue
+				}
+				if perr != nil {
+					s.log.Warn("offset commit refused; offset lags", "topic", t.Topic, "partition", p.Partition, "err", perr)
+				}
+				if done[t.Topic] == nil {
+					done[t.Topic] = map[int32]kgo.EpochOffset{}
+				}
+				done[t.Topic][p.Partition] = eo
+			}
+		}
+		s.dropPending(done)
+	})
+	return retry
+}
+
+func retriable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed) {
+		return false
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Retriable
+	}
+	// Connection errors and the like: the commit may be tried again.
+	return true
+}
+
+// dropPending removes entries of done from pending, unless pending has
+// meanwhile moved past them.
+func (s *Source) dropPending(done map[string]map[int32]kgo.EpochOffset) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t, ps := range done {
+		for p, eo := range ps {
+			if cur, ok := s.pending[t][p]; ok && cur.Offset <= eo.Offset {
+				delete(s.pending[t], p)
+			}
+		}
+		if len(s.pending[t]) == 0 {
+			delete(s.pending, t)
+		}
+	}
+}
+
+// revoked runs (gated against polls) before partitions go to another
+// member. Everything polled has been written and committed, or the source
+// is stopping; what is still pending is durable, so committing it is safe
+// and saves the next owner a re-read.
+func (s *Source) revoked(ctx context.Context, cl *kgo.Client, rev map[string][]int32) {
+	s.log.Info("partitions revoked", "partitions", rev)
+	s.mu.Lock()
+	offs := map[string]map[int32]kgo.EpochOffset{}
+	for t, ps := range rev {
+		for _, p := range ps {
+			if eo, ok := s.pending[t][p]; ok {
+				if offs[t] == nil {
+					offs[t] = map[int32]kgo.EpochOffset{}
+				}
+				offs[t][p] = eo
+			}
+		}
+	}
+	s.mu.Unlock()
+	if len(offs) > 0 {
+		s.commitOnce(ctx, cl, offs)
+	}
+	s.forget(rev)
+}
+
+// lost: the partitions are already someone else's; drop what is pending.
+func (s *Source) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	s.log.Warn("partitions lost", "partitions", lost)
+	s.forget(lost)
+}
+
+func (s *Source) forget(parts map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t, ps := range parts {
+		for _, p := range ps {
+			delete(s.pending[t], p)
+		}
+		if len(s.pending[t]) == 0 {
+			delete(s.pending, t)
+		}
+	}
+}
+
+func clonePending(m map[string]map[int32]kgo.EpochOffset) map[string]map[int32]kgo.EpochOffset {
+	out := make(map[string]map[int32]kgo.EpochOffset, len(m))
+	for t, ps := range m {
+		if len(ps) > 0 {
+			out[t] = maps.Clone(ps)
+		}
+	}
+	return out
+}
+
+// clusterID asks the brokers for the cluster id.
+func clusterID(ctx context.Context, cl *kgo.Client) (string, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return "", fmt.Errorf("metadata: %w", err)
+	}
+	if resp.ClusterID == nil || *resp.ClusterID == "" {
+		return "", errors.New("the brokers report no cluster id: set Options.Cluster")
+	}
+	return *resp.ClusterID, nil
+}
+
+// PartitionKey is how a topic partition is named in positions.
+func PartitionKey(topic string, partition int32) string {
+	return topic + "/" + strconv.Itoa(int(partition))
+}
