@@ -1,0 +1,293 @@
+// Package natssrc reads a NATS JetStream stream through a durable pull
+// consumer and writes the messages through a gate, acknowledging each
+// message only after the gate has made it durable.
+//
+// # Position regime
+//
+// Broker-managed: the position is the durable consumer's state on the
+// server (its ack floor and pending set). The consumer uses explicit acks.
+// The source fetches a batch, writes it through the gate, and only once
+// Gate.Write returned nil acks every message of the batch with a
+// server-confirmed ack (DoubleAck): an ack the server never received
+// cannot be mistaken for one it applied, and an unconfirmed ack is retried
+// (acks are idempotent). A message that is not acked — the gate failed, the
+// process died — is redelivered by the server after AckWait.
+//
+// # Record ids
+//
+// source.ID(stream, stream sequence, payload). The stream sequence does not
+// depend on the consumer or on the delivery attempt, so a redelivered
+// message gets the id of its first copy and sinks drop the duplicate.
+//
+// # Sizing
+//
+// AckWait is the time from a message's delivery to its ack. A message can
+// wait up to FetchMaxWait for its batch to fill, then for the gate's write
+// (one fdatasync group for the whole batch) and for the acks of the
+// messages before it; AckWait must exceed the sum with room to spare, or
+// the server redelivers messages that are on their way to being acked
+// (harmless duplicates, but wasted work). The defaults — FetchBatch 256,
+// FetchMaxWait 1s, AckWait 30s — leave ~28s for the gate and the acks.
+// MaxAckPending bounds the delivered-but-unacked messages: it must be at
+// least FetchBatch, or a fetch can never fill; the default (4×FetchBatch)
+// leaves room for redeliveries to be in flight with a full batch.
+package natssrc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weir-io/weir/source"
+)
+
+// Defaults for Options.
+const (
+	DefaultFetchBatch   = 256
+	DefaultFetchMaxWait = time.Second
+	DefaultAckWait      = 30 * time.Second
+	DefaultAckTimeout   = 5 * time.Second
+	DefaultAckRetries   = 3
+)
+
+// Options configure New. Stream and Consumer are required.
+type Options struct {
+	// Name is the source's name; default "nats:" + Stream + "/" + Consumer.
+	Name string
+	// URL is the server (default nats.DefaultURL); NatsOptions are passed
+	// to nats.Connect (credentials, TLS...).
+	URL         string
+	NatsOptions []nats.Option
+	// Stream to read and the durable Consumer's name. The consumer is
+	// created, or updated to this configuration, at start.
+	Stream   string
+	Consumer string
+	// FilterSubjects restricts the consumer to these subjects (default:
+	// the whole stream).
+	FilterSubjects []string
+	// FetchBatch: messages per fetch (default DefaultFetchBatch).
+	// FetchMaxBytes, if > 0, also bounds a fetch's bytes.
+	FetchBatch    int
+	FetchMaxBytes int
+	// FetchMaxWait: how long a fetch waits to fill (default
+	// DefaultFetchMaxWait).
+	FetchMaxWait time.Duration
+	// AckWait and MaxAckPending are the consumer's (defaults DefaultAckWait
+	// and 4×FetchBatch). See the package doc for sizing them against the
+	// gate's latency. AckWait must exceed FetchMaxWait.
+	AckWait       time.Duration
+	MaxAckPending int
+	// MaxDeliver bounds delivery attempts per message (default unlimited:
+	// a message the gate cannot take is not dropped by the server).
+	MaxDeliver int
+	// AckTimeout bounds one confirmed ack; AckRetries is how many more
+	// times an unconfirmed ack is sent (defaults DefaultAckTimeout,
+	// DefaultAckRetries). An ack that stays unconfirmed is left to
+	// redelivery.
+	AckTimeout time.Duration
+	AckRetries int
+	Logger     *slog.Logger
+	// OnAck, if set, is called before each ack with the message's stream
+	// sequence. Tests use it to check acks against what is durable.
+	OnAck func(stream string, seq uint64)
+}
+
+// Source is a JetStream durable pull-consumer source.
+type Source struct {
+	opts Options
+	log  *slog.Logger
+}
+
+var _ source.Source = (*Source)(nil)
+
+// New checks opts and returns a source; nothing connects until Run.
+func New(opts Options) (*Source, error) {
+	if opts.Stream == "" || opts.Consumer == "" {
+		return nil, errors.New("natssrc: Stream and Consumer are required")
+	}
+	if opts.Name == "" {
+		opts.Name = "nats:" + opts.Stream + "/" + opts.Consumer
+	}
+	if opts.URL == "" {
+		opts.URL = nats.DefaultURL
+	}
+	if opts.FetchBatch <= 0 {
+		opts.FetchBatch = DefaultFetchBatch
+	}
+	if opts.FetchMaxWait <= 0 {
+		opts.FetchMaxWait = DefaultFetchMaxWait
+	}
+	if opts.AckWait <= 0 {
+		opts.AckWait = DefaultAckWait
+	}
+	if opts.MaxAckPending <= 0 {
+		opts.MaxAckPending = 4 * opts.FetchBatch
+	}
+	if opts.MaxDeliver == 0 {
+		opts.MaxDeliver = -1
+	}
+	if opts.AckTimeout <= 0 {
+		opts.AckTimeout = DefaultAckTimeout
+	}
+	if opts.AckRetries < 0 {
+		opts.AckRetries = 0
+	} else if opts.AckRetries == 0 {
+		opts.AckRetries = DefaultAckRetries
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.AckWait <= opts.FetchMaxWait {
+		return nil, fmt.Errorf("natssrc: AckWait %v must exceed FetchMaxWait %v (and the gate's latency)", opts.AckWait, opts.FetchMaxWait)
+	}
+	if opts.MaxAckPending < opts.FetchBatch {
+		return nil, fmt.Errorf("natssrc: MaxAckPending %d is below FetchBatch %d", opts.MaxAckPending, opts.FetchBatch)
+	}
+	return &Source{opts: opts, log: opts.Logger.With("component", "source", "source", opts.Name)}, nil
+}
+
+// Name implements source.Source.
+func (s *Source) Name() string { return s.opts.Name }
+
+// Regime is broker-managed: the durable consumer keeps the position.
+func (s *Source) Regime() source.Regime { return source.BrokerManaged }
+
+// Replayable is false: a stream keeps messages only within its retention
+// limits, so it cannot serve as its own raw system of record.
+func (s *Source) Replayable() bool { return false }
+
+// ConsumerConfig is the durable consumer the source creates or updates.
+func (s *Source) ConsumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:        s.opts.Consumer,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        s.opts.AckWait,
+		MaxAckPending:  s.opts.MaxAckPending,
+		MaxDeliver:     s.opts.MaxDeliver,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		FilterSubjects: s.opts.FilterSubjects,
+	}
+}
+
+// Run consumes until ctx ends (then it returns nil) or the gate fails.
+// cursors is unused: the server keeps the position.
+func (s *Source) Run(ctx context.Context, gate source.Gate, _ source.CursorStore) error {
+	nc, err := nats.Connect(s.opts.URL, s.opts.NatsOptions...)
+	if err != nil {
+		return fmt.Errorf("natssrc: %s: connect %s: %w", s.opts.Name, s.opts.URL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("natssrc: %s: %w", s.opts.Name, err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, s.opts.Stream, s.ConsumerConfig())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("natssrc: %s: consumer %s on %s: %w", s.opts.Name, s.opts.Consumer, s.opts.Stream, err)
+	}
+	s.log.Info("nats source started", "stream", s.opts.Stream, "consumer", s.opts.Consumer)
+	for ctx.Err() == nil {
+		if err := s.once(ctx, cons, gate); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Source) once(ctx context.Context, cons jetstream.Consumer, gate source.Gate) error {
+	fo := []jetstream.FetchOpt{jetstream.FetchMaxWait(s.opts.FetchMaxWait)}
+	var batch jetstream.MessageBatch
+	var err error
+	if s.opts.FetchMaxBytes > 0 {
+		batch, err = cons.FetchBytes(s.opts.FetchMaxBytes, fo...)
+	} else {
+		batch, err = cons.Fetch(s.opts.FetchBatch, fo...)
+	}
+	if err != nil {
+		s.log.Warn("fetch failed", "err", err)
+		return sleep(ctx, s.opts.FetchMaxWait)
+	}
+	var msgs []jetstream.Msg
+	var recs []source.Record
+	var seqs []uint64
+	for m := range batch.Messages() {
+		md, err := m.Metadata()
+		if err != nil {
+			// Not a JetStream message: nothing to place it by.
+			s.log.Error("message without metadata; left for redelivery", "subject", m.Subject(), "err", err)
+			continue
+		}
+		seq := md.Sequence.Stream
+		msgs = append(msgs, m)
+		seqs = append(seqs, seq)
+		recs = append(recs, source.Record{
+			ID:      source.ID([]byte(md.Stream), source.Uint64(seq), m.Data()),
+			Payload: m.Data(),
+			Source:  s.opts.Name,
+			Time:    md.Timestamp,
+		})
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("fetch ended with an error", "err", err, "messages", len(msgs))
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := gate.Write(ctx, recs); err != nil {
+		if ctx.Err() == nil {
+			// Ask for redelivery now rather than after AckWait.
+			for _, m := range msgs {
+				_ = m.Nak()
+			}
+		}
+		return fmt.Errorf("natssrc: %s: gate: %w", s.opts.Name, err)
+	}
+	for i, m := range msgs {
+		s.ack(ctx, m, seqs[i])
+	}
+	return nil
+}
+
+// ack acks one durable message with server confirmation, retrying an
+// unconfirmed ack. The acks of a durable batch are sent even when ctx has
+// ended (each bounded by AckTimeout), so that a clean stop re-reads
+// nothing.
+func (s *Source) ack(ctx context.Context, m jetstream.Msg, seq uint64) {
+	if s.opts.OnAck != nil {
+		s.opts.OnAck(s.opts.Stream, seq)
+	}
+	var err error
+	for attempt := 0; attempt <= s.opts.AckRetries; attempt++ {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.AckTimeout)
+		err = m.DoubleAck(actx)
+		cancel()
+		if err == nil || errors.Is(err, nats.ErrConnectionClosed) {
+			break
+		}
+	}
+	if err != nil {
+		s.log.Warn("ack not confirmed; the message will be redelivered", "seq", seq, "err", err)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
