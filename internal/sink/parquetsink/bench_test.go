@@ -76,7 +76,7 @@ func BenchmarkSink(b *testing.B) {
 			"name": "parquet_sink", "mb_per_s": rate, "baseline_mb_per_s": base, "ratio": rate / base,
 			"batch": per, "payload_bytes": payloadBytes, "batches": n, "parquet_bytes": pq,
 			"commit_ms_mean": float64(el.Milliseconds()) / float64(n),
-			"date": time.Now().UTC().Format(time.RFC3339),
+			"date":           time.Now().UTC().Format(time.RFC3339),
 		}
 		j, _ := json.Marshal(fields)
 		fmt.Printf("BENCH: %s\n", j)
