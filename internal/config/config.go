@@ -79,8 +79,9 @@ type Config struct {
 
 // SinkConfig chooses and configures the sink the drain delivers to.
 type SinkConfig struct {
-	Type     string         // sink.type: "file", "postgres" or "mysql"
+	Type     string         // sink.type: "file", "parquet", "postgres" or "mysql"
 	File     FileConfig     // [sink.file]
+	Parquet  ParquetConfig  // [sink.parquet]
 	Postgres PostgresConfig // [sink.postgres]
 	MySQL    MySQLConfig    // [sink.mysql]
 }
@@ -110,6 +111,16 @@ type FileConfig struct {
 	MaxBytes     int64         // sink.file.max_bytes
 	MaxAge       time.Duration // sink.file.max_age
 	BatchRecords int           // sink.file.batch_records (MaxBatchSize)
+}
+
+// ParquetConfig configures the Parquet sink.
+type ParquetConfig struct {
+	Dir             string        // sink.parquet.dir; default <data_dir>/parquet
+	MaxBytes        int64         // sink.parquet.max_bytes (staged bytes per file)
+	MaxAge          time.Duration // sink.parquet.max_age
+	BatchRecords    int           // sink.parquet.batch_records (MaxBatchSize)
+	MaxPayloadBytes int64         // sink.parquet.max_payload_bytes
+	Compression     string        // sink.parquet.compression: zstd level name
 }
 
 // ConfigFlag and ConfigEnv name the TOML file to read. Without either, no
@@ -253,12 +264,17 @@ func validate(ks []knob, c *Config, wd string) []error {
 	resolve("socket_path", &c.SocketPath, DefaultSocketName)
 	resolve("wab_dir", &c.WABDir, DefaultWABName)
 	resolve("sink.file.dir", &c.Sink.File.Dir, DefaultFileSinkName)
+	resolve("sink.parquet.dir", &c.Sink.Parquet.Dir, DefaultParquetSinkName)
 
 	errs = append(errs, validateTLS(ks, c, wd)...)
 
 	if c.WABDir != "" && c.WABDir == c.Sink.File.Dir {
 		k := knobByKey(ks, "sink.file.dir")
 		errs = append(errs, invalid(k, fmt.Sprintf("%q", c.Sink.File.Dir), "must differ from wab_dir"))
+	}
+	if c.WABDir != "" && c.WABDir == c.Sink.Parquet.Dir {
+		k := knobByKey(ks, "sink.parquet.dir")
+		errs = append(errs, invalid(k, fmt.Sprintf("%q", c.Sink.Parquet.Dir), "must differ from wab_dir"))
 	}
 	for _, need := range []struct{ typ, key, dsn string }{
 		{"postgres", "sink.postgres.dsn", c.Sink.Postgres.DSN},

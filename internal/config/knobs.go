@@ -10,6 +10,7 @@ import (
 
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/sink/parquetsink"
 	"github.com/weir-io/weir/internal/tlsconf"
 	"github.com/weir-io/weir/wab"
 	"github.com/weir-io/weir/wire"
@@ -47,6 +48,12 @@ const (
 	DefaultFileMaxBytes     = filesink.DefaultMaxBytes
 	DefaultFileMaxAge       = filesink.DefaultMaxAge
 	DefaultFileBatchRecords = filesink.DefaultMaxBatchSize
+	DefaultParquetSinkName  = "parquet" // under data_dir
+	DefaultParquetMaxBytes  = parquetsink.DefaultMaxBytes
+	DefaultParquetMaxAge    = parquetsink.DefaultMaxAge
+	DefaultParquetBatch     = parquetsink.DefaultMaxBatchSize
+	DefaultParquetMaxRecord = parquetsink.DefaultMaxPayloadBytes
+	DefaultParquetLevel     = parquetsink.DefaultCompression
 	DefaultPGTable          = "weir_records"
 	DefaultPGPayloadType    = "bytea"
 	DefaultPGBatchRecords   = 4096
@@ -601,7 +608,7 @@ func knobs() []knob {
 		durationKnob("sink_health_interval", DefaultHealthInterval, 100*time.Millisecond, time.Hour, "How often the sink's health is polled, also while idle or blocked (the weir_sink_health gauge).",
 			func(p *partial) **time.Duration { return &p.SinkHealthInterval }, func(c *Config) *time.Duration { return &c.SinkHealthInterval }),
 
-		enumKnob("sink.type", DefaultSinkType, []string{"file", "postgres", "mysql"}, "Which sink the drain delivers to.",
+		enumKnob("sink.type", DefaultSinkType, []string{"file", "parquet", "postgres", "mysql"}, "Which sink the drain delivers to.",
 			func(p *partial) **string { return &p.SinkType }, func(c *Config) *string { return &c.Sink.Type }),
 		pathKnob("sink.file.dir", "", "<data_dir>/"+DefaultFileSinkName, "Directory the file sink writes its NDJSON files to.",
 			func(p *partial) **string { return &p.FileDir }, func(c *Config) *string { return &c.Sink.File.Dir }),
@@ -611,6 +618,19 @@ func knobs() []knob {
 			func(p *partial) **time.Duration { return &p.FileMaxAge }, func(c *Config) *time.Duration { return &c.Sink.File.MaxAge }),
 		intKnob("sink.file.batch_records", DefaultFileBatchRecords, 1, 1<<20, "Most records the file sink takes per commit.",
 			func(p *partial) **int { return &p.FileBatchRecords }, func(c *Config) *int { return &c.Sink.File.BatchRecords }),
+
+		pathKnob("sink.parquet.dir", "", "<data_dir>/"+DefaultParquetSinkName, "Directory the Parquet sink writes its files (and their staging logs) to.",
+			func(p *partial) **string { return &p.ParquetDir }, func(c *Config) *string { return &c.Sink.Parquet.Dir }),
+		sizeKnob("sink.parquet.max_bytes", DefaultParquetMaxBytes, 64*kib, 16*gib, "A Parquet file is written once its staged records reach this size (before compression); the file is smaller.",
+			func(p *partial) **int64 { return &p.ParquetMaxBytes }, func(c *Config) *int64 { return &c.Sink.Parquet.MaxBytes }),
+		durationKnob("sink.parquet.max_age", DefaultParquetMaxAge, 10*time.Millisecond, 24*time.Hour, "A Parquet file is written once its first staged record is this old.",
+			func(p *partial) **time.Duration { return &p.ParquetMaxAge }, func(c *Config) *time.Duration { return &c.Sink.Parquet.MaxAge }),
+		intKnob("sink.parquet.batch_records", DefaultParquetBatch, 1, 1<<20, "Most records the Parquet sink takes per commit.",
+			func(p *partial) **int { return &p.ParquetBatchRecords }, func(c *Config) *int { return &c.Sink.Parquet.BatchRecords }),
+		sizeKnob("sink.parquet.max_payload_bytes", DefaultParquetMaxRecord, 1, 1*gib, "A record with a larger payload is dead-lettered by the Parquet sink.",
+			func(p *partial) **int64 { return &p.ParquetMaxPayload }, func(c *Config) *int64 { return &c.Sink.Parquet.MaxPayloadBytes }),
+		enumKnob("sink.parquet.compression", DefaultParquetLevel, parquetsink.CompressionLevels, "zstd level of the Parquet files: fastest, default (about zstd 3), better (about 7) or best.",
+			func(p *partial) **string { return &p.ParquetCompression }, func(c *Config) *string { return &c.Sink.Parquet.Compression }),
 
 		dsnKnob("sink.postgres.dsn", "a libpq URL or key=value string; required when sink.type is \"postgres\"",
 			"PostgreSQL connection string, such as postgres://weir@db:5432/ingest?sslmode=verify-full. Holds the password if any; never logged.",
@@ -687,6 +707,11 @@ type partial struct {
 	FileMaxBytes     *int64
 	FileMaxAge       *time.Duration
 	FileBatchRecords *int
+
+	ParquetDir, ParquetCompression     *string
+	ParquetMaxBytes, ParquetMaxPayload *int64
+	ParquetMaxAge                      *time.Duration
+	ParquetBatchRecords                *int
 
 	PGDSN, PGTable, PGPayloadType *string
 	PGBatchRecords                *int

@@ -15,6 +15,7 @@ import (
 	"github.com/weir-io/weir/internal/server"
 	"github.com/weir-io/weir/internal/sink/filesink"
 	"github.com/weir-io/weir/internal/sink/mysqlsink"
+	"github.com/weir-io/weir/internal/sink/parquetsink"
 	"github.com/weir-io/weir/internal/sink/pgsink"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
@@ -169,6 +170,17 @@ func openSink(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logg
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open file sink: %w", err)
+		}
+		return s, nil
+	case "parquet":
+		pc := cfg.Sink.Parquet
+		s, err := parquetsink.New(ctx, parquetsink.Options{
+			FS: fs, Dir: pc.Dir, MaxBytes: pc.MaxBytes, MaxAge: pc.MaxAge, MaxBatchSize: pc.BatchRecords,
+			MaxPayloadBytes: int(pc.MaxPayloadBytes), Compression: pc.Compression,
+			Logger: log.With("component", "sink", "sink", "parquet"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open parquet sink: %w", err)
 		}
 		return s, nil
 	case "postgres":
