@@ -1,0 +1,538 @@
+// Package filesrc tails newline-delimited files matched by a glob and
+// writes their lines through a gate, saving its cursor only after the gate
+// has made the lines durable.
+//
+// # Position regime
+//
+// Store-managed: nothing upstream keeps a position, so the source persists
+// its own cursor through a source.CursorStore — for every file it tracks,
+// the file's identity and the byte offset reading resumes at. A cursor is
+// saved only after Gate.Write returned nil for every line before its
+// offset. A crash between the write and the save re-reads that last batch
+// (the same ids: duplicates that sinks drop); nothing is skipped.
+//
+// The origin is replayable: the files are still there, so losing the
+// cursor costs a re-read, not data.
+//
+// # File identity, rotation, truncation
+//
+// A file is known by its device and inode number, not its name, plus a
+// generation that the source bumps when the file is truncated or its
+// content is replaced. The cursor also keeps a fingerprint: a hash of the
+// file's first bytes (up to FingerprintBytes of what was consumed). When a
+// tracked file is looked at again:
+//
+//   - size below the consumed offset: truncated (copytruncate rotation) —
+//     read again from 0 under the next generation;
+//   - first bytes no longer match the fingerprint: the inode was reused by
+//     a new file or the file was rewritten — likewise from 0, next
+//     generation.
+//
+// Rotation by rename keeps the inode: a file that no longer matches the
+// glob (app.log renamed app.log.1) is still found by identity in the
+// glob's directory, or read through the descriptor the source holds, and
+// is read to its end; once it has not grown for RotateGrace it is
+// dropped, its last unterminated line (if any) emitted as a record. The
+// new file under the old name is a new identity, read from its start.
+// Lines of rotated files are read before those of the files that replaced
+// them.
+//
+// # Record ids
+//
+// source.ID(name, device, inode, generation, offset, payload): the same line
+// re-read after a crash has the same id. A file copied to a new inode
+// (restored from a backup, say) gets new ids.
+//
+// # Lines
+//
+// A record is one line without its newline. A line is emitted only once its
+// newline is there, except at the end of a dropped rotated file. A line
+// longer than MaxLineBytes is cut into pieces of MaxLineBytes (each a
+// record) and a warning logged: nothing is lost, but the pieces are
+// separate records.
+package filesrc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/weir-io/weir/source"
+)
+
+// Defaults for Options.
+const (
+	DefaultPollInterval     = 250 * time.Millisecond
+	DefaultMaxBatchRecords  = 1024
+	DefaultMaxBatchBytes    = 4 << 20
+	DefaultMaxLineBytes     = 1 << 20
+	DefaultFingerprintBytes = 1024
+	DefaultRotateGrace      = 10 * time.Second
+)
+
+// Options configure New. Name and Glob are required.
+type Options struct {
+	// Name is the source's name and its key in the cursor store.
+	Name string
+	// Glob selects the files (filepath.Match syntax), e.g.
+	// "/var/log/app/*.log". Rotated files are looked for in the glob's
+	// directory, so keep the wildcard in the file name part.
+	Glob string
+	// PollInterval: how often the files are looked at when there was
+	// nothing to read (default DefaultPollInterval).
+	PollInterval time.Duration
+	// MaxBatchRecords, MaxBatchBytes bound one gate write (defaults
+	// DefaultMaxBatchRecords, DefaultMaxBatchBytes).
+	MaxBatchRecords int
+	MaxBatchBytes   int
+	// MaxLineBytes: longer lines are cut (default DefaultMaxLineBytes).
+	MaxLineBytes int
+	// FingerprintBytes: how many leading bytes identify a file's content
+	// (default DefaultFingerprintBytes).
+	FingerprintBytes int
+	// RotateGrace: how long a file that no longer matches the glob is
+	// kept open, waiting for a writer that still has it open (default
+	// DefaultRotateGrace).
+	RotateGrace time.Duration
+	Logger      *slog.Logger
+	// OnCommit, if set, is called before each cursor save for every file
+	// whose offset moved, with FileKey of the file and the new offset
+	// (every line starting before it is claimed durable).
+	OnCommit func(file string, next int64)
+}
+
+// Source is a file-tailing source.
+type Source struct {
+	opts  Options
+	log   *slog.Logger
+	dir   string // where rotated files are looked for ("" if the directory has wildcards)
+	files []*file
+}
+
+var _ source.Source = (*Source)(nil)
+
+// New checks opts and returns a source.
+func New(opts Options) (*Source, error) {
+	if opts.Name == "" || opts.Glob == "" {
+		return nil, errors.New("filesrc: Name and Glob are required")
+	}
+	if _, err := filepath.Match(opts.Glob, ""); err != nil {
+		return nil, fmt.Errorf("filesrc: bad glob %q: %w", opts.Glob, err)
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.MaxBatchRecords <= 0 {
+		opts.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if opts.MaxBatchBytes <= 0 {
+		opts.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if opts.MaxLineBytes <= 0 {
+		opts.MaxLineBytes = DefaultMaxLineBytes
+	}
+	if opts.FingerprintBytes <= 0 {
+		opts.FingerprintBytes = DefaultFingerprintBytes
+	}
+	if opts.RotateGrace <= 0 {
+		opts.RotateGrace = DefaultRotateGrace
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Source{opts: opts, log: opts.Logger.With("component", "source", "source", opts.Name)}
+	if d := filepath.Dir(opts.Glob); !strings.ContainsAny(d, `*?[\`) {
+		s.dir = d
+	}
+	return s, nil
+}
+
+// Name implements source.Source.
+func (s *Source) Name() string { return s.opts.Name }
+
+// Regime is store-managed: the source's cursor lives in the offset store.
+func (s *Source) Regime() source.Regime { return source.StoreManaged }
+
+// Replayable is true: the files can be read again.
+func (s *Source) Replayable() bool { return true }
+
+// FileKey names a file generation in positions: "dev:ino:gen".
+func FileKey(dev, ino uint64, gen uint32) string {
+	return strconv.FormatUint(dev, 10) + ":" + strconv.FormatUint(ino, 10) + ":" + strconv.FormatUint(uint64(gen), 10)
+}
+
+// Identify returns the device and inode of the file at path.
+func Identify(path string) (dev, ino uint64, err error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, fmt.Errorf("filesrc: %s: no inode information", path)
+	}
+	return uint64(st.Dev), uint64(st.Ino), nil
+}
+
+// file is one tracked file. The exported fields are the cursor.
+type file struct {
+	Dev    uint64 `json:"dev"`
+	Ino    uint64 `json:"ino"`
+	Gen    uint32 `json:"gen"`
+	Offset int64  `json:"off"`  // durable: every line before it is in the gate
+	FPLen  int    `json:"fpl"`  // fingerprint covers the first FPLen bytes
+	FP     uint64 `json:"fp"`   // FNV-1a of those bytes
+	Path   string `json:"path"` // last seen under this name (informational)
+
+	f        *os.File
+	size     int64
+	matched  bool      // matches the glob now
+	lastGrow time.Time // last time size changed (for rotated files)
+}
+
+type cursor struct {
+	Version int     `json:"v"`
+	Files   []*file `json:"files"`
+}
+
+func (f *file) key() string { return FileKey(f.Dev, f.Ino, f.Gen) }
+
+// Run tails until ctx ends (then it returns nil) or the gate or the cursor
+// store fails.
+func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.CursorStore) error {
+	if cursors == nil {
+		return errors.New("filesrc: a cursor store is required")
+	}
+	defer s.closeAll()
+	c, err := cursors.Load(ctx, s.opts.Name)
+	if err != nil {
+		return fmt.Errorf("filesrc: %s: load cursor: %w", s.opts.Name, err)
+	}
+	s.files = nil
+	if len(c) > 0 {
+		var cur cursor
+		if err := json.Unmarshal(c, &cur); err != nil || cur.Version != 1 {
+			return fmt.Errorf("filesrc: %s: unreadable cursor (%v): refusing to guess a position", s.opts.Name, err)
+		}
+		s.files = cur.Files
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil
+		}
+		s.scan()
+		recs, moves := s.collect()
+		if len(recs) == 0 {
+			t := time.NewTimer(s.opts.PollInterval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			continue
+		}
+		if err := gate.Write(ctx, recs); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("filesrc: %s: gate: %w", s.opts.Name, err)
+		}
+		if err := s.commit(ctx, cursors, moves); err != nil {
+			return err
+		}
+	}
+}
+
+// move is a file's new offset once a batch is durable.
+type move struct {
+	f    *file
+	next int64
+	drop bool // the file is done (rotated away and finished)
+}
+
+func (s *Source) commit(ctx context.Context, cursors source.CursorStore, moves []move) error {
+	for _, m := range moves {
+		m.f.Offset = m.next
+		s.fingerprint(m.f)
+	}
+	if s.opts.OnCommit != nil {
+		for _, m := range moves {
+			s.opts.OnCommit(m.f.key(), m.next)
+		}
+	}
+	for _, m := range moves {
+		if m.drop {
+			s.dropFile(m.f)
+		}
+	}
+	b, err := json.Marshal(cursor{Version: 1, Files: s.files})
+	if err != nil {
+		return fmt.Errorf("filesrc: %s: encode cursor: %w", s.opts.Name, err)
+	}
+	// The batch is durable: save even if ctx has just ended, so a clean
+	// stop re-reads nothing.
+	if err := cursors.Save(context.WithoutCancel(ctx), s.opts.Name, b); err != nil {
+		return fmt.Errorf("filesrc: %s: save cursor: %w", s.opts.Name, err)
+	}
+	return nil
+}
+
+// fingerprint extends f's fingerprint over the consumed prefix, up to
+// FingerprintBytes.
+func (s *Source) fingerprint(f *file) {
+	want := int(min(int64(s.opts.FingerprintBytes), f.Offset))
+	if want <= f.FPLen || f.f == nil {
+		return
+	}
+	if h, ok := hashPrefix(f.f, want); ok {
+		f.FPLen, f.FP = want, h
+	}
+}
+
+func hashPrefix(r io.ReaderAt, n int) (uint64, bool) {
+	b := make([]byte, n)
+	if _, err := r.ReadAt(b, 0); err != nil && !(errors.Is(err, io.EOF) && n == 0) {
+		return 0, false
+	}
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64(), true
+}
+
+func (s *Source) find(dev, ino uint64) *file {
+	for _, f := range s.files {
+		if f.Dev == dev && f.Ino == ino {
+			return f
+		}
+	}
+	return nil
+}
+
+// scan finds the files: the glob's matches, then tracked files under other
+// names in the glob's directory; it opens what is not open and checks each
+// for truncation and reuse.
+func (s *Source) scan() {
+	for _, f := range s.files {
+		f.matched = false
+	}
+	paths, _ := filepath.Glob(s.opts.Glob) // the pattern was checked in New
+	seen := map[*file]bool{}
+	for _, p := range paths {
+		if f := s.track(p, true); f != nil {
+			seen[f] = true
+		}
+	}
+	// Tracked files not found by the glob: renamed in the same directory?
+	var missing bool
+	for _, f := range s.files {
+		if !seen[f] {
+			missing = true
+		}
+	}
+	if missing && s.dir != "" {
+		if names, err := os.ReadDir(s.dir); err == nil {
+			for _, de := range names {
+				if !de.Type().IsRegular() {
+					continue
+				}
+				p := filepath.Join(s.dir, de.Name())
+				dev, ino, err := Identify(p)
+				if err != nil {
+					continue
+				}
+				if f := s.find(dev, ino); f != nil && !seen[f] {
+					seen[f] = true
+					s.track(p, false)
+				}
+			}
+		}
+	}
+	for _, f := range slices.Clone(s.files) {
+		if seen[f] {
+			continue
+		}
+		if f.f == nil {
+			// Gone before it could be opened again (after a restart).
+			s.log.Warn("tracked file is gone; forgetting it", "file", f.key(), "path", f.Path, "offset", f.Offset)
+			s.dropFile(f)
+			continue
+		}
+		// Deleted, but still readable through the descriptor.
+		s.refresh(f)
+	}
+}
+
+// track looks at the file at path: starts tracking a new one, reopens a
+// tracked one, refreshes its size.
+func (s *Source) track(path string, matched bool) *file {
+	fd, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	fi, err := fd.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		fd.Close()
+		return nil
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		fd.Close()
+		return nil
+	}
+	dev, ino := uint64(st.Dev), uint64(st.Ino)
+	f := s.find(dev, ino)
+	if f == nil {
+		f = &file{Dev: dev, Ino: ino}
+		s.files = append(s.files, f)
+		s.log.Info("tailing file", "path", path, "file", f.key())
+	}
+	if f.f == nil {
+		f.f = fd
+		f.lastGrow = time.Now()
+	} else {
+		fd.Close()
+	}
+	f.Path, f.matched = path, matched
+	s.refresh(f)
+	return f
+}
+
+// refresh reads f's size and checks it against the cursor.
+func (s *Source) refresh(f *file) {
+	fi, err := f.f.Stat()
+	if err != nil {
+		return
+	}
+	if fi.Size() != f.size {
+		f.size, f.lastGrow = fi.Size(), time.Now()
+	}
+	reason := ""
+	if f.size < f.Offset {
+		reason = "truncated"
+	} else if f.FPLen > 0 {
+		if h, ok := hashPrefix(f.f, f.FPLen); !ok || h != f.FP {
+			reason = "content replaced"
+		}
+	}
+	if reason != "" {
+		s.log.Warn("file "+reason+"; reading it again from the start", "path", f.Path, "file", f.key(), "offset", f.Offset, "size", f.size)
+		f.Gen++
+		f.Offset, f.FPLen, f.FP = 0, 0, 0
+	}
+}
+
+func (s *Source) dropFile(f *file) {
+	if f.f != nil {
+		f.f.Close()
+		f.f = nil
+	}
+	s.files = slices.DeleteFunc(s.files, func(g *file) bool { return g == f })
+}
+
+func (s *Source) closeAll() {
+	for _, f := range s.files {
+		if f.f != nil {
+			f.f.Close()
+			f.f = nil
+		}
+	}
+}
+
+// collect reads complete lines, rotated files first, within the batch
+// limits. Nothing changes until the batch is durable (see commit).
+func (s *Source) collect() ([]source.Record, []move) {
+	order := slices.Clone(s.files)
+	slices.SortStableFunc(order, func(a, b *file) int {
+		if a.matched != b.matched {
+			if !a.matched {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Path, b.Path)
+	})
+	var recs []source.Record
+	var moves []move
+	budget := s.opts.MaxBatchBytes
+	now := time.Now()
+	for _, f := range order {
+		if f.f == nil || len(recs) >= s.opts.MaxBatchRecords || budget <= 0 {
+			continue
+		}
+		final := !f.matched && now.Sub(f.lastGrow) >= s.opts.RotateGrace
+		off := f.Offset
+		for off < f.size && len(recs) < s.opts.MaxBatchRecords && budget > 0 {
+			n := int(min(f.size-off, int64(min(budget, s.opts.MaxLineBytes)+1)))
+			buf := make([]byte, n)
+			m, err := f.f.ReadAt(buf, off)
+			if m == 0 && err != nil {
+				break
+			}
+			buf = buf[:m]
+			consumed := 0
+			for len(recs) < s.opts.MaxBatchRecords {
+				i := slices.Index(buf[consumed:], '\n')
+				if i < 0 {
+					break
+				}
+				recs = append(recs, s.record(f, off+int64(consumed), buf[consumed:consumed+i]))
+				consumed += i + 1
+			}
+			if consumed == 0 {
+				rest := f.size - off
+				switch {
+				case len(buf) > s.opts.MaxLineBytes:
+					s.log.Warn("line longer than MaxLineBytes; cut", "file", f.key(), "offset", off, "limit", s.opts.MaxLineBytes)
+					recs = append(recs, s.record(f, off, buf[:s.opts.MaxLineBytes]))
+					consumed = s.opts.MaxLineBytes
+				case final && int64(len(buf)) == rest:
+					recs = append(recs, s.record(f, off, buf))
+					consumed = len(buf)
+				}
+			}
+			if consumed == 0 {
+				break
+			}
+			budget -= consumed
+			off += int64(consumed)
+		}
+		done := final && off >= f.size
+		if off != f.Offset || done {
+			moves = append(moves, move{f: f, next: off, drop: done})
+		}
+	}
+	if len(recs) == 0 {
+		// Finished rotated files with nothing left: drop them now.
+		for _, m := range moves {
+			if m.drop {
+				s.log.Info("rotated file finished", "path", m.f.Path, "file", m.f.key())
+				s.dropFile(m.f)
+			}
+		}
+		return nil, nil
+	}
+	return recs, moves
+}
+
+func (s *Source) record(f *file, off int64, line []byte) source.Record {
+	p := slices.Clone(line)
+	return source.Record{
+		ID: source.ID([]byte(s.opts.Name), source.Uint64(f.Dev), source.Uint64(f.Ino),
+			source.Uint64(uint64(f.Gen)), source.Uint64(uint64(off)), p),
+		Payload: p,
+		Source:  s.opts.Name,
+		Time:    time.Now(),
+	}
+}
