@@ -1,0 +1,64 @@
+package sink
+
+import (
+	"context"
+	"errors"
+)
+
+// Positioned is a record with its position in a raw sink's total order.
+type Positioned struct {
+	Pos    uint64
+	Record Record
+}
+
+// RawReader reads a raw sink's records back by position. It is all the
+// recovery of a lagging sink needs from raw.
+type RawReader interface {
+	// ReadFrom returns up to max records whose positions are at least from
+	// and below End, in position order. Positions that hold nothing (see
+	// Raw) are skipped, so the first record returned may sit past from and
+	// consecutive records may skip positions; a caller that has seen every
+	// record up to p has seen every position up to p. An empty result
+	// means nothing is stored at or past from (from >= End).
+	ReadFrom(ctx context.Context, from uint64, max int) ([]Positioned, error)
+	// End is one past the highest position acknowledged so far: every
+	// position below it belongs to an acknowledged batch or holds nothing.
+	End(ctx context.Context) (uint64, error)
+}
+
+// Raw is a primary-raw sink: the pipeline's system of record. Besides being
+// a Sink it numbers what it keeps.
+//
+// # Positions
+//
+// Every record a Raw sink commits gets a position in one total order:
+// uint64, contiguous and increasing. A batch whose CommitRaw returns
+// (res, first, nil) holds positions [first, first+res.Committed(n)),
+// assigned to its committed records in batch order; rejected records get
+// none. Positions are durable when CommitRaw returns: from then on the
+// records at those positions never change, and ReadFrom returns them after
+// any crash or restart.
+//
+// A batch that was not acknowledged (CommitRaw returned an error, or the
+// process crashed before it returned) owns nothing: its positions may be
+// given to the next batch, or may survive holding some of its records (a
+// crash after the write but before the return). Either way no caller ever
+// saw them, so nothing may depend on them. A position can also end up
+// holding nothing at all — a tail lost after a failure, a later file
+// started past it — and readers skip it.
+//
+// Commit on a Raw sink behaves as CommitRaw without the position.
+type Raw interface {
+	Sink
+	RawReader
+	// CommitRaw is Commit, also returning the first position of the
+	// committed records (meaningful when at least one was committed).
+	CommitRaw(ctx context.Context, b Batch) (res CommitResult, first uint64, err error)
+	// Replayable reports whether ReadFrom can serve every position below
+	// End: true for a sink that may hold the primary-raw role.
+	Replayable() bool
+}
+
+// ErrPositionGone is returned (wrapped) by ReadFrom when from is below the
+// oldest position the sink still keeps (retention removed it).
+var ErrPositionGone = errors.New("sink: position no longer kept by raw")
