@@ -35,7 +35,7 @@ type lineJSON struct {
 }
 
 // ReadDir reads every finished (.ndjson) file in dir, in name order, which
-// is the order the files were started. Duplicates are returned as written;
+// is the order the files were started (raw mode's files included). Duplicates are returned as written;
 // deduplicate on ID.
 func ReadDir(dir string) ([]Line, error) { return ReadDirFS(vfs.OS, dir, false) }
 
@@ -50,6 +50,9 @@ func ReadDirFS(fs vfs.FS, dir string, includeOpen bool) ([]Line, error) {
 	var out []Line
 	for _, name := range names {
 		_, _, suffix, ok := parseName(name)
+		if !ok {
+			_, suffix, ok = parseRawName(name) // raw mode's files
+		}
 		if !ok || (suffix != SuffixDone && !(includeOpen && suffix == SuffixOpen)) {
 			continue
 		}

@@ -44,6 +44,29 @@
 // to .ndjson, and the directory is synced. A line that is not valid JSON
 // followed by valid ones is corruption, not a torn tail: New refuses to
 // start and names the file and offset.
+//
+// # Raw mode
+//
+// With Options.Positions the sink is a primary-raw sink (sink.Raw): every
+// committed record gets a position, the next integer after the previous
+// record's, and files are named by the position of their first line,
+// raw-<position, 20 digits>.ndjson, so that the file holding a position is
+// the last one, in name order, whose first position is not above it. The
+// record at line k (from 0) of a file is at the file's first position plus
+// k; lines at or past the next file's first position hold nothing (they can
+// only be what a failed batch left behind) and are never read.
+//
+// New re-derives the end position (one past the last record) from the last
+// file's line count after its crash recovery. ReadFrom finds the file by
+// name and scans it, remembering where the previous read stopped so that a
+// sequence of reads does not rescan a file from its start.
+//
+// A failed write or fdatasync in raw mode does not rescue the file into a
+// fresh one: the file is closed unsynced, left .open, and the sink refuses
+// every later commit (a transient error) until it is reopened, when
+// recovery finishes the file. Keeping one file per first position keeps the
+// position-to-file mapping trivially crash-safe; the write-ahead buffer
+// upstream holds the batches meanwhile.
 package filesink
 
 import (
@@ -58,6 +81,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weir-io/weir/internal/vfs"
@@ -108,6 +132,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Positions turns on raw mode (see the package documentation): the
+	// sink numbers its records and can read them back by position. A
+	// directory is written in one mode only.
+	Positions bool
 }
 
 // Sink writes records to NDJSON files. It implements sink.Sink.
@@ -132,6 +160,12 @@ type Sink struct {
 	orphan  error
 	healthM sync.Mutex
 	health  sink.Health
+
+	// Raw mode.
+	end    atomic.Uint64 // one past the last acknowledged position
+	broken error         // a failed write or sync: refuse commits until reopened
+	readMu sync.Mutex
+	hint   readHint // where the last ReadFrom stopped
 }
 
 type openFile struct {
@@ -139,9 +173,10 @@ type openFile struct {
 	base    string // name without suffix
 	size    int64
 	created time.Time
+	first   uint64 // raw mode: position of the file's first line
 }
 
-var _ sink.Sink = (*Sink)(nil)
+var _ sink.Raw = (*Sink)(nil)
 
 // New opens a file sink on opts.Dir, recovering any file a crash left open.
 func New(ctx context.Context, opts Options) (*Sink, error) {
@@ -183,6 +218,11 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	if err := s.recover(ctx); err != nil {
 		return nil, err
 	}
+	if opts.Positions {
+		if err := s.recoverEnd(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -211,18 +251,30 @@ func (s *Sink) setHealth(h sink.Health) {
 // I/O errors are transient: nothing about a batch makes it unwritable, and
 // dead-lettering it would not fix a full or failing disk.
 func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, error) {
+	res, _, err := s.commitLocked(ctx, b)
+	return res, err
+}
+
+func (s *Sink) commitLocked(ctx context.Context, b sink.Batch) (sink.CommitResult, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	first := s.end.Load()
 	if s.closed {
-		return sink.CommitResult{}, sink.Permanent(ErrClosed)
+		return sink.CommitResult{}, first, sink.Permanent(ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return sink.CommitResult{}, sink.Transient(fmt.Errorf("filesink: commit: %w", err))
+		return sink.CommitResult{}, first, sink.Transient(fmt.Errorf("filesink: commit: %w", err))
+	}
+	if s.broken != nil {
+		return sink.CommitResult{}, first, sink.Transient(s.broken)
 	}
 	s.finishErr = nil
 	if err := s.commit(b); err != nil {
 		s.setHealth(sink.Health{State: sink.Degraded, Reason: err.Error()})
-		return sink.CommitResult{}, sink.Transient(err)
+		if s.broken != nil {
+			s.setHealth(sink.Health{State: sink.Down, Reason: s.broken.Error()})
+		}
+		return sink.CommitResult{}, first, sink.Transient(err)
 	}
 	switch {
 	case s.orphan != nil:
@@ -230,7 +282,7 @@ func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, err
 	case s.finishErr == nil:
 		s.setHealth(sink.Health{State: sink.Healthy})
 	}
-	return sink.CommitResult{}, nil
+	return sink.CommitResult{}, first, nil
 }
 
 func (s *Sink) commit(b sink.Batch) error {
@@ -273,6 +325,9 @@ func (s *Sink) commit(b sink.Batch) error {
 		}
 	}
 	cur.size += int64(len(s.buf))
+	if s.opts.Positions {
+		s.end.Add(uint64(len(b.Records)))
+	}
 	if cur.size >= s.opts.MaxBytes {
 		// The batch is durable under the .open name, and a file left
 		// .open is finished by recovery, so a failure here does not
@@ -294,6 +349,16 @@ func (s *Sink) create(now time.Time) error {
 }
 
 func (s *Sink) newFile(now time.Time) (*openFile, error) {
+	if s.opts.Positions {
+		first := s.end.Load()
+		base := rawBase(first)
+		f, err := s.fs.Create(filepath.Join(s.dir, base+SuffixOpen), filePerm)
+		if err != nil {
+			return nil, fmt.Errorf("filesink: create file: %w", err)
+		}
+		s.logger.Debug("file started", "file", base+SuffixOpen)
+		return &openFile{f: f, base: base, created: now, first: first}, nil
+	}
 	ns := now.UnixNano()
 	if ns < s.lastNs {
 		ns = s.lastNs // names must sort in creation order, whatever the clock does
@@ -346,6 +411,15 @@ func (s *Sink) finish(why string) error {
 func (s *Sink) abandon(cause error) {
 	cur := s.cur
 	s.cur = nil
+	if s.opts.Positions {
+		// Raw mode: leave the file .open, unsynced, for recovery at the
+		// next start; Commit refuses until then.
+		_ = cur.f.Close()
+		s.broken = fmt.Errorf("filesink: raw sink stopped after an I/O error on %s, reopen to recover: %w", cur.base+SuffixOpen, cause)
+		s.logger.Error("raw file abandoned after an I/O error; commits refused until the sink is reopened",
+			"file", cur.base+SuffixOpen, "committed_bytes", cur.size, "err", cause)
+		return
+	}
 	open := filepath.Join(s.dir, cur.base+SuffixOpen)
 	failed := filepath.Join(s.dir, cur.base+SuffixFailed)
 	s.logger.Error("file abandoned after an I/O error; the batch will be retried into a new file",
@@ -445,7 +519,15 @@ func (s *Sink) recover(ctx context.Context) error {
 	}
 	changed := false
 	for _, name := range names {
-		ns, seq, suffix, ok := parseName(name)
+		var ns int64
+		var seq int
+		var suffix string
+		var ok bool
+		if s.opts.Positions {
+			_, suffix, ok = parseRawName(name)
+		} else {
+			ns, seq, suffix, ok = parseName(name)
+		}
 		if !ok {
 			continue
 		}
