@@ -140,8 +140,8 @@ func report(order []string, byName map[string]*series, command string) string {
 		fmt.Fprintf(&b, "Same-run disk baseline (%d runs): bare 4 KiB append+fdatasync **%.0f syncs/s**, on a preallocated file **%.0f syncs/s**, durable write bandwidth **%.0f MiB/s** (= %.0f records/s of 256 bytes).\n\n",
 			base.runs, syncs, med(base, "prealloc_fdatasync_per_s"), mib, mib*(1<<20)/256)
 	}
-	fmt.Fprintf(&b, "| benchmark | runs | records/s | p50 ack | p99 ack | p999 ack | × fdatasync rate | × disk bandwidth |\n")
-	fmt.Fprintf(&b, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(&b, "| benchmark | runs | records/s | p50 ack | p99 ack | p999 ack | × fdatasync rate | × disk bandwidth | other (medians) |\n")
+	fmt.Fprintf(&b, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, name := range order {
 		s := byName[name]
 		if name == "disk_baseline" {
@@ -149,16 +149,44 @@ func report(order []string, byName map[string]*series, command string) string {
 		}
 		rate := med(s, "records_per_s")
 		ratioSync, ratioBW := "", ""
+		if rate == 0 {
+			fmt.Fprintf(&b, "| %s | %d | – | – | – | – | – | – | %s |\n", name, s.runs, others(s))
+			continue
+		}
 		if syncs > 0 {
 			ratioSync = fmt.Sprintf("%.0f×", rate/syncs)
 		}
 		if mib > 0 {
 			ratioBW = fmt.Sprintf("%.2f", rate*256/(mib*(1<<20)))
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | %s | %s |\n", name, s.runs, rate,
-			us(med(s, "p50_us")), us(med(s, "p99_us")), us(med(s, "p999_us")), ratioSync, ratioBW)
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s |\n", name, s.runs, rate,
+			us(med(s, "p50_us")), us(med(s, "p99_us")), us(med(s, "p999_us")), ratioSync, ratioBW, others(s))
 	}
 	return b.String()
+}
+
+// standard fields have their own columns; others lists the rest.
+var standard = map[string]bool{"records_per_s": true, "p50_us": true, "p99_us": true, "p999_us": true,
+	"producers": true, "batch": true, "window": true, "record_bytes": true, "records": true}
+
+func others(s *series) string {
+	var keys []string
+	for k := range s.fields {
+		if !standard[k] {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		v := med(s, k)
+		if v == float64(int64(v)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, int64(v)))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func us(v float64) string {
