@@ -1,0 +1,638 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/sink"
+)
+
+// memSink is a secondary whose contents the test can see, that can be
+// taken down (transient errors), slowed, and told to reject some ids.
+type memSink struct {
+	name   string
+	delay  time.Duration
+	down   atomic.Bool
+	mu     sync.Mutex
+	ids    map[sink.RecordID]int // id -> deliveries
+	poison map[sink.RecordID]bool
+	calls  atomic.Int64
+}
+
+func newMemSink(name string) *memSink {
+	return &memSink{name: name, ids: map[sink.RecordID]int{}, poison: map[sink.RecordID]bool{}}
+}
+
+func (m *memSink) Name() string      { return m.name }
+func (m *memSink) MaxBatchSize() int { return 1000 }
+func (m *memSink) Close() error      { return nil }
+func (m *memSink) Health(context.Context) sink.Health {
+	if m.down.Load() {
+		return sink.Health{State: sink.Down}
+	}
+	return sink.Health{State: sink.Healthy}
+}
+
+func (m *memSink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, error) {
+	m.calls.Add(1)
+	if m.delay > 0 {
+		select {
+		case <-time.After(m.delay):
+		case <-ctx.Done():
+			return sink.CommitResult{}, sink.Transient(ctx.Err())
+		}
+	}
+	if m.down.Load() {
+		return sink.CommitResult{}, sink.Transient(errors.New("memsink: down"))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var res sink.CommitResult
+	for i, r := range b.Records {
+		if m.poison[r.ID] {
+			res.Rejected = append(res.Rejected, sink.Rejection{Index: i, Reason: "poison"})
+			continue
+		}
+		m.ids[r.ID]++
+	}
+	return res, nil
+}
+
+func (m *memSink) has(id sink.RecordID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ids[id] > 0
+}
+
+func (m *memSink) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.ids)
+}
+
+func openRaw(t testing.TB, dir string) *filesink.Sink {
+	t.Helper()
+	r, err := filesink.New(context.Background(), filesink.Options{Dir: dir, Positions: true, MaxBytes: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func openStore(t testing.TB, dir string) *engine.OffsetStore {
+	t.Helper()
+	s, err := engine.OpenOffsetStore(context.Background(), vfs.OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var idSeq atomic.Uint64
+
+func mkBatch(n int) sink.Batch {
+	recs := make([]sink.Record, n)
+	for i := range recs {
+		k := idSeq.Add(1)
+		var id sink.RecordID
+		for j := 0; j < 8; j++ {
+			id[j] = byte(k >> (8 * j))
+		}
+		id[15] = 0x5a
+		recs[i] = sink.Record{ID: id, Payload: fmt.Appendf(nil, `{"n":%d}`, k), Received: time.Now(), Source: "test"}
+	}
+	return sink.NewBatch(recs)
+}
+
+// rawIDs reads every record of raw.
+func rawIDs(t testing.TB, r sink.RawReader) []sink.Positioned {
+	t.Helper()
+	ctx := context.Background()
+	end, _ := r.End(ctx)
+	var out []sink.Positioned
+	for from := uint64(0); from < end; {
+		got, err := r.ReadFrom(ctx, from, 5000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 {
+			break
+		}
+		out = append(out, got...)
+		from = got[len(got)-1].Pos + 1
+	}
+	return out
+}
+
+// waitCaughtUp waits until every secondary covers all of raw.
+func waitCaughtUp(t testing.TB, f *engine.Fanout, d time.Duration) engine.FanoutStats {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		st := f.Stats()
+		done := true
+		for _, s := range st.Sinks {
+			if s.CoveredPrefix < st.RawEnd {
+				done = false
+			}
+		}
+		if done {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("secondaries not caught up after %v: %+v", d, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// coverageChecker asserts, while the fan-out runs, that coverage never
+// claims a position whose record the sink does not hold. Coverage is read
+// first, then the sink: the sink only grows, so any claim missing from it
+// at that moment was made before the sink had the record.
+type coverageChecker struct {
+	t       testing.TB
+	store   *engine.OffsetStore
+	raw     sink.RawReader
+	name    string
+	has     func() (func(sink.RecordID) bool, error)
+	poison  map[sink.RecordID]bool
+	stop    chan struct{}
+	done    chan struct{}
+	checks  atomic.Int64
+	failure atomic.Pointer[string]
+}
+
+func startChecker(t testing.TB, store *engine.OffsetStore, raw sink.RawReader, name string, has func() (func(sink.RecordID) bool, error), rejected ...sink.RecordID) *coverageChecker {
+	c := &coverageChecker{t: t, store: store, raw: raw, name: name, has: has, stop: make(chan struct{}), done: make(chan struct{}),
+		poison: map[sink.RecordID]bool{}}
+	for _, id := range rejected {
+		c.poison[id] = true // rejected by the sink: covered, but never stored
+	}
+	go func() {
+		defer close(c.done)
+		for {
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(15 * time.Millisecond):
+			}
+			if msg := c.check(); msg != "" {
+				c.failure.Store(&msg)
+				return
+			}
+		}
+	}()
+	return c
+}
+
+func (c *coverageChecker) check() string {
+	cov := c.store.Coverage(c.name)
+	has, err := c.has()
+	if err != nil {
+		return err.Error()
+	}
+	ctx := context.Background()
+	for _, sp := range cov.Spans() {
+		for from := sp.Lo; from < sp.Hi; {
+			recs, err := c.raw.ReadFrom(ctx, from, int(min(sp.Hi-from, 5000)))
+			if err != nil {
+				return err.Error()
+			}
+			if len(recs) == 0 {
+				return fmt.Sprintf("%s: coverage %v claims positions from %d past raw's end", c.name, sp, from)
+			}
+			for _, r := range recs {
+				if r.Pos >= sp.Hi {
+					break
+				}
+				if !has(r.Record.ID) && !c.poison[r.Record.ID] {
+					return fmt.Sprintf("%s: coverage leads: position %d (id %s) covered but not in the sink", c.name, r.Pos, r.Record.ID)
+				}
+			}
+			from = recs[len(recs)-1].Pos + 1
+		}
+	}
+	c.checks.Add(1)
+	return ""
+}
+
+func (c *coverageChecker) finish() {
+	c.t.Helper()
+	close(c.stop)
+	<-c.done
+	if msg := c.check(); msg != "" {
+		c.t.Fatal(msg)
+	}
+	if p := c.failure.Load(); p != nil {
+		c.t.Fatal(*p)
+	}
+	c.t.Logf("%s: coverage checked against the sink's contents %d times", c.name, c.checks.Load())
+}
+
+func memHas(m *memSink) func() (func(sink.RecordID) bool, error) {
+	return func() (func(sink.RecordID) bool, error) { return m.has, nil }
+}
+
+// fileHas reads a file sink's directory, open file included.
+func fileHas(dir string) func() (func(sink.RecordID) bool, error) {
+	return func() (func(sink.RecordID) bool, error) {
+		lines, err := filesink.ReadDirFS(vfs.OS, dir, true)
+		if err != nil {
+			return nil, err
+		}
+		set := make(map[sink.RecordID]bool, len(lines))
+		for _, l := range lines {
+			set[l.ID] = true
+		}
+		return func(id sink.RecordID) bool { return set[id] }, nil
+	}
+}
+
+func TestFanoutLiveDelivery(t *testing.T) {
+	rawDir, secDir := t.TempDir(), t.TempDir()
+	raw := openRaw(t, rawDir)
+	fsec, err := filesink.New(context.Background(), filesink.Options{Dir: secDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := newMemSink("mem")
+	store := openStore(t, rawDir)
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Raw: raw, Store: store, FlushInterval: 20 * time.Millisecond,
+		Secondaries: []engine.SecondaryConfig{{Sink: fsec, Name: "files"}, {Sink: mem}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := startChecker(t, store, raw, "files", fileHas(secDir))
+	c2 := startChecker(t, store, raw, "mem", memHas(mem))
+	for i := 0; i < 200; i++ {
+		if _, err := f.Commit(context.Background(), mkBatch(50)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := waitCaughtUp(t, f, 20*time.Second)
+	c1.finish()
+	c2.finish()
+	if st.RawEnd != 10000 || st.Backlog != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	for _, id := range rawIDs(t, raw) {
+		if !mem.has(id.Record.ID) {
+			t.Fatalf("position %d missing from mem", id.Pos)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Coverage is on disk after Close.
+	s2 := openStore(t, rawDir)
+	if cov := s2.Coverage("files"); cov.Prefix() != 10000 {
+		t.Fatalf("coverage on disk %v", &cov)
+	}
+}
+
+// A slow secondary with a tiny queue drops live batches; Commit does not
+// slow down, and recovery fills the gaps from raw. Rejected records go to
+// the quarantine lane with the sink's reason.
+func TestFanoutOverflowRecoversAndQuarantines(t *testing.T) {
+	rawDir := t.TempDir()
+	raw := openRaw(t, rawDir)
+	slow := newMemSink("slow")
+	slow.delay = 5 * time.Millisecond
+	var qmu sync.Mutex
+	quarantined := map[sink.RecordID]string{}
+	q := engine.QuarantineFunc(func(_ context.Context, recs []engine.QuarantinedRecord) error {
+		qmu.Lock()
+		defer qmu.Unlock()
+		for _, r := range recs {
+			quarantined[r.Record.ID] = r.Reason
+		}
+		return nil
+	})
+	store := openStore(t, rawDir)
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Raw: raw, Store: store, FlushInterval: 20 * time.Millisecond, RecoveryInterval: 10 * time.Millisecond,
+		WindowRecords: 700,
+		Secondaries:   []engine.SecondaryConfig{{Sink: slow, QueueBatches: 2, Quarantine: q}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var poison []sink.RecordID
+	batches := make([]sink.Batch, 300)
+	for i := range batches {
+		batches[i] = mkBatch(20)
+		if i%30 == 7 {
+			slow.mu.Lock()
+			slow.poison[batches[i].Records[3].ID] = true
+			slow.mu.Unlock()
+			poison = append(poison, batches[i].Records[3].ID)
+		}
+	}
+	checker := startChecker(t, store, raw, "slow", memHas(slow), poison...)
+	start := time.Now()
+	for _, b := range batches {
+		if _, err := f.Commit(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	st := f.Stats()
+	if st.Sinks[0].LiveDropped == 0 {
+		t.Fatalf("no live drops with a 2-batch queue and a slow sink: %+v", st)
+	}
+	// 300 commits to a slow sink (5ms each) would take 1.5s if Commit waited.
+	if elapsed > time.Second {
+		t.Fatalf("300 commits took %v: the slow secondary slowed Commit", elapsed)
+	}
+	st = waitCaughtUp(t, f, 30*time.Second)
+	checker.finish()
+	t.Logf("commits took %v; stats %+v", elapsed, st.Sinks[0])
+	if slow.count() != 6000-len(poison) {
+		t.Fatalf("slow has %d records, want %d", slow.count(), 6000-len(poison))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		qmu.Lock()
+		n := len(quarantined)
+		qmu.Unlock()
+		if n == len(poison) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("quarantined %d, want %d", n, len(poison))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, id := range poison {
+		if quarantined[id] != "poison" {
+			t.Fatalf("quarantine reason %q", quarantined[id])
+		}
+	}
+}
+
+// In skip-quarantine mode, recovery does not re-quarantine rejected
+// records; it counts them.
+func TestFanoutSkipQuarantine(t *testing.T) {
+	rawDir := t.TempDir()
+	raw := openRaw(t, rawDir)
+	var ids []sink.RecordID
+	for i := 0; i < 10; i++ {
+		b := mkBatch(10)
+		ids = append(ids, b.Records[0].ID)
+		if _, _, err := raw.CommitRaw(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mem := newMemSink("mem")
+	for _, id := range ids {
+		mem.poison[id] = true
+	}
+	var quarantined atomic.Int64
+	q := engine.QuarantineFunc(func(_ context.Context, recs []engine.QuarantinedRecord) error {
+		quarantined.Add(int64(len(recs)))
+		return nil
+	})
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Raw: raw, Store: openStore(t, rawDir), Mode: engine.RecoverySkipQuarantine, RecoveryInterval: 10 * time.Millisecond,
+		Secondaries: []engine.SecondaryConfig{{Sink: mem, Quarantine: q}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st := waitCaughtUp(t, f, 10*time.Second)
+	if st.Sinks[0].QuarantineSkipped != 10 || quarantined.Load() != 0 || mem.count() != 90 {
+		t.Fatalf("skip mode: %+v, quarantined %d, sink %d", st.Sinks[0], quarantined.Load(), mem.count())
+	}
+}
+
+// A quarantine lane that cannot keep up sheds (counted) and never holds
+// back the clean path.
+func TestFanoutQuarantineSheds(t *testing.T) {
+	rawDir := t.TempDir()
+	raw := openRaw(t, rawDir)
+	mem := newMemSink("mem")
+	block := make(chan struct{})
+	q := engine.QuarantineFunc(func(ctx context.Context, _ []engine.QuarantinedRecord) error {
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Raw: raw, Store: openStore(t, rawDir), RecoveryInterval: 10 * time.Millisecond,
+		Secondaries: []engine.SecondaryConfig{{Sink: mem, Quarantine: q, QuarantineBuffer: 5}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		b := mkBatch(10)
+		mem.mu.Lock()
+		for _, r := range b.Records[:5] {
+			mem.poison[r.ID] = true
+		}
+		mem.mu.Unlock()
+		if _, err := f.Commit(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := waitCaughtUp(t, f, 10*time.Second)
+	close(block)
+	if mem.count() != 100 || st.Sinks[0].QuarantineShed == 0 || st.Sinks[0].Quarantined != 100 {
+		t.Fatalf("shedding: sink %d, %+v", mem.count(), st.Sinks[0])
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Stopping the engine mid-recovery and starting again from the offset
+// store on disk resumes recovery where the store says, and ends with the
+// secondary holding all of raw. The store file is taken as it was at a
+// moment during recovery (what a crash would leave: coverage lagging the
+// sink).
+func TestFanoutRecoveryResumesAfterCrash(t *testing.T) {
+	rawDir, secDir := t.TempDir(), t.TempDir()
+	raw := openRaw(t, rawDir)
+	const total = 20000
+	for i := 0; i < total/500; i++ {
+		if _, _, err := raw.CommitRaw(context.Background(), mkBatch(500)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	openSec := func() *filesink.Sink {
+		s, err := filesink.New(context.Background(), filesink.Options{Dir: secDir, MaxBatchSize: 250})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	store := openStore(t, rawDir)
+	opts := engine.FanoutOptions{Raw: raw, Store: store, WindowRecords: 1000, FlushInterval: 5 * time.Millisecond,
+		RecoveryInterval: 10 * time.Millisecond,
+		Secondaries:      []engine.SecondaryConfig{{Sink: openSec(), Name: "files"}}}
+	f, err := engine.NewFanout(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checker := startChecker(t, store, raw, "files", fileHas(secDir))
+	var snapshot []byte
+	var snapAt uint64
+	for {
+		st := f.Stats()
+		p := st.Sinks[0].CoveredPrefix
+		if p > total/3 {
+			b, err := os.ReadFile(filepath.Join(rawDir, engine.DefaultOffsetFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			snapshot, snapAt = b, p
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Let it run on a little, then stop.
+	time.Sleep(20 * time.Millisecond)
+	checker.finish()
+	f.Close() // closes raw too
+	if err := os.WriteFile(filepath.Join(rawDir, engine.DefaultOffsetFile), snapshot, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	raw = openRaw(t, rawDir)
+	store = openStore(t, rawDir)
+	resumeAt := store.Coverage("files")
+	if resumeAt.Prefix() == 0 || resumeAt.Prefix() >= total {
+		t.Fatalf("snapshot coverage %v (taken at %d)", &resumeAt, snapAt)
+	}
+	opts.Raw, opts.Store = raw, store
+	opts.Secondaries = []engine.SecondaryConfig{{Sink: openSec(), Name: "files"}}
+	f, err = engine.NewFanout(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	checker = startChecker(t, store, raw, "files", fileHas(secDir))
+	st := waitCaughtUp(t, f, 30*time.Second)
+	checker.finish()
+	if st.Sinks[0].Recovered > int64(total-resumeAt.Prefix())+1000 {
+		t.Fatalf("after restart recovered %d records; resume point was %d of %d (recovery restarted from scratch?)",
+			st.Sinks[0].Recovered, resumeAt.Prefix(), total)
+	}
+	t.Logf("resumed from %d of %d; recovered %d more", resumeAt.Prefix(), total, st.Sinks[0].Recovered)
+	has, _ := fileHas(secDir)()
+	for _, p := range rawIDs(t, raw) {
+		if !has(p.Record.ID) {
+			t.Fatalf("position %d missing from the secondary after recovery", p.Pos)
+		}
+	}
+}
+
+// Roles: an ingest node delivers live but never recovers; a recovery node
+// on the same raw and offset store fills the gaps.
+func TestFanoutRoles(t *testing.T) {
+	rawDir := t.TempDir()
+	raw := openRaw(t, rawDir)
+	mem := newMemSink("mem")
+	mem.down.Store(true)
+	ingest, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Raw: raw, Store: openStore(t, rawDir), Role: engine.RoleIngest, FlushInterval: 10 * time.Millisecond,
+		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
+		Secondaries: []engine.SecondaryConfig{{Sink: mem, QueueBatches: 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ingest.Close()
+	for i := 0; i < 50; i++ {
+		if _, err := ingest.Commit(context.Background(), mkBatch(10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mem.down.Store(false)
+	time.Sleep(200 * time.Millisecond)
+	st := ingest.Stats()
+	if st.Sinks[0].Recovered != 0 || st.Backlog == 0 {
+		t.Fatalf("ingest role recovered or has no backlog: %+v", st)
+	}
+	rec := newMemSink("mem")
+	var backlog atomic.Uint64
+	backlog.Store(1 << 62)
+	recovery, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Raw: nil, Reader: raw, Store: openStore(t, rawDir), Role: engine.RoleRecovery,
+		FlushInterval: 10 * time.Millisecond, RecoveryInterval: 10 * time.Millisecond,
+		Observer:    backlogObserver{&backlog},
+		Secondaries: []engine.SecondaryConfig{{Sink: rec, Name: "mem"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recovery.Close()
+	waitCaughtUp(t, recovery, 10*time.Second)
+	// The recovery node delivered what the ingest node dropped (and, since
+	// it shares nothing in memory with it, possibly more).
+	if rec.count()+mem.count() < 500 {
+		t.Fatalf("recovery node delivered %d, ingest %d", rec.count(), mem.count())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for backlog.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("backlog observed %d after catching up", backlog.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type backlogObserver struct{ v *atomic.Uint64 }
+
+func (o backlogObserver) LiveDropped(string, int)          {}
+func (o backlogObserver) Delivered(string, int, bool)      {}
+func (o backlogObserver) CommitFailed(string, error, bool) {}
+func (o backlogObserver) Quarantined(string, int, bool)    {}
+func (o backlogObserver) QuarantineShed(string, int)       {}
+func (o backlogObserver) QuarantineSkipped(string, int)    {}
+func (o backlogObserver) Coverage(string, uint64, uint64)  {}
+func (o backlogObserver) RecoveryBacklog(n uint64)         { o.v.Store(n) }
+
+func TestFanoutRejectsBadTopology(t *testing.T) {
+	dir := t.TempDir()
+	notRaw, err := filesink.New(context.Background(), filesink.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.NewFanout(context.Background(), engine.FanoutOptions{Raw: notRaw, Store: openStore(t, dir)}); err == nil {
+		t.Fatal("a non-replayable sink accepted as primary raw")
+	}
+	raw := openRaw(t, dir)
+	m := newMemSink("a")
+	if _, err := engine.NewFanout(context.Background(), engine.FanoutOptions{Raw: raw, Store: openStore(t, dir),
+		Secondaries: []engine.SecondaryConfig{{Sink: m}, {Sink: m}}}); err == nil {
+		t.Fatal("two secondaries with one name accepted")
+	}
+	for _, s := range []string{"both", "ingest", "recovery", ""} {
+		if _, err := engine.ParseRole(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := engine.ParseRole("leader"); err == nil {
+		t.Fatal("bad role accepted")
+	}
+	if _, err := engine.ParseRecoveryMode("drop"); err == nil {
+		t.Fatal("bad mode accepted")
+	}
+}
