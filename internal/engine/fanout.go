@@ -100,6 +100,7 @@ const (
 	quarantineBatch          = 256
 	quarantineLogEvery       = time.Second
 	minWindowRecords         = 16
+	liveTurns                = 8
 	storeRetryLogEvery       = 10 * time.Second
 	defaultCloseFlushTimeout = 10 * time.Second
 )
@@ -478,13 +479,21 @@ func (s *secondary) run(ctx context.Context) {
 	role := s.f.opts.Role
 	tick := time.NewTicker(s.f.opts.RecoveryInterval)
 	defer tick.Stop()
+	live := 0 // live batches delivered since the last recovery window
 	for ctx.Err() == nil {
-		select {
-		case lb := <-s.queue:
-			s.deliverLive(ctx, lb)
-			continue
-		default:
+		// Live batches go first, but a recovery window gets a turn after
+		// every liveTurns of them, so old gaps close even under steady
+		// load.
+		if live < liveTurns || !role.recovers() {
+			select {
+			case lb := <-s.queue:
+				s.deliverLive(ctx, lb)
+				live++
+				continue
+			default:
+			}
 		}
+		live = 0
 		if role.recovers() {
 			did, err := s.recoverWindow(ctx)
 			if err != nil && ctx.Err() == nil {
