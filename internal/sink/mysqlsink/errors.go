@@ -1,16 +1,13 @@
 package mysqlsink
 
 import (
-	"context"
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"syscall"
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/weir-io/weir/internal/sink/sqlsink"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -76,21 +73,7 @@ func classify(op string, err error) error {
 		}
 		return sink.Permanent(fmt.Errorf("%w%s", wrapped, hint(me.Number)))
 	}
-	switch {
-	case errors.Is(err, driver.ErrBadConn),
-		errors.Is(err, mysql.ErrInvalidConn),
-		errors.Is(err, context.Canceled),
-		errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, net.ErrClosed),
-		errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE):
-		return sink.Transient(wrapped)
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) || sqlsink.IsTransportError(err) {
 		return sink.Transient(wrapped)
 	}
 	return sink.Permanent(wrapped)

@@ -68,13 +68,13 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/weir-io/weir/internal/sink/sqlsink"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -151,14 +151,11 @@ type Sink struct {
 	suffix   string
 	rowPlace string
 
-	mu      sync.Mutex // serialises Commit and Close
-	closed  atomic.Bool
-	lastErr atomic.Pointer[string]
-	scratch []any
+	scratch []any // insert's arguments, reused under the Commit lock
 
-	batches, records, committed, rejected atomic.Int64
-	statements, commits, probes, failures atomic.Int64
-	lastRecords, lastStatements           atomic.Int64
+	// core runs Commit, Health and Close and keeps the counters.
+	core                        *sqlsink.Core
+	lastRecords, lastStatements atomic.Int64
 }
 
 var _ sink.Sink = (*Sink)(nil)
@@ -241,6 +238,12 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 		s.table = quoteIdent(dbName) + "." + s.table
 	}
 	s.log = opts.Logger.With("sink", "mysql", "table", s.table)
+	s.core = sqlsink.New(sqlsink.Config{
+		Name: "mysqlsink", Server: "mysql", ErrClosed: ErrClosed,
+		Timeout: opts.Timeout, MaxProbes: opts.MaxProbes, Log: s.log,
+		Check: s.check, CommitRows: s.commitRows, IsDataError: isDataError,
+		Ping: s.ping, Close: s.db.Close,
+	})
 	s.prefix = "INSERT INTO " + s.table + " (weir_record_id, payload, source, durability, received_at) VALUES "
 	s.suffix = " ON DUPLICATE KEY UPDATE weir_record_id = weir_record_id"
 	s.rowPlace = "(?,?,?,?,?)"
@@ -286,10 +289,11 @@ func (s *Sink) Table() string { return s.table }
 
 // Stats returns the sink's counters.
 func (s *Sink) Stats() Stats {
+	c := s.core
 	return Stats{
-		Batches: s.batches.Load(), Records: s.records.Load(), Committed: s.committed.Load(),
-		Rejected: s.rejected.Load(), Statements: s.statements.Load(), Commits: s.commits.Load(),
-		Probes: s.probes.Load(), Failures: s.failures.Load(),
+		Batches: c.Batches.Load(), Records: c.Records.Load(), Committed: c.Committed.Load(),
+		Rejected: c.Rejected.Load(), Statements: c.Statements.Load(), Commits: c.Commits.Load(),
+		Probes: c.Probes.Load(), Failures: c.Failures.Load(),
 		LastRecords: s.lastRecords.Load(), LastStatements: s.lastStatements.Load(),
 		MaxStatementBytes: int64(s.maxStmt),
 	}
@@ -297,30 +301,16 @@ func (s *Sink) Stats() Stats {
 
 // Health implements sink.Sink: Down when the server does not answer a ping
 // within HealthTimeout, Degraded while the last Commit failed.
-func (s *Sink) Health(ctx context.Context) sink.Health {
-	if s.closed.Load() {
-		return sink.Health{State: sink.Down, Reason: "sink is closed"}
-	}
+func (s *Sink) Health(ctx context.Context) sink.Health { return s.core.Health(ctx) }
+
+func (s *Sink) ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.HealthTimeout)
 	defer cancel()
-	if err := s.db.PingContext(ctx); err != nil {
-		return sink.Health{State: sink.Down, Reason: fmt.Sprintf("mysqlsink: ping: %v", err)}
-	}
-	if p := s.lastErr.Load(); p != nil {
-		return sink.Health{State: sink.Degraded, Reason: *p}
-	}
-	return sink.Health{State: sink.Healthy}
+	return s.db.PingContext(ctx)
 }
 
 // Close closes the connections. Committed data is already durable.
-func (s *Sink) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed.Swap(true) {
-		return nil
-	}
-	return s.db.Close()
-}
+func (s *Sink) Close() error { return s.core.Close() }
 
 // rowBytes bounds a row's size in the interpolated statement: every byte
 // of a string may be escaped to two.
@@ -358,59 +348,25 @@ func (s *Sink) check(r *sink.Record) string {
 
 // Commit implements sink.Sink; see the package documentation.
 func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed.Load() {
-		return sink.CommitResult{}, sink.Permanent(ErrClosed)
-	}
-	if len(b.Records) == 0 {
-		return sink.CommitResult{}, nil
-	}
-	s.batches.Add(1)
-	s.records.Add(int64(len(b.Records)))
-	if err := ctx.Err(); err != nil {
-		return s.fail(sink.Transient(fmt.Errorf("mysqlsink: commit: %w", err)))
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-
-	var res sink.CommitResult
-	good := make([]int, 0, len(b.Records))
-	for i := range b.Records {
-		if why := s.check(&b.Records[i]); why != "" {
-			res.Rejected = append(res.Rejected, sink.Rejection{Index: i, Reason: why})
-			continue
-		}
-		good = append(good, i)
-	}
-	if len(good) > 0 {
-		before := s.statements.Load()
-		bad, err := s.commitRows(ctx, b.Records, good)
-		if err != nil {
-			return s.fail(err)
-		}
-		res.Rejected = append(res.Rejected, bad...)
-		s.committed.Add(int64(len(good) - len(bad)))
-		s.lastRecords.Store(int64(len(b.Records)))
-		s.lastStatements.Store(s.statements.Load() - before)
-	}
-	if len(res.Rejected) > 0 {
-		s.rejected.Add(int64(len(res.Rejected)))
-		s.log.Warn("records rejected", "batch", len(b.Records), "rejected", len(res.Rejected),
-			"first_index", res.Rejected[0].Index, "first_reason", res.Rejected[0].Reason)
-	}
-	s.lastErr.Store(nil)
-	return res, nil
+	return s.core.Commit(ctx, b)
 }
 
-func (s *Sink) fail(err error) (sink.CommitResult, error) {
-	s.failures.Add(1)
-	msg := err.Error()
-	s.lastErr.Store(&msg)
-	return sink.CommitResult{}, err
-}
-
+// commitRows is the sqlsink.Config's CommitRows: it commits recs[idx...]
+// and, on success, records the batch's records → statements for Stats.
 func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([]sink.Rejection, error) {
+	before := s.core.Statements.Load()
+	bad, err := s.commitTx(ctx, recs, idx)
+	if err != nil {
+		return nil, err
+	}
+	s.lastRecords.Store(int64(len(recs)))
+	s.lastStatements.Store(s.core.Statements.Load() - before)
+	return bad, nil
+}
+
+// commitTx inserts recs[idx...] in one transaction and commits it,
+// isolating data errors to their rows.
+func (s *Sink) commitTx(ctx context.Context, recs []sink.Record, idx []int) ([]sink.Rejection, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, classify("begin", err)
@@ -432,7 +388,6 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 	if err := tx.Commit(); err != nil {
 		return nil, classify("commit", err)
 	}
-	s.commits.Add(1)
 	return bad, nil
 }
 
@@ -473,7 +428,7 @@ func (s *Sink) insert(ctx context.Context, tx *sql.Tx, recs []sink.Record, idx [
 		args = append(args, r.ID[:], p, r.Source, r.Durability.String(), r.Received.UTC())
 	}
 	q.WriteString(s.suffix)
-	s.statements.Add(1)
+	s.core.Statements.Add(1)
 	_, err := tx.ExecContext(ctx, q.String(), args...)
 	clear(args)
 	s.scratch = args[:0]
@@ -483,40 +438,5 @@ func (s *Sink) insert(ctx context.Context, tx *sql.Tx, recs []sink.Record, idx [
 // isolate bisects a chunk the server refused. A failed statement leaves
 // the transaction open, so every probe runs in tx.
 func (s *Sink) isolate(ctx context.Context, tx *sql.Tx, recs []sink.Record, idx []int) ([]sink.Rejection, error) {
-	var bad []sink.Rejection
-	budget := s.opts.MaxProbes
-	pending := [][]int{idx}
-	if len(idx) > 1 {
-		h := len(idx) / 2
-		pending = [][]int{idx[:h], idx[h:]}
-	}
-	for len(pending) > 0 {
-		g := pending[0]
-		pending = pending[1:]
-		if len(g) > 1 {
-			if budget <= 0 {
-				// Out of bisection budget: try the rest row by row.
-				for _, j := range g {
-					pending = append(pending, []int{j})
-				}
-				continue
-			}
-			budget--
-		}
-		s.probes.Add(1)
-		err := s.insert(ctx, tx, recs, g)
-		if err == nil {
-			continue
-		}
-		if !isDataError(err) {
-			return nil, err
-		}
-		if len(g) == 1 {
-			bad = append(bad, sink.Rejection{Index: g[0], Reason: "mysql refused the row: " + err.Error()})
-			continue
-		}
-		h := len(g) / 2
-		pending = append([][]int{g[:h], g[h:]}, pending...)
-	}
-	return bad, nil
+	return s.core.Bisect([][]int{idx}, func(g []int) error { return s.insert(ctx, tx, recs, g) })
 }

@@ -1,16 +1,13 @@
 package pgsink
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/weir-io/weir/internal/sink/sqlsink"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -74,22 +71,7 @@ func classify(op string, err error, connClosed bool) error {
 		}
 		return sink.Permanent(fmt.Errorf("%w%s", wrapped, hint(pe.Code)))
 	}
-	switch {
-	case connClosed,
-		errors.Is(err, context.Canceled),
-		errors.Is(err, context.DeadlineExceeded),
-		pgconn.Timeout(err),
-		pgconn.SafeToRetry(err),
-		errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, net.ErrClosed),
-		errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE):
-		return sink.Transient(wrapped)
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
+	if connClosed || pgconn.Timeout(err) || pgconn.SafeToRetry(err) || sqlsink.IsTransportError(err) {
 		return sink.Transient(wrapped)
 	}
 	var ce *pgconn.ConnectError

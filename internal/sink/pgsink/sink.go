@@ -81,14 +81,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/weir-io/weir/internal/sink/sqlsink"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -169,13 +168,8 @@ type Sink struct {
 
 	insertSQL string
 
-	mu     sync.Mutex // serialises Commit and Close
-	closed atomic.Bool
-
-	lastErr atomic.Pointer[string] // last Commit failure, nil after a success
-
-	batches, records, committed, rejected atomic.Int64
-	statements, commits, probes, failures atomic.Int64
+	// core runs Commit, Health and Close and keeps the counters.
+	core *sqlsink.Core
 }
 
 var _ sink.Sink = (*Sink)(nil)
@@ -218,6 +212,12 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	}
 	s := &Sink{opts: opts, table: ident.Sanitize()}
 	s.log = opts.Logger.With("sink", "postgres", "table", s.table)
+	s.core = sqlsink.New(sqlsink.Config{
+		Name: "pgsink", Server: "postgres", ErrClosed: ErrClosed,
+		Timeout: opts.Timeout, MaxProbes: opts.MaxProbes, Log: s.log,
+		Check: s.check, CommitRows: s.commitRows, IsDataError: isDataError,
+		Ping: s.pingTwice, Close: func() error { s.pool.Close(); return nil },
+	})
 	cols := "weir_record_id, payload, source, durability, received_at"
 	s.insertSQL = fmt.Sprintf(`INSERT INTO %s (%s)
 SELECT * FROM unnest($1::uuid[], $2::%s[], $3::text[], $4::text[], $5::timestamptz[])
@@ -268,33 +268,28 @@ func (s *Sink) Table() string { return s.table }
 
 // Stats returns the sink's counters.
 func (s *Sink) Stats() Stats {
+	c := s.core
 	return Stats{
-		Batches: s.batches.Load(), Records: s.records.Load(), Committed: s.committed.Load(),
-		Rejected: s.rejected.Load(), Statements: s.statements.Load(), Commits: s.commits.Load(),
-		Probes: s.probes.Load(), Failures: s.failures.Load(),
+		Batches: c.Batches.Load(), Records: c.Records.Load(), Committed: c.Committed.Load(),
+		Rejected: c.Rejected.Load(), Statements: c.Statements.Load(), Commits: c.Commits.Load(),
+		Probes: c.Probes.Load(), Failures: c.Failures.Load(),
 	}
 }
 
 // Health implements sink.Sink: Down when the server does not answer a ping
 // within HealthTimeout, Degraded while the last Commit failed, Healthy
 // otherwise.
-func (s *Sink) Health(ctx context.Context) sink.Health {
-	if s.closed.Load() {
-		return sink.Health{State: sink.Down, Reason: "sink is closed"}
-	}
+func (s *Sink) Health(ctx context.Context) sink.Health { return s.core.Health(ctx) }
+
+// pingTwice is Health's ping.
+func (s *Sink) pingTwice(ctx context.Context) error {
 	err := s.ping(ctx)
 	if err != nil {
 		// A pooled connection killed while idle fails the first ping;
 		// the pool drops it, so try once more on a fresh one.
 		err = s.ping(ctx)
 	}
-	if err != nil {
-		return sink.Health{State: sink.Down, Reason: fmt.Sprintf("pgsink: ping: %v", err)}
-	}
-	if p := s.lastErr.Load(); p != nil {
-		return sink.Health{State: sink.Degraded, Reason: *p}
-	}
-	return sink.Health{State: sink.Healthy}
+	return err
 }
 
 func (s *Sink) ping(ctx context.Context) error {
@@ -304,65 +299,11 @@ func (s *Sink) ping(ctx context.Context) error {
 }
 
 // Close closes the connections. Committed data is already durable.
-func (s *Sink) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed.Swap(true) {
-		return nil
-	}
-	s.pool.Close()
-	return nil
-}
+func (s *Sink) Close() error { return s.core.Close() }
 
 // Commit implements sink.Sink; see the package documentation.
 func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed.Load() {
-		return sink.CommitResult{}, sink.Permanent(ErrClosed)
-	}
-	if len(b.Records) == 0 {
-		return sink.CommitResult{}, nil
-	}
-	s.batches.Add(1)
-	s.records.Add(int64(len(b.Records)))
-	if err := ctx.Err(); err != nil {
-		return s.fail(sink.Transient(fmt.Errorf("pgsink: commit: %w", err)))
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-
-	var res sink.CommitResult
-	good := make([]int, 0, len(b.Records))
-	for i := range b.Records {
-		if why := s.check(&b.Records[i]); why != "" {
-			res.Rejected = append(res.Rejected, sink.Rejection{Index: i, Reason: why})
-			continue
-		}
-		good = append(good, i)
-	}
-	if len(good) > 0 {
-		bad, err := s.commitRows(ctx, b.Records, good)
-		if err != nil {
-			return s.fail(err)
-		}
-		res.Rejected = append(res.Rejected, bad...)
-		s.committed.Add(int64(len(good) - len(bad)))
-	}
-	if len(res.Rejected) > 0 {
-		s.rejected.Add(int64(len(res.Rejected)))
-		s.log.Warn("records rejected", "batch", len(b.Records), "rejected", len(res.Rejected),
-			"first_index", res.Rejected[0].Index, "first_reason", res.Rejected[0].Reason)
-	}
-	s.lastErr.Store(nil)
-	return res, nil
-}
-
-func (s *Sink) fail(err error) (sink.CommitResult, error) {
-	s.failures.Add(1)
-	msg := err.Error()
-	s.lastErr.Store(&msg)
-	return sink.CommitResult{}, err
+	return s.core.Commit(ctx, b)
 }
 
 // check pre-validates a record: "" means it may be sent.
@@ -395,7 +336,7 @@ func containsNUL(s string) bool {
 
 // commitRows inserts recs[idx...] in one transaction and commits it,
 // isolating data errors to their rows. The rejections it returns index
-// recs.
+// recs. It is the sqlsink.Config's CommitRows.
 func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([]sink.Rejection, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -426,7 +367,6 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 	if err := tx.Commit(ctx); err != nil {
 		return nil, classify("commit", err, closed())
 	}
-	s.commits.Add(1)
 	return bad, nil
 }
 
@@ -478,7 +418,7 @@ func columnsOf(recs []sink.Record, idx []int) (ids [][16]byte, payloads [][]byte
 
 func (s *Sink) insertUnnest(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int) error {
 	ids, payloads, sources, durs, recv := columnsOf(recs, idx)
-	s.statements.Add(1)
+	s.core.Statements.Add(1)
 	_, err := tx.Exec(ctx, s.insertSQL, ids, payloads, sources, durs, recv)
 	return err
 }
@@ -487,47 +427,11 @@ func (s *Sink) insertUnnest(ctx context.Context, tx pgx.Tx, recs []sink.Record, 
 // savepoints to find the rows the server refuses. It returns those rows'
 // rejections; the rest are inserted.
 func (s *Sink) isolate(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int) ([]sink.Rejection, error) {
-	var bad []sink.Rejection
-	budget := s.opts.MaxProbes
-	pending := s.chunks(recs, idx)
-	if len(pending) == 1 && len(idx) > 1 {
-		// The whole set is known to fail: start from its halves.
-		h := len(idx) / 2
-		pending = [][]int{idx[:h], idx[h:]}
-	}
-	for len(pending) > 0 {
-		g := pending[0]
-		pending = pending[1:]
-		if len(g) > 1 {
-			if budget <= 0 {
-				// Out of bisection budget: try the rest row by row.
-				for _, j := range g {
-					pending = append(pending, []int{j})
-				}
-				continue
-			}
-			budget--
-		}
-		err := s.probe(ctx, tx, recs, g)
-		if err == nil {
-			continue
-		}
-		if !isDataError(err) {
-			return nil, err
-		}
-		if len(g) == 1 {
-			bad = append(bad, sink.Rejection{Index: g[0], Reason: "postgres refused the row: " + err.Error()})
-			continue
-		}
-		h := len(g) / 2
-		pending = append([][]int{g[:h], g[h:]}, pending...)
-	}
-	return bad, nil
+	return s.core.Bisect(s.chunks(recs, idx), func(g []int) error { return s.probe(ctx, tx, recs, g) })
 }
 
 // probe inserts one group under a savepoint, rolling back to it on error.
 func (s *Sink) probe(ctx context.Context, tx pgx.Tx, recs []sink.Record, g []int) error {
-	s.probes.Add(1)
 	if _, err := tx.Exec(ctx, "SAVEPOINT weir_probe"); err != nil {
 		return err
 	}
