@@ -66,7 +66,18 @@ type Config struct {
 	DeadLetterCheckInterval time.Duration // dead_letter_check_interval
 	SinkHealthInterval      time.Duration // sink_health_interval
 
-	Sink SinkConfig // [sink]
+	Sink SinkConfig // [sink]; with secondaries, the primary raw
+
+	// Topology: secondaries fed from primary raw, and sources writing
+	// through the write-ahead buffer. Both are TOML-only ([[secondary]],
+	// [[source]]); see topology.go.
+	Secondaries           []SecondaryConfig // [[secondary]]
+	Sources               []SourceConfig    // [[source]]
+	Role                  string            // role: both|ingest|recovery
+	RecoveryMode          string            // recovery_mode: rehydrate|skip-quarantine
+	RecoveryWindowRecords int               // recovery_window_records
+	RecoveryWindowTime    time.Duration     // recovery_window_time
+	CoverageFlushInterval time.Duration     // coverage_flush_interval
 
 	MetricsBind      string        // metrics_bind
 	MetricsPort      int           // metrics_port; 0 turns the endpoint off
@@ -80,6 +91,7 @@ type Config struct {
 // SinkConfig chooses and configures the sink the drain delivers to.
 type SinkConfig struct {
 	Type     string         // sink.type: "file", "parquet", "postgres" or "mysql"
+	Durable  bool           // sink.durable; must be true for the [sink]
 	File     FileConfig     // [sink.file]
 	Parquet  ParquetConfig  // [sink.parquet]
 	Postgres PostgresConfig // [sink.postgres]
@@ -201,10 +213,12 @@ func load(args, environ []string, logger *slog.Logger, wd string) (*Config, erro
 	for i := range ks {
 		ks[i].apply(c, merged)
 	}
+	topo := file.topology // TOML-only: no flag or environment layer
 	if merged.PreallocateBytes == nil && c.PreallocateBytes > c.SegmentMaxBytes {
 		c.PreallocateBytes = c.SegmentMaxBytes
 	}
 	errs = append(errs, validate(ks, c, wd)...)
+	errs = append(errs, buildTopology(ks, c, topo, wd)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -510,7 +524,7 @@ func parseFile(ks []knob, path string, logger *slog.Logger) (*partial, []error) 
 		return p, []error{fmt.Errorf("config: file %s: %w", path, err)}
 	}
 	root := tomlTree(ks)
-	doc := reflect.New(root.structType())
+	doc := reflect.New(withTopology(root.structType()))
 	md, err := toml.Decode(string(data), doc.Interface())
 	if err != nil {
 		return p, []error{fileError(path, "", err)}
@@ -534,6 +548,7 @@ func parseFile(ks []knob, path string, logger *slog.Logger) (*partial, []error) 
 		}
 	}
 	walk(root, doc.Elem())
+	errs = append(errs, decodeTopology(root, md, doc.Elem(), p, path)...)
 	for _, key := range md.Undecoded() {
 		logger.Warn("config: unknown key in configuration file ignored", "file", path, "key", key.String())
 	}

@@ -102,7 +102,12 @@ func TestDefaults(t *testing.T) {
 		DeadLetterMaxBytes:      1 << 30,
 		DeadLetterCheckInterval: 5 * time.Second,
 		SinkHealthInterval:      30 * time.Second,
-		Sink: SinkConfig{Type: "file", File: FileConfig{
+		Role:                    "both",
+		RecoveryMode:            "rehydrate",
+		RecoveryWindowRecords:   4096,
+		RecoveryWindowTime:      10 * time.Second,
+		CoverageFlushInterval:   250 * time.Millisecond,
+		Sink: SinkConfig{Type: "file", Durable: true, File: FileConfig{
 			Dir: "/srv/weir/data/out", MaxBytes: 128 << 20, MaxAge: time.Minute, BatchRecords: 4096,
 		},
 			Parquet: ParquetConfig{Dir: "/srv/weir/data/parquet", MaxBytes: 64 << 20, MaxAge: time.Minute, BatchRecords: 4096,
@@ -197,6 +202,12 @@ var samples = map[string][2]string{
 	"live_stall_timeout":             {"30s", "5m"},
 	"log_level":                      {"debug", "error"},
 	"log_format":                     {"json", "text"},
+	"sink.durable":                   {"true", "true"},
+	"role":                           {"ingest", "recovery"},
+	"recovery_mode":                  {"skip-quarantine", "skip-quarantine"},
+	"recovery_window_records":        {"1", "100000"},
+	"recovery_window_time":           {"1s", "1m"},
+	"coverage_flush_interval":        {"10ms", "5s"},
 }
 
 // tlsCompanions are settings that must accompany one another: TCP is

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/drain"
+	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/sink/filesink"
 	"github.com/weir-io/weir/internal/sink/parquetsink"
 	"github.com/weir-io/weir/internal/tlsconf"
@@ -68,6 +69,12 @@ const (
 	DefaultLogLevel         = "info"
 	DefaultLogFormat        = "text"
 	DefaultTLSReload        = 30 * time.Second
+	DefaultRole             = "both"
+	DefaultRecoveryMode     = "rehydrate"
+	DefaultWindowRecords    = engine.DefaultWindowRecords
+	DefaultWindowTime       = engine.DefaultWindowTime
+	DefaultCoverageFlush    = engine.DefaultFlushInterval
+	DefaultQueueBatches     = engine.DefaultQueueBatches
 
 	// MaxSocketPathBytes is the longest Unix socket path the kernel accepts:
 	// sun_path holds 108 bytes including the terminating NUL.
@@ -610,6 +617,8 @@ func knobs() []knob {
 
 		enumKnob("sink.type", DefaultSinkType, []string{"file", "parquet", "postgres", "mysql"}, "Which sink the drain delivers to.",
 			func(p *partial) **string { return &p.SinkType }, func(c *Config) *string { return &c.Sink.Type }),
+		boolKnob("sink.durable", true, "The [sink] acknowledges only what is on stable storage. It is the pipeline's primary raw (its system of record), so false is refused.",
+			func(p *partial) **bool { return &p.SinkDurable }, func(c *Config) *bool { return &c.Sink.Durable }),
 		pathKnob("sink.file.dir", "", "<data_dir>/"+DefaultFileSinkName, "Directory the file sink writes its NDJSON files to.",
 			func(p *partial) **string { return &p.FileDir }, func(c *Config) *string { return &c.Sink.File.Dir }),
 		sizeKnob("sink.file.max_bytes", DefaultFileMaxBytes, 4*kib, 64*gib, "An output file is closed and a new one started once it reaches this size.",
@@ -658,6 +667,17 @@ func knobs() []knob {
 		durationKnob("sink.mysql.timeout", DefaultMySQLTimeout, time.Second, time.Hour, "Time allowed for one commit (a timeout is retried).",
 			func(p *partial) **time.Duration { return &p.MySQLTimeout }, func(c *Config) *time.Duration { return &c.Sink.MySQL.Timeout }),
 
+		enumKnob("role", DefaultRole, []string{"both", "ingest", "recovery"}, "What this node does for [[secondary]] sinks: deliver live batches and recover gaps (both), only deliver live (ingest), or only recover from raw (recovery).",
+			func(p *partial) **string { return &p.Role }, func(c *Config) *string { return &c.Role }),
+		enumKnob("recovery_mode", DefaultRecoveryMode, []string{"rehydrate", "skip-quarantine"}, "Whether records a secondary rejects during recovery go to its quarantine lane again (rehydrate) or are only counted (skip-quarantine).",
+			func(p *partial) **string { return &p.RecoveryMode }, func(c *Config) *string { return &c.RecoveryMode }),
+		intKnob("recovery_window_records", DefaultWindowRecords, 1, 1<<20, "Most records one recovery window reads from raw and commits to a lagging secondary.",
+			func(p *partial) **int { return &p.RecoveryWindowRecords }, func(c *Config) *int { return &c.RecoveryWindowRecords }),
+		durationKnob("recovery_window_time", DefaultWindowTime, 10*time.Millisecond, time.Hour, "Deadline of one recovery window's commit; a window that misses it is retried at half the size.",
+			func(p *partial) **time.Duration { return &p.RecoveryWindowTime }, func(c *Config) *time.Duration { return &c.RecoveryWindowTime }),
+		durationKnob("coverage_flush_interval", DefaultCoverageFlush, 10*time.Millisecond, time.Minute, "How often the secondaries' coverage is written to the offset store in the raw directory (and the recovery gauges are updated).",
+			func(p *partial) **time.Duration { return &p.CoverageFlushInterval }, func(c *Config) *time.Duration { return &c.CoverageFlushInterval }),
+
 		hostKnob("metrics_bind", DefaultMetricsBind, "Address the metrics and health endpoint listens on: an IP address or a host name. The endpoint is unauthenticated; keep it on loopback or a private network.",
 			func(p *partial) **string { return &p.MetricsBind }, func(c *Config) *string { return &c.MetricsBind }),
 		intKnob("metrics_port", DefaultMetricsPort, 0, 65535, "TCP port of the metrics and health endpoint (/metrics, /live, /ready); 0 turns the endpoint off.",
@@ -703,6 +723,7 @@ type partial struct {
 	SinkHealthInterval            *time.Duration
 
 	SinkType         *string
+	SinkDurable      *bool
 	FileDir          *string
 	FileMaxBytes     *int64
 	FileMaxAge       *time.Duration
@@ -727,7 +748,16 @@ type partial struct {
 	LiveStallTimeout *time.Duration
 	DebugPprof       *bool
 
+	Role, RecoveryMode    *string
+	RecoveryWindowRecords *int
+	RecoveryWindowTime    *time.Duration
+	CoverageFlushInterval *time.Duration
+
 	LogLevel, LogFormat *string
+
+	// topology holds the [[secondary]] and [[source]] tables as read from
+	// the file; they have no flag or environment form.
+	topology *topologyTOML
 }
 
 func between(v, lo, hi int64, f func(int64) string) string {

@@ -1,0 +1,265 @@
+package config
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func loadTOML(t *testing.T, body string) (*Config, error, []string) {
+	t.Helper()
+	h := &capture{}
+	c, err := load([]string{"--config", writeFile(t, body)}, nil, slog.New(h), wd)
+	return c, err, h.warnings()
+}
+
+func TestTopologyTables(t *testing.T) {
+	c, err, warns := loadTOML(t, `
+role = "ingest"
+recovery_mode = "skip-quarantine"
+recovery_window_records = 100
+coverage_flush_interval = "50ms"
+[sink]
+type = "file"
+
+[[secondary]]
+name = "pg"
+type = "postgres"
+queue_batches = 8
+[secondary.postgres]
+dsn = "postgres://u@h/db"
+table = "events"
+batch_records = 100
+
+[[secondary]]
+name = "copy"
+type = "file"
+[secondary.file]
+max_age = "5s"
+
+[[source]]
+name = "orders"
+type = "kafka"
+[source.kafka]
+brokers = ["k1:9092", "k2:9092"]
+topics = ["orders"]
+group = "weir"
+cluster = "prod"
+commit_timeout = "3s"
+
+[[source]]
+name = "ev"
+type = "nats"
+[source.nats]
+stream = "EV"
+consumer = "weir"
+ack_wait = "30s"
+
+[[source]]
+name = "logs"
+type = "file"
+[source.file]
+glob = "logs/*.log"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 0 {
+		t.Errorf("warnings: %v", warns)
+	}
+	if c.Role != "ingest" || c.RecoveryMode != "skip-quarantine" || c.RecoveryWindowRecords != 100 || c.CoverageFlushInterval != 50*time.Millisecond {
+		t.Errorf("scalars: %+v", c)
+	}
+	if len(c.Secondaries) != 2 {
+		t.Fatalf("secondaries: %+v", c.Secondaries)
+	}
+	pg := c.Secondaries[0]
+	if pg.Name != "pg" || pg.QueueBatches != 8 || pg.Sink.Type != "postgres" || pg.Sink.Postgres.DSN != "postgres://u@h/db" ||
+		pg.Sink.Postgres.Table != "events" || pg.Sink.Postgres.BatchRecords != 100 || pg.Sink.Postgres.Timeout != DefaultPGTimeout {
+		t.Errorf("pg: %+v", pg)
+	}
+	cp := c.Secondaries[1]
+	if cp.QueueBatches != DefaultQueueBatches || cp.Sink.File.Dir != "/srv/weir/data/secondary/copy" || cp.Sink.File.MaxAge != 5*time.Second {
+		t.Errorf("copy: %+v", cp)
+	}
+	if len(c.Sources) != 3 {
+		t.Fatalf("sources: %+v", c.Sources)
+	}
+	k := c.Sources[0].Kafka
+	if c.Sources[0].Type != "kafka" || len(k.Brokers) != 2 || k.Group != "weir" || k.Cluster != "prod" || k.CommitTimeout != 3*time.Second {
+		t.Errorf("kafka: %+v", c.Sources[0])
+	}
+	if n := c.Sources[1].NATS; n.Stream != "EV" || n.AckWait != 30*time.Second {
+		t.Errorf("nats: %+v", c.Sources[1])
+	}
+	if f := c.Sources[2].File; f.Glob != "/srv/weir/logs/*.log" {
+		t.Errorf("file: %+v", c.Sources[2])
+	}
+}
+
+func TestTopologyUnknownKeysWarn(t *testing.T) {
+	_, err, warns := loadTOML(t, `
+[[secondary]]
+name = "pg"
+type = "postgres"
+queue_batchez = 3
+[secondary.postgres]
+dsn = "postgres://u@h/db"
+tabel = "x"
+
+[[source]]
+name = "k"
+type = "kafka"
+colour = "red"
+[source.kafka]
+brokers = ["k:9092"]
+topics = ["t"]
+group = "g"
+brokerz = 1
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(warns, "\n")
+	for _, key := range []string{"key=secondary.queue_batchez", "key=secondary.postgres.tabel", "key=source.colour", "key=source.kafka.brokerz"} {
+		if !strings.Contains(got, key) {
+			t.Errorf("no warning for %s in:\n%s", key, got)
+		}
+	}
+	if strings.Contains(got, "key=secondary.name") || strings.Contains(got, "key=source.kafka.group") || strings.Contains(got, "key=source ") {
+		t.Errorf("known topology keys warned about:\n%s", got)
+	}
+}
+
+func TestTopologyErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"secondary without name", `
+[[secondary]]
+type = "file"`, []string{`[[secondary]] #1: name = "": is required`}},
+		{"duplicate secondary", `
+[[secondary]]
+name = "a"
+type = "file"
+[[secondary]]
+name = "a"
+type = "file"
+[secondary.file]
+dir = "/x"`, []string{`[[secondary]] "a": name = "a": is already used by [[secondary]] #1`}},
+		{"secondary without type", `
+[[secondary]]
+name = "a"`, []string{`[[secondary]] "a": type is required`}},
+		{"secondary bad type", `
+[[secondary]]
+name = "a"
+type = "kafka"`, []string{`[[secondary]] "a": type = "kafka": must be one of`}},
+		{"secondary dsn", `
+[[secondary]]
+name = "a"
+type = "postgres"`, []string{`[[secondary]] "a": postgres.dsn is required because type is "postgres"`}},
+		{"secondary wrong table", `
+[[secondary]]
+name = "a"
+type = "file"
+[secondary.mysql]
+dsn = "x"`, []string{`[secondary.mysql] is given but type is "file"`}},
+		{"secondary range", `
+[[secondary]]
+name = "a"
+type = "postgres"
+queue_batches = 0
+[secondary.postgres]
+dsn = "x"
+batch_records = 0`, []string{`queue_batches = 0: must be between 1 and 65536`, `postgres.batch_records = 0: must be between 1 and 65536`}},
+		{"secondary same dir as raw", `
+[sink.file]
+dir = "/d"
+[[secondary]]
+name = "a"
+type = "file"
+[secondary.file]
+dir = "/d"`, []string{`file.dir = "/d": must differ from sink.file.dir (primary raw)`}},
+		{"secondary name chars", `
+[[secondary]]
+name = "a/b"
+type = "file"`, []string{`name = "a/b": may hold only letters`}},
+		{"primary raw not replayable", `
+[sink]
+type = "postgres"
+[sink.postgres]
+dsn = "x"
+[[secondary]]
+name = "a"
+type = "file"`, []string{`sink.type = "postgres": must be "file" when [[secondary]] sinks are configured`}},
+		{"primary raw not durable", `
+[sink]
+durable = false`, []string{`sink.durable = false: the [sink] is the pipeline's primary raw`}},
+		{"source without name", `
+[[source]]
+type = "file"
+[source.file]
+glob = "/x/*"`, []string{`[[source]] #1: name = "": is required`}},
+		{"duplicate source", `
+[[source]]
+name = "s"
+type = "file"
+[source.file]
+glob = "/x/*"
+[[source]]
+name = "s"
+type = "file"
+[source.file]
+glob = "/y/*"`, []string{`[[source]] "s": name = "s": is already used by [[source]] #1`}},
+		{"source type", `
+[[source]]
+name = "s"
+type = "socket"`, []string{`[[source]] "s": type = "socket": must be one of "kafka", "nats", "file"`}},
+		{"kafka required", `
+[[source]]
+name = "s"
+type = "kafka"`, []string{`kafka.brokers is required`, `kafka.topics is required`, `kafka.group is required`}},
+		{"nats required", `
+[[source]]
+name = "s"
+type = "nats"
+[source.nats]
+fetch_max_wait = "5s"
+ack_wait = "1s"`, []string{`nats.stream is required`, `nats.consumer is required`, `nats.ack_wait = 1s: must exceed nats.fetch_max_wait (5s)`}},
+		{"file glob", `
+[[source]]
+name = "s"
+type = "file"
+[source.file]
+glob = "[x"`, []string{`file.glob = "[x": is not a valid pattern`}},
+		{"source wrong table", `
+[[source]]
+name = "s"
+type = "file"
+[source.file]
+glob = "/x/*"
+[source.kafka]
+group = "g"`, []string{`[source.kafka] is given but type is "file"`}},
+		{"source bad duration", `
+[[source]]
+name = "s"
+type = "file"
+[source.file]
+glob = "/x/*"
+poll_interval = "soon"`, []string{`[[source]] #1`, `not a duration`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err, _ := loadTOML(t, tc.body)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
