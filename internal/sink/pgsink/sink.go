@@ -76,11 +76,13 @@
 package pgsink
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -417,7 +419,11 @@ func columnsOf(recs []sink.Record, idx []int) (ids [][16]byte, payloads [][]byte
 }
 
 func (s *Sink) insertUnnest(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int) error {
-	ids, payloads, sources, durs, recv := columnsOf(recs, idx)
+	// Rows in key order: the primary-key index is then filled in one
+	// ascending pass instead of at random places (ids are hashes).
+	sorted := slices.Clone(idx)
+	slices.SortFunc(sorted, func(a, b int) int { return bytes.Compare(recs[a].ID[:], recs[b].ID[:]) })
+	ids, payloads, sources, durs, recv := columnsOf(recs, sorted)
 	s.core.Statements.Add(1)
 	_, err := tx.Exec(ctx, s.insertSQL, ids, payloads, sources, durs, recv)
 	return err
