@@ -77,6 +77,10 @@ var (
 // Metrics records weir's measurements. Create it with New.
 type Metrics struct {
 	cfg Config
+	reg *prometheus.Registry
+
+	topoOnce sync.Once
+	topo     *Topology
 
 	// Server.
 	connOpen      prometheus.Gauge
@@ -142,7 +146,7 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 	}
 	reg := prometheus.NewRegistry()
 	f := factory{reg}
-	m := &Metrics{cfg: cfg, segs: make(map[segKey]int64)}
+	m := &Metrics{cfg: cfg, reg: reg, segs: make(map[segKey]int64)}
 	m.health.Store(-1)
 	m.state.Store(int32(drain.Idle))
 

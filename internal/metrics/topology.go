@@ -1,0 +1,142 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weir-io/weir/internal/engine"
+)
+
+// Topology holds the metrics of the raw-first fan-out (secondaries,
+// coverage, recovery, quarantine) and of the sources the daemon runs. It
+// implements engine.Observer. Get it from Metrics.Topology: its series are
+// registered on first use, so a daemon without secondaries or sources does
+// not export them.
+type Topology struct {
+	backlog     prometheus.Gauge
+	dropped     *prometheus.CounterVec
+	droppedRecs *prometheus.CounterVec
+	delivered   *prometheus.CounterVec
+	failed      *prometheus.CounterVec
+	quarantined *prometheus.CounterVec
+	shed        *prometheus.CounterVec
+	skipped     *prometheus.CounterVec
+	coverage    *prometheus.GaugeVec
+	missing     *prometheus.GaugeVec
+
+	srcWritten  *prometheus.CounterVec
+	srcCommits  *prometheus.CounterVec
+	srcRestarts *prometheus.CounterVec
+	srcRunning  *prometheus.GaugeVec
+}
+
+var _ engine.Observer = (*Topology)(nil)
+
+// Topology returns the fan-out and source metrics, registering them the
+// first time.
+func (m *Metrics) Topology() *Topology {
+	m.topoOnce.Do(func() {
+		f := factory{m.reg}
+		t := &Topology{}
+		t.backlog = f.gauge("weir_recovery_backlog", "Raw positions the furthest-behind secondary is missing (0 when none is behind); updated every coverage_flush_interval.")
+		t.dropped = f.counterVec("weir_secondary_dropped_batches_total", "Live batches not queued for a secondary because its queue was full; recovery replays them from raw.", "sink")
+		t.droppedRecs = f.counterVec("weir_secondary_dropped_records_total", "Records of the live batches dropped for a secondary (queue full).", "sink")
+		t.delivered = f.counterVec("weir_secondary_delivered_records_total", "Records a secondary durably committed or refused, by path (live or recovery).", "sink", "path")
+		t.failed = f.counterVec("weir_secondary_commit_failures_total", "Failed commits to a secondary (retried with backoff), by path.", "sink", "path")
+		t.quarantined = f.counterVec("weir_secondary_quarantined_records_total", "Records a secondary refused, handed to its quarantine lane, by path.", "sink", "path")
+		t.shed = f.counterVec("weir_secondary_quarantine_shed_records_total", "Quarantine records dropped because the lane was full or its writer failed (the records remain in raw).", "sink")
+		t.skipped = f.counterVec("weir_secondary_quarantine_skipped_records_total", "Records refused during recovery and not quarantined again (recovery_mode skip-quarantine).", "sink")
+		t.coverage = f.gaugeVec("weir_secondary_coverage_end", "End of the contiguous prefix of raw positions the secondary has durably received.", "sink")
+		t.missing = f.gaugeVec("weir_secondary_missing_positions", "Raw positions below raw's end the secondary has not received (not counting those queued live).", "sink")
+		t.srcWritten = f.counterVec("weir_source_records_written_total", "Records a source wrote through its gate (durable in the write-ahead buffer).", "source")
+		t.srcCommits = f.counterVec("weir_source_position_commits_total", "Position commits a source made after a durable write (Kafka offset commits per partition, JetStream acks, file cursor saves).", "source")
+		t.srcRestarts = f.counterVec("weir_source_restarts_total", "Times a source stopped with an error and was restarted after a backoff.", "source")
+		t.srcRunning = f.gaugeVec("weir_source_running", "1 while the source runs, 0 while it waits to be restarted.", "source")
+		m.topo = t
+	})
+	return m.topo
+}
+
+// Secondary makes the series of one secondary exist from the first scrape.
+func (t *Topology) Secondary(name string) {
+	t.dropped.WithLabelValues(name)
+	t.droppedRecs.WithLabelValues(name)
+	for _, p := range []string{"live", "recovery"} {
+		t.delivered.WithLabelValues(name, p)
+		t.failed.WithLabelValues(name, p)
+		t.quarantined.WithLabelValues(name, p)
+	}
+	t.shed.WithLabelValues(name)
+	t.skipped.WithLabelValues(name)
+	t.coverage.WithLabelValues(name)
+	t.missing.WithLabelValues(name)
+}
+
+func pathLabel(recovery bool) string {
+	if recovery {
+		return "recovery"
+	}
+	return "live"
+}
+
+// LiveDropped implements engine.Observer.
+func (t *Topology) LiveDropped(sinkName string, records int) {
+	t.dropped.WithLabelValues(sinkName).Inc()
+	t.droppedRecs.WithLabelValues(sinkName).Add(float64(records))
+}
+
+// Delivered implements engine.Observer.
+func (t *Topology) Delivered(sinkName string, records int, recovery bool) {
+	t.delivered.WithLabelValues(sinkName, pathLabel(recovery)).Add(float64(records))
+}
+
+// CommitFailed implements engine.Observer.
+func (t *Topology) CommitFailed(sinkName string, _ error, recovery bool) {
+	t.failed.WithLabelValues(sinkName, pathLabel(recovery)).Inc()
+}
+
+// Quarantined implements engine.Observer.
+func (t *Topology) Quarantined(sinkName string, records int, recovery bool) {
+	t.quarantined.WithLabelValues(sinkName, pathLabel(recovery)).Add(float64(records))
+}
+
+// QuarantineShed implements engine.Observer.
+func (t *Topology) QuarantineShed(sinkName string, records int) {
+	t.shed.WithLabelValues(sinkName).Add(float64(records))
+}
+
+// QuarantineSkipped implements engine.Observer.
+func (t *Topology) QuarantineSkipped(sinkName string, records int) {
+	t.skipped.WithLabelValues(sinkName).Add(float64(records))
+}
+
+// Coverage implements engine.Observer.
+func (t *Topology) Coverage(sinkName string, prefix, missing uint64) {
+	t.coverage.WithLabelValues(sinkName).Set(float64(prefix))
+	t.missing.WithLabelValues(sinkName).Set(float64(missing))
+}
+
+// RecoveryBacklog implements engine.Observer.
+func (t *Topology) RecoveryBacklog(positions uint64) { t.backlog.Set(float64(positions)) }
+
+// SourceStarted makes a source's series exist and marks it running.
+func (t *Topology) SourceStarted(name string) {
+	t.srcWritten.WithLabelValues(name)
+	t.srcCommits.WithLabelValues(name)
+	t.srcRestarts.WithLabelValues(name)
+	t.srcRunning.WithLabelValues(name).Set(1)
+}
+
+// SourceStopped marks a source as not running (waiting to restart, or
+// stopped).
+func (t *Topology) SourceStopped(name string) { t.srcRunning.WithLabelValues(name).Set(0) }
+
+// SourceRestarted counts a restart after an error.
+func (t *Topology) SourceRestarted(name string) { t.srcRestarts.WithLabelValues(name).Inc() }
+
+// SourceWritten counts records made durable by the source's gate.
+func (t *Topology) SourceWritten(name string, records int) {
+	t.srcWritten.WithLabelValues(name).Add(float64(records))
+}
+
+// SourceCommitted counts one position commit.
+func (t *Topology) SourceCommitted(name string) { t.srcCommits.WithLabelValues(name).Inc() }

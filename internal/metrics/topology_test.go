@@ -1,0 +1,65 @@
+package metrics
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestTopologyObserver(t *testing.T) {
+	m, reg := New(Config{Shards: 1, Sink: "file"})
+	if n, _ := testutil.GatherAndCount(reg, "weir_recovery_backlog"); n != 0 {
+		t.Fatalf("backlog exported before the topology is used")
+	}
+	tp := m.Topology()
+	if m.Topology() != tp {
+		t.Fatal("Topology is not one value")
+	}
+	tp.Secondary("pg")
+	if n, _ := testutil.GatherAndCount(reg, "weir_recovery_backlog"); n != 1 {
+		t.Fatalf("weir_recovery_backlog: %d series", n)
+	}
+	if v := testutil.ToFloat64(tp.backlog); v != 0 {
+		t.Errorf("backlog at start = %v", v)
+	}
+	tp.LiveDropped("pg", 10)
+	tp.LiveDropped("pg", 5)
+	tp.Delivered("pg", 7, false)
+	tp.Delivered("pg", 3, true)
+	tp.CommitFailed("pg", errors.New("down"), true)
+	tp.Quarantined("pg", 2, false)
+	tp.QuarantineShed("pg", 1)
+	tp.QuarantineSkipped("pg", 4)
+	tp.Coverage("pg", 100, 15)
+	tp.RecoveryBacklog(15)
+	tp.SourceStarted("k")
+	tp.SourceWritten("k", 9)
+	tp.SourceCommitted("k")
+	tp.SourceRestarted("k")
+	tp.SourceStopped("k")
+	for _, c := range []struct {
+		got, want float64
+		what      string
+	}{
+		{testutil.ToFloat64(tp.dropped.WithLabelValues("pg")), 2, "dropped batches"},
+		{testutil.ToFloat64(tp.droppedRecs.WithLabelValues("pg")), 15, "dropped records"},
+		{testutil.ToFloat64(tp.delivered.WithLabelValues("pg", "live")), 7, "live"},
+		{testutil.ToFloat64(tp.delivered.WithLabelValues("pg", "recovery")), 3, "recovery"},
+		{testutil.ToFloat64(tp.failed.WithLabelValues("pg", "recovery")), 1, "failed"},
+		{testutil.ToFloat64(tp.quarantined.WithLabelValues("pg", "live")), 2, "quarantined"},
+		{testutil.ToFloat64(tp.shed.WithLabelValues("pg")), 1, "shed"},
+		{testutil.ToFloat64(tp.skipped.WithLabelValues("pg")), 4, "skipped"},
+		{testutil.ToFloat64(tp.coverage.WithLabelValues("pg")), 100, "coverage"},
+		{testutil.ToFloat64(tp.missing.WithLabelValues("pg")), 15, "missing"},
+		{testutil.ToFloat64(tp.backlog), 15, "backlog"},
+		{testutil.ToFloat64(tp.srcWritten.WithLabelValues("k")), 9, "written"},
+		{testutil.ToFloat64(tp.srcCommits.WithLabelValues("k")), 1, "commits"},
+		{testutil.ToFloat64(tp.srcRestarts.WithLabelValues("k")), 1, "restarts"},
+		{testutil.ToFloat64(tp.srcRunning.WithLabelValues("k")), 0, "running"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
+		}
+	}
+}
