@@ -1,5 +1,6 @@
 // Package daemon wires weir's parts together for `weir serve`: the
-// write-ahead buffer, the sink, the drain and the listeners. It holds no
+// write-ahead buffer, the sink (or, with secondaries, the raw-first
+// fan-out), the drain, the listeners and the configured sources. It holds no
 // logic of its own beyond start-up order and shutdown order.
 package daemon
 
@@ -69,10 +70,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return nil
 	}
 
-	snk, err := openSink(ctx, cfg, fs, log)
+	dl, err := openDelivery(ctx, cfg, fs, log, tel.m)
 	if err != nil {
 		return errors.Join(err, closeWAB(context.Background()))
 	}
+	snk := dl.snk
 
 	dr, err := drain.New(drain.Options{
 		FS:                      fs,
@@ -128,8 +130,18 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return errors.Join(err, serr, closeWAB(sctx), snk.Close())
 	}
 	defer stopTLS()
+	srcs, err := startSources(cfg, fs, wlog, dl, tel.m, log)
+	if err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		serr := srv.Shutdown(sctx)
+		stopDrain()
+		drainWG.Wait()
+		return errors.Join(err, serr, closeWAB(sctx), snk.Close())
+	}
 	tel.h.Ready()
-	log.Info("weir ready", "socket", cfg.SocketPath, "wab_dir", cfg.WABDir, "shards", cfg.Shards, "sink", snk.Name())
+	log.Info("weir ready", "socket", cfg.SocketPath, "wab_dir", cfg.WABDir, "shards", cfg.Shards, "sink", snk.Name(),
+		"secondaries", len(cfg.Secondaries), "sources", len(cfg.Sources))
 
 	<-ctx.Done()
 	tel.h.NotReady("shutting down")
@@ -140,6 +152,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		errs = append(errs, err)
 	}
+	// Sources stop before the buffer closes: a source's last durable write
+	// is still committed upstream, and nothing is written after the seal.
+	srcs.stop(sctx, log)
 	// The drain stops before the WAB seals its open segments: what is
 	// sealed at shutdown is delivered at the next start, and a delivery cut
 	// short here is replayed (never confirmed half-done).
@@ -157,56 +172,58 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	return errors.Join(errs...)
 }
 
-func openSink(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) (sink.Sink, error) {
-	switch cfg.Sink.Type {
+// openSink opens one sink as configured by sc (the [sink], or a
+// [[secondary]]'s).
+func openSink(ctx context.Context, sc config.SinkConfig, fs vfs.FS, log *slog.Logger) (sink.Sink, error) {
+	switch sc.Type {
 	case "file":
 		s, err := filesink.New(ctx, filesink.Options{
 			FS:           fs,
-			Dir:          cfg.Sink.File.Dir,
-			MaxBytes:     cfg.Sink.File.MaxBytes,
-			MaxAge:       cfg.Sink.File.MaxAge,
-			MaxBatchSize: cfg.Sink.File.BatchRecords,
-			Logger:       log.With("component", "sink", "sink", "file"),
+			Dir:          sc.File.Dir,
+			MaxBytes:     sc.File.MaxBytes,
+			MaxAge:       sc.File.MaxAge,
+			MaxBatchSize: sc.File.BatchRecords,
+			Logger:       log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open file sink: %w", err)
 		}
 		return s, nil
 	case "parquet":
-		pc := cfg.Sink.Parquet
+		pc := sc.Parquet
 		s, err := parquetsink.New(ctx, parquetsink.Options{
 			FS: fs, Dir: pc.Dir, MaxBytes: pc.MaxBytes, MaxAge: pc.MaxAge, MaxBatchSize: pc.BatchRecords,
 			MaxPayloadBytes: int(pc.MaxPayloadBytes), Compression: pc.Compression,
-			Logger: log.With("component", "sink", "sink", "parquet"),
+			Logger: log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open parquet sink: %w", err)
 		}
 		return s, nil
 	case "postgres":
-		pc := cfg.Sink.Postgres
+		pc := sc.Postgres
 		s, err := pgsink.New(ctx, pgsink.Options{
 			DSN: pc.DSN, Table: pc.Table, PayloadType: pc.PayloadType, CreateTable: pc.CreateTable,
 			MaxBatchSize: pc.BatchRecords, Timeout: pc.Timeout,
-			Logger: log.With("component", "sink", "sink", "postgres"),
+			Logger: log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open postgres sink: %w", err)
 		}
 		return s, nil
 	case "mysql":
-		mc := cfg.Sink.MySQL
+		mc := sc.MySQL
 		s, err := mysqlsink.New(ctx, mysqlsink.Options{
 			DSN: mc.DSN, Table: mc.Table, PayloadType: mc.PayloadType,
 			MaxBatchSize: mc.BatchRecords, Timeout: mc.Timeout,
-			Logger: log.With("component", "sink", "sink", "mysql"),
+			Logger: log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open mysql sink: %w", err)
 		}
 		return s, nil
 	default:
-		return nil, fmt.Errorf("sink.type %q: unknown sink", cfg.Sink.Type)
+		return nil, fmt.Errorf("sink.type %q: unknown sink", sc.Type)
 	}
 }
 

@@ -1,0 +1,259 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/weir-io/weir/internal/config"
+	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/metrics"
+	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/source/filesrc"
+	"github.com/weir-io/weir/internal/source/kafkasrc"
+	"github.com/weir-io/weir/internal/source/natssrc"
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/source"
+	"github.com/weir-io/weir/wab"
+)
+
+// Source restart backoff: doubling from the first to the cap, reset once a
+// run has lasted sourceBackoffReset.
+const (
+	sourceBackoffFirst = 100 * time.Millisecond
+	sourceBackoffMax   = 30 * time.Second
+	sourceBackoffReset = time.Minute
+)
+
+// delivery is what the drain delivers to, and where store-managed sources
+// keep their cursors.
+type delivery struct {
+	snk     sink.Sink
+	cursors source.CursorStore // nil until a source needs one
+}
+
+// openDelivery opens the drain's sink. Without secondaries it is the
+// [sink], exactly as configured. With secondaries the [sink] is primary
+// raw: the file sink in raw (positions) mode, with the offset store in its
+// directory, behind a fan-out that feeds the secondaries after raw's
+// durable ack. The offset store then also holds the sources' cursors.
+func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, m *metrics.Metrics) (*delivery, error) {
+	if len(cfg.Secondaries) == 0 {
+		snk, err := openSink(ctx, cfg.Sink, fs, log.With("component", "sink", "sink", cfg.Sink.Type))
+		if err != nil {
+			return nil, err
+		}
+		return &delivery{snk: snk}, nil
+	}
+	if cfg.Sink.Type != "file" {
+		return nil, fmt.Errorf("primary raw: sink.type %q has no raw mode", cfg.Sink.Type)
+	}
+	role, err := engine.ParseRole(cfg.Role)
+	if err != nil {
+		return nil, fmt.Errorf("role: %w", err)
+	}
+	mode, err := engine.ParseRecoveryMode(cfg.RecoveryMode)
+	if err != nil {
+		return nil, fmt.Errorf("recovery_mode: %w", err)
+	}
+	fc := cfg.Sink.File
+	raw, err := filesink.New(ctx, filesink.Options{
+		FS: fs, Dir: fc.Dir, MaxBytes: fc.MaxBytes, MaxAge: fc.MaxAge, MaxBatchSize: fc.BatchRecords,
+		Positions: true,
+		Logger:    log.With("component", "sink", "sink", "raw"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open primary raw (file sink, raw mode): %w", err)
+	}
+	store, err := engine.OpenOffsetStore(ctx, fs, fc.Dir)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("open offset store: %w", err), raw.Close())
+	}
+	topo := m.Topology()
+	var secs []engine.SecondaryConfig
+	closeAll := func() error {
+		errs := []error{raw.Close()}
+		for _, s := range secs {
+			errs = append(errs, s.Sink.Close())
+		}
+		return errors.Join(errs...)
+	}
+	for _, sc := range cfg.Secondaries {
+		s, err := openSink(ctx, sc.Sink, fs, log.With("component", "sink", "sink", sc.Name, "secondary", true))
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("secondary %q: %w", sc.Name, err), closeAll())
+		}
+		secs = append(secs, engine.SecondaryConfig{Sink: s, Name: sc.Name, QueueBatches: sc.QueueBatches})
+		topo.Secondary(sc.Name)
+	}
+	fan, err := engine.NewFanout(ctx, engine.FanoutOptions{
+		Raw:           raw,
+		Store:         store,
+		Secondaries:   secs,
+		Role:          role,
+		Mode:          mode,
+		WindowRecords: cfg.RecoveryWindowRecords,
+		WindowTime:    cfg.RecoveryWindowTime,
+		FlushInterval: cfg.CoverageFlushInterval,
+		Observer:      topo,
+		Logger:        log,
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("start fan-out: %w", err), closeAll())
+	}
+	log.Info("raw-first topology", "raw", fc.Dir, "offset_store", store.Path(), "secondaries", len(secs), "role", role.String())
+	return &delivery{snk: fan, cursors: store}, nil
+}
+
+// countingGate counts what a source made durable.
+type countingGate struct {
+	name string
+	g    source.Gate
+	topo *metrics.Topology
+}
+
+func (c *countingGate) Write(ctx context.Context, recs []source.Record) error {
+	if err := c.g.Write(ctx, recs); err != nil {
+		return err
+	}
+	c.topo.SourceWritten(c.name, len(recs))
+	return nil
+}
+
+// sources runs the [[source]] entries under the write-ahead buffer's gate.
+type sources struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newSource(sc config.SourceConfig, log *slog.Logger, topo *metrics.Topology) (source.Source, error) {
+	committed := func() { topo.SourceCommitted(sc.Name) }
+	switch sc.Type {
+	case config.SourceKafka:
+		k := sc.Kafka
+		return kafkasrc.New(kafkasrc.Options{
+			Name: sc.Name, Brokers: k.Brokers, Topics: k.Topics, Group: k.Group, Cluster: k.Cluster,
+			MaxPollRecords: k.MaxPollRecords, PerRecordCommit: k.PerRecordCommit, StartAtEnd: k.StartAtEnd,
+			CommitTimeout: k.CommitTimeout, RebalanceTimeout: k.RebalanceTimeout, SessionTimeout: k.SessionTimeout,
+			Logger:   log,
+			OnCommit: func(string, int32, int64) { committed() },
+		})
+	case config.SourceNATS:
+		n := sc.NATS
+		return natssrc.New(natssrc.Options{
+			Name: sc.Name, URL: n.URL, Stream: n.Stream, Consumer: n.Consumer, FilterSubjects: n.FilterSubjects,
+			FetchBatch: n.FetchBatch, FetchMaxWait: n.FetchMaxWait, AckWait: n.AckWait,
+			MaxAckPending: n.MaxAckPending, MaxDeliver: n.MaxDeliver,
+			Logger: log,
+			OnAck:  func(string, uint64) { committed() },
+		})
+	case config.SourceFile:
+		f := sc.File
+		return filesrc.New(filesrc.Options{
+			Name: sc.Name, Glob: f.Glob, PollInterval: f.PollInterval, MaxBatchRecords: f.MaxBatchRecords,
+			MaxLineBytes: f.MaxLineBytes, RotateGrace: f.RotateGrace,
+			Logger:   log,
+			OnCommit: func(string, int64) { committed() },
+		})
+	}
+	return nil, fmt.Errorf("source %q: unknown type %q", sc.Name, sc.Type)
+}
+
+// startSources starts every configured source. Each writes through the
+// write-ahead buffer (its gate: a position is committed only after the
+// buffer's durable write) and is restarted with backoff when it stops with
+// an error. Store-managed sources keep their cursors in d.cursors, opened
+// here in data_dir when there is no offset store.
+func startSources(cfg *config.Config, fs vfs.FS, wlog *wab.Log, d *delivery, m *metrics.Metrics, log *slog.Logger) (*sources, error) {
+	s := &sources{}
+	if len(cfg.Sources) == 0 {
+		s.cancel = func() {}
+		return s, nil
+	}
+	topo := m.Topology()
+	gate, err := engine.NewWABGate(wlog, engine.GateOptions{MaxRecordBytes: cfg.MaxFrameBytes})
+	if err != nil {
+		return nil, fmt.Errorf("source gate: %w", err)
+	}
+	var srcs []source.Source
+	for _, sc := range cfg.Sources {
+		src, err := newSource(sc, log.With("component", "source", "source", sc.Name), topo)
+		if err != nil {
+			return nil, fmt.Errorf("source %q: %w", sc.Name, err)
+		}
+		if src.Regime() == source.StoreManaged && d.cursors == nil {
+			cs, err := engine.OpenFileCursorStore(fs, cfg.DataDir, engine.DefaultCursorFile)
+			if err != nil {
+				return nil, fmt.Errorf("open source cursor store: %w", err)
+			}
+			d.cursors = cs
+		}
+		srcs = append(srcs, src)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	for _, src := range srcs {
+		g := &countingGate{name: src.Name(), g: gate, topo: topo}
+		l := log.With("component", "source", "source", src.Name())
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			runSource(ctx, src, g, d.cursors, topo, l)
+		}()
+	}
+	return s, nil
+}
+
+// runSource runs src until ctx ends, restarting it with capped exponential
+// backoff whenever it stops on its own.
+func runSource(ctx context.Context, src source.Source, gate source.Gate, cursors source.CursorStore, topo *metrics.Topology, log *slog.Logger) {
+	backoff := sourceBackoffFirst
+	for {
+		topo.SourceStarted(src.Name())
+		log.Info("source started", "regime", src.Regime().String())
+		start := time.Now()
+		err := src.Run(ctx, gate, cursors)
+		topo.SourceStopped(src.Name())
+		if ctx.Err() != nil {
+			log.Info("source stopped")
+			return
+		}
+		if time.Since(start) >= sourceBackoffReset {
+			backoff = sourceBackoffFirst
+		}
+		if err == nil {
+			err = errors.New("returned without an error")
+		}
+		log.Error("source stopped; restarting", "err", err, "backoff", backoff)
+		topo.SourceRestarted(src.Name())
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, sourceBackoffMax)
+	}
+}
+
+// stop cancels every source and waits for them, at most until ctx ends
+// (a Kafka source still commits what is durable, bounded by its commit
+// timeout). It must return before the write-ahead buffer closes.
+func (s *sources) stop(ctx context.Context, log *slog.Logger) {
+	s.cancel()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		log.Error("sources did not stop within shutdown_timeout")
+	}
+}

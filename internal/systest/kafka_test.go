@@ -1,0 +1,313 @@
+package systest
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/wab"
+)
+
+// kafkaPos is where a produced record landed.
+type kafkaPos struct {
+	partition int32
+	offset    int64
+}
+
+// kafkaLedger remembers every record the brokers acknowledged.
+type kafkaLedger struct {
+	mu    sync.Mutex
+	bySrc map[string]kafkaPos // payload → position
+}
+
+func (l *kafkaLedger) add(payload string, p kafkaPos) {
+	l.mu.Lock()
+	l.bySrc[payload] = p
+	l.mu.Unlock()
+}
+
+func (l *kafkaLedger) snapshot() map[string]kafkaPos {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]kafkaPos, len(l.bySrc))
+	for k, v := range l.bySrc {
+		out[k] = v
+	}
+	return out
+}
+
+// startKafka starts an in-process cluster with one topic.
+func startKafka(t *testing.T, topic string, partitions int) (*kfake.Cluster, *kgo.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(partitions), topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return c, cl
+}
+
+// produceKafka produces n records named prefix-i in batches of batch,
+// pausing between batches, until done or ctx ends.
+func produceKafka(ctx context.Context, t *testing.T, cl *kgo.Client, prefix string, n, batch int, pause time.Duration, l *kafkaLedger) {
+	for i := 0; i < n; i += batch {
+		var recs []*kgo.Record
+		for j := i; j < min(i+batch, n); j++ {
+			recs = append(recs, &kgo.Record{Value: []byte(fmt.Sprintf("%s-%06d", prefix, j))})
+		}
+		res := cl.ProduceSync(ctx, recs...)
+		for _, r := range res {
+			if r.Err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("produce: %v", r.Err)
+				}
+				return
+			}
+			l.add(string(r.Record.Value), kafkaPos{r.Record.Partition, r.Record.Offset})
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+	}
+}
+
+// committedOffsets asks the cluster for the group's committed offsets.
+func committedOffsets(t *testing.T, cl *kgo.Client, group, topic string) map[int32]int64 {
+	t.Helper()
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	rt := kmsg.NewOffsetFetchRequestTopic()
+	rt.Topic = topic
+	rt.Partitions = []int32{0, 1, 2, 3, 4, 5, 6, 7}
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("offset fetch: %v", err)
+	}
+	out := map[int32]int64{}
+	for _, tp := range resp.Topics {
+		for _, p := range tp.Partitions {
+			if p.Offset >= 0 {
+				out[p.Partition] = p.Offset
+			}
+		}
+	}
+	return out
+}
+
+// waitCommitted waits until the group's committed offsets sum past
+// before.
+func waitCommitted(t *testing.T, cl *kgo.Client, group, topic string, before int64, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var sum int64
+		for _, o := range committedOffsets(t, cl, group, topic) {
+			sum += o
+		}
+		if sum > before {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("committed offsets stuck at %d for %v", sum, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// wabPayloads reads every record still in the write-ahead buffer's
+// segments (open and sealed).
+func wabPayloads(t *testing.T, dir string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return nil
+		}
+		r, err := wab.OpenSegment(vfs.OS, p)
+		if err != nil {
+			return nil
+		}
+		defer r.Close()
+		for {
+			rec, err := r.Next()
+			if err != nil {
+				return nil
+			}
+			out[string(rec.Payload)]++
+		}
+	})
+	return out
+}
+
+// durableNow is what a crash has left on disk: raw plus the buffer.
+func durableNow(t *testing.T, d *daemon) map[string]int {
+	got := sinkPayloads(t, d.outDir())
+	for p, n := range wabPayloads(t, d.wabDir()) {
+		got[p] += n
+	}
+	return got
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "weir.toml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func kafkaSourceTOML(name, group, topic string, brokers []string) string {
+	return fmt.Sprintf(`
+[[source]]
+name = %q
+type = "kafka"
+[source.kafka]
+brokers = ["%s"]
+topics = [%q]
+group = %q
+cluster = "systest"
+max_poll_records = 200
+# A killed member holds its partitions until its session expires.
+session_timeout = "6s"
+rebalance_timeout = "8s"
+`, name, strings.Join(brokers, `", "`), topic, group)
+}
+
+// checkCommittedBehindDurable: after a kill, every record below the
+// group's committed offset of its partition is durable in raw or the
+// buffer. A committed offset ahead of that would be silent loss.
+func checkCommittedBehindDurable(t *testing.T, cycle int, committed map[int32]int64, produced map[string]kafkaPos, durable map[string]int) {
+	t.Helper()
+	bad := 0
+	for payload, pos := range produced {
+		if pos.offset < committed[pos.partition] && durable[payload] == 0 {
+			if bad < 5 {
+				t.Errorf("cycle %d: %q (partition %d offset %d) is below the committed offset %d but in neither raw nor the buffer",
+					cycle, payload, pos.partition, pos.offset, committed[pos.partition])
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("cycle %d: %d committed records not durable", cycle, bad)
+	}
+}
+
+// TestKafkaSourceKill9: a Kafka source under the daemon, killed -9 again
+// and again mid-stream; every produced record ends in raw, and the group's
+// committed offsets never lead what is durable. A file secondary is fed
+// from raw and also ends complete.
+func TestKafkaSourceKill9(t *testing.T) {
+	const (
+		topic = "orders"
+		group = "weir-sys"
+		n     = 6000
+	)
+	c, cl := startKafka(t, topic, 3)
+	cfg := writeConfig(t, kafkaSourceTOML("orders", group, topic, c.ListenAddrs())+`
+[[secondary]]
+name = "copy"
+type = "file"
+`)
+	d := newDaemon(t, "--config", cfg, "--coverage-flush-interval", "50ms")
+	d.start()
+
+	l := &kafkaLedger{bySrc: map[string]kafkaPos{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		produceKafka(ctx, t, cl, "k", n, 20, 100*time.Millisecond, l)
+	}()
+
+	cycles := killCycles(t)
+	var before int64
+	for cycle := 1; cycle <= cycles; cycle++ {
+		// Kill only once this run consumes (a restarted member waits for
+		// the group to drop the killed one), a little after that.
+		waitCommitted(t, cl, group, topic, min(before, n-1), 30*time.Second)
+		time.Sleep(time.Duration(200+cycle*137%400) * time.Millisecond)
+		d.kill()
+		committed := committedOffsets(t, cl, group, topic)
+		produced := l.snapshot()
+		checkCommittedBehindDurable(t, cycle, committed, produced, durableNow(t, d))
+		t.Logf("cycle %d: produced %d, committed %v", cycle, len(produced), committed)
+		before = 0
+		for _, o := range committed {
+			before += o
+		}
+		d.start()
+	}
+	wg.Wait()
+	produced := l.snapshot()
+	if len(produced) != n {
+		t.Fatalf("produced %d of %d", len(produced), n)
+	}
+	want := make(map[string]bool, n)
+	for p := range produced {
+		want[p] = true
+	}
+	got := waitDelivered(t, d, want, 90*time.Second)
+	dups := 0
+	for _, c := range got {
+		dups += c - 1
+	}
+	t.Logf("all %d records in raw after %d kills (%d duplicates)", n, cycles, dups)
+
+	// The secondary catches up from raw.
+	copyDir := filepath.Join(d.dir, "secondary", "copy")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		sec := sinkPayloads(t, copyDir)
+		missing := 0
+		for p := range want {
+			if sec[p] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("secondary still misses %d records\n%s", missing, tail(d.log.String(), 4000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	m := d.waitScrape("backlog 0", 30*time.Second, func(m map[string]float64) bool {
+		_, ok := m["weir_recovery_backlog"]
+		return ok && m["weir_recovery_backlog"] == 0
+	})
+	if sum(m, "weir_source_records_written_total") == 0 {
+		t.Errorf("weir_source_records_written_total is 0 after the last restart")
+	}
+	if err := d.stop(30 * time.Second); err != nil {
+		t.Fatalf("stop: %v\n%s", err, tail(d.log.String(), 4000))
+	}
+	committed := committedOffsets(t, cl, group, topic)
+	checkCommittedBehindDurable(t, 0, committed, produced, durableNow(t, d))
+}
