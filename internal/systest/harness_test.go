@@ -208,7 +208,14 @@ func (d *daemon) exited() bool {
 // and counts each payload.
 func sinkPayloads(t testing.TB, dir string) map[string]int {
 	t.Helper()
-	lines, err := filesink.ReadDirFS(vfs.OS, dir, true)
+	var lines []filesink.Line
+	var err error
+	for range 20 { // a running daemon may rename a file while it is read
+		if lines, err = filesink.ReadDirFS(vfs.OS, dir, true); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatalf("read file sink: %v", err)
 	}

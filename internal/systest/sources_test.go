@@ -1,0 +1,197 @@
+package systest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weir-io/weir/internal/testenv"
+)
+
+// jetStream connects to the server on the machine, or skips (fails under
+// the require-services switch) when none answers.
+func jetStream(t *testing.T) (string, jetstream.JetStream) {
+	t.Helper()
+	url := os.Getenv("WEIR_TEST_NATS_URL")
+	if url == "" {
+		url = nats.DefaultURL
+	}
+	nc, err := nats.Connect(url, nats.Timeout(3*time.Second))
+	if err == nil {
+		var js jetstream.JetStream
+		if js, err = jetstream.New(nc); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			if _, err = js.AccountInfo(ctx); err == nil {
+				t.Cleanup(nc.Close)
+				return url, js
+			}
+		}
+		nc.Close()
+	}
+	if testenv.Required() {
+		t.Fatalf("NATS JetStream not reachable at %s: %v", url, err)
+	}
+	t.Skipf("NATS JetStream not reachable at %s: %v", url, err)
+	return "", nil
+}
+
+// TestJetStreamSourceKill9: a JetStream source under the daemon, killed -9
+// mid-stream again and again; every published message ends in raw.
+func TestJetStreamSourceKill9(t *testing.T) {
+	url, js := jetStream(t)
+	sfx := testenv.Suffix()
+	stream, subject := "WEIRSYS_"+sfx, "weirsys."+sfx
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject + ".>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { js.DeleteStream(context.Background(), stream) })
+	cfg := writeConfig(t, fmt.Sprintf(`
+[[source]]
+name = "events"
+type = "nats"
+[source.nats]
+url = %q
+stream = %q
+consumer = "weir"
+fetch_batch = 200
+fetch_max_wait = "500ms"
+# Unacknowledged messages of a killed daemon come back after this.
+ack_wait = "3s"
+`, url, stream))
+	d := newDaemon(t, "--config", cfg)
+	d.start()
+
+	const n = 5000
+	var mu sync.Mutex
+	published := map[string]bool{}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range n {
+			p := fmt.Sprintf("js-%06d", i)
+			if _, err := js.Publish(pctx, fmt.Sprintf("%s.%d", subject, i%3), []byte(p)); err != nil {
+				if pctx.Err() == nil {
+					t.Errorf("publish: %v", err)
+				}
+				return
+			}
+			mu.Lock()
+			published[p] = true
+			mu.Unlock()
+			if i%50 == 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
+	for cycle := 1; cycle <= killCycles(t); cycle++ {
+		d.waitScrape("source writing", 30*time.Second, func(m map[string]float64) bool { return written(m) > 0 })
+		time.Sleep(time.Duration(150+cycle*97%300) * time.Millisecond)
+		d.kill()
+		mu.Lock()
+		t.Logf("cycle %d: %d published", cycle, len(published))
+		mu.Unlock()
+		d.start()
+	}
+	wg.Wait()
+	mu.Lock()
+	want := published
+	mu.Unlock()
+	if len(want) != n {
+		t.Fatalf("published %d of %d", len(want), n)
+	}
+	got := waitDelivered(t, d, want, 60*time.Second)
+	dups := 0
+	for _, c := range got {
+		dups += c - 1
+	}
+	t.Logf("all %d messages in raw (%d duplicates)", n, dups)
+	if err := d.stop(30 * time.Second); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+}
+
+// TestFileSourceRotationAndRestart: a file source tails a log that is
+// rotated while the daemon is stopped, killed and restarted mid-file;
+// every line ends in raw.
+func TestFileSourceRotationAndRestart(t *testing.T) {
+	logDir := t.TempDir()
+	logPath := filepath.Join(logDir, "app.log")
+	cfg := writeConfig(t, fmt.Sprintf(`
+[[source]]
+name = "applog"
+type = "file"
+[source.file]
+glob = %q
+poll_interval = "50ms"
+max_batch_records = 100
+`, filepath.Join(logDir, "*.log")))
+	d := newDaemon(t, "--config", cfg)
+	d.start()
+
+	want := map[string]bool{}
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := 0
+	write := func(k int) {
+		for range k {
+			p := fmt.Sprintf("line-%06d", line)
+			line++
+			if _, err := fmt.Fprintln(f, p); err != nil {
+				t.Fatal(err)
+			}
+			want[p] = true
+		}
+	}
+	rotate := func() {
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(logPath, logPath+"."+fmt.Sprint(line)); err != nil {
+			t.Fatal(err)
+		}
+		if f, err = os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []func(){
+		func() { write(2000) },
+		func() { time.Sleep(150 * time.Millisecond); d.kill(); write(500); d.start() }, // kill -9 mid-file
+		func() { write(1000); rotate(); write(1000) },                                 // rotation while running
+		func() {
+			time.Sleep(100 * time.Millisecond)
+			if err := d.stop(30 * time.Second); err != nil {
+				t.Fatalf("stop: %v", err)
+			}
+			write(300)
+			rotate() // rotated while the daemon is down
+			write(700)
+			d.start()
+		},
+		func() { write(1000); time.Sleep(100 * time.Millisecond); d.kill(); rotate(); write(500); d.start() },
+	}
+	for _, s := range steps {
+		s()
+		time.Sleep(300 * time.Millisecond)
+	}
+	f.Close()
+	got := waitDelivered(t, d, want, 60*time.Second)
+	dups := 0
+	for _, c := range got {
+		dups += c - 1
+	}
+	t.Logf("all %d lines in raw after rotations, a stop and two kills (%d duplicates)", len(want), dups)
+}
