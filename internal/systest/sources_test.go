@@ -170,7 +170,7 @@ max_batch_records = 100
 	steps := []func(){
 		func() { write(2000) },
 		func() { time.Sleep(150 * time.Millisecond); d.kill(); write(500); d.start() }, // kill -9 mid-file
-		func() { write(1000); rotate(); write(1000) },                                 // rotation while running
+		func() { write(1000); rotate(); write(1000) },                                  // rotation while running
 		func() {
 			time.Sleep(100 * time.Millisecond)
 			if err := d.stop(30 * time.Second); err != nil {
@@ -181,7 +181,14 @@ max_batch_records = 100
 			write(700)
 			d.start()
 		},
-		func() { write(1000); time.Sleep(100 * time.Millisecond); d.kill(); rotate(); write(500); d.start() },
+		func() {
+			write(1000)
+			time.Sleep(100 * time.Millisecond)
+			d.kill()
+			rotate()
+			write(500)
+			d.start()
+		},
 	}
 	for _, s := range steps {
 		s()
