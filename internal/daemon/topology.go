@@ -83,9 +83,16 @@ func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.
 		return errors.Join(errs...)
 	}
 	for _, sc := range cfg.Secondaries {
-		s, err := openSink(ctx, sc.Sink, fs, log.With("component", "sink", "sink", sc.Name, "secondary", true))
+		secLog := log.With("component", "sink", "sink", sc.Name, "secondary", true)
+		s, err := openSink(ctx, sc.Sink, fs, secLog)
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("secondary %q: %w", sc.Name, err), closeAll())
+			// A secondary never gates the pipeline, not even at start: it
+			// is opened again at each delivery attempt, and recovered from
+			// raw once it opens.
+			secLog.Warn("secondary cannot be opened; retrying at each delivery, recovering from raw once it opens", "err", err)
+			s = &lazySink{name: sc.Sink.Type, maxBatch: maxBatch(sc.Sink), open: func(ctx context.Context) (sink.Sink, error) {
+				return openSink(ctx, sc.Sink, fs, secLog)
+			}}
 		}
 		secs = append(secs, engine.SecondaryConfig{Sink: s, Name: sc.Name, QueueBatches: sc.QueueBatches})
 		topo.Secondary(sc.Name)
@@ -256,4 +263,88 @@ func (s *sources) stop(ctx context.Context, log *slog.Logger) {
 	case <-ctx.Done():
 		log.Error("sources did not stop within shutdown_timeout")
 	}
+}
+
+// maxBatch is the batch bound a sink of this configuration will report.
+func maxBatch(sc config.SinkConfig) int {
+	switch sc.Type {
+	case "postgres":
+		return sc.Postgres.BatchRecords
+	case "mysql":
+		return sc.MySQL.BatchRecords
+	case "parquet":
+		return sc.Parquet.BatchRecords
+	default:
+		return sc.File.BatchRecords
+	}
+}
+
+// lazySink is a secondary whose sink could not be opened at start. Every
+// Commit first tries to open it; until that succeeds the Commit fails
+// transiently, so the secondary's coverage lags and recovery replays raw
+// into it later.
+type lazySink struct {
+	name     string
+	maxBatch int
+	open     func(context.Context) (sink.Sink, error)
+
+	mu     sync.Mutex
+	s      sink.Sink
+	closed bool
+}
+
+func (l *lazySink) get(ctx context.Context) (sink.Sink, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.s != nil {
+		return l.s, nil
+	}
+	if l.closed {
+		return nil, sink.Permanent(errors.New("sink is closed"))
+	}
+	s, err := l.open(ctx)
+	if err != nil {
+		return nil, sink.Transient(fmt.Errorf("open %s sink: %w", l.name, err))
+	}
+	l.s = s
+	return s, nil
+}
+
+func (l *lazySink) Name() string { return l.name }
+
+func (l *lazySink) MaxBatchSize() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.s != nil {
+		return l.s.MaxBatchSize()
+	}
+	return l.maxBatch
+}
+
+func (l *lazySink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, error) {
+	s, err := l.get(ctx)
+	if err != nil {
+		return sink.CommitResult{}, err
+	}
+	return s.Commit(ctx, b)
+}
+
+func (l *lazySink) Health(ctx context.Context) sink.Health {
+	l.mu.Lock()
+	s := l.s
+	l.mu.Unlock()
+	if s == nil {
+		return sink.Health{State: sink.Down, Reason: "not opened yet"}
+	}
+	return s.Health(ctx)
+}
+
+func (l *lazySink) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.s == nil {
+		return nil
+	}
+	return l.s.Close()
 }

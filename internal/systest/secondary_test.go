@@ -27,6 +27,12 @@ type pgSecondary struct {
 }
 
 func newPGSecondary(t *testing.T, topic, group string, extra ...string) (*pgSecondary, func(ctx context.Context, n, batch int, pause time.Duration)) {
+	return newPGSecondaryCut(t, topic, group, false, extra...)
+}
+
+// newPGSecondaryCut is newPGSecondary with the database unreachable from
+// the start when cut is set.
+func newPGSecondaryCut(t *testing.T, topic, group string, cut bool, extra ...string) (*pgSecondary, func(ctx context.Context, n, batch int, pause time.Duration)) {
 	t.Helper()
 	dsn := testenv.Postgres(t)
 	target, err := testenv.PostgresTarget(dsn)
@@ -61,6 +67,9 @@ timeout = "2s"
 `, via, table))
 	args := append([]string{"--config", cfg, "--coverage-flush-interval", "50ms"}, extra...)
 	d := newDaemon(t, args...)
+	if cut {
+		proxy.Cut()
+	}
 	d.start()
 	l := &kafkaLedger{bySrc: map[string]kafkaPos{}}
 	produce := func(ctx context.Context, n, batch int, pause time.Duration) {
@@ -230,4 +239,20 @@ func TestKill9DuringRecovery(t *testing.T) {
 	})
 	p.waitTableEqualsRaw(t, n, 90*time.Second)
 	p.d.waitScrape("backlog 0", 30*time.Second, func(m map[string]float64) bool { return m["weir_recovery_backlog"] == 0 })
+}
+
+// TestSecondaryDownAtStart: a secondary that cannot be reached when the
+// daemon starts does not stop it; records flow into raw, and once the
+// database is back the table is filled from raw.
+func TestSecondaryDownAtStart(t *testing.T) {
+	p, produce := newPGSecondaryCut(t, "late", "weir-late", true, "--sink-file-batch-records", "100")
+	const n = 3000
+	produce(context.Background(), n, 100, 10*time.Millisecond)
+	p.d.waitScrape("records in raw while the secondary is down", 60*time.Second, func(m map[string]float64) bool {
+		return written(m) >= n && m["weir_recovery_backlog"] > 0
+	})
+	if err := p.proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	p.waitTableEqualsRaw(t, n, 90*time.Second)
 }
