@@ -75,6 +75,7 @@ const (
 	DefaultWindowTime       = engine.DefaultWindowTime
 	DefaultCoverageFlush    = engine.DefaultFlushInterval
 	DefaultQueueBatches     = engine.DefaultQueueBatches
+	DefaultQuarantineBuffer = engine.DefaultQuarantineBuffer
 
 	// MaxSocketPathBytes is the longest Unix socket path the kernel accepts:
 	// sun_path holds 108 bytes including the terminating NUL.

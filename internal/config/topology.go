@@ -29,9 +29,15 @@ const (
 // SecondaryConfig is one [[secondary]] sink: delivered from primary raw
 // after raw is durable, never on the source's path.
 type SecondaryConfig struct {
-	Name         string     // name: keys its coverage in the offset store
-	QueueBatches int        // queue_batches
-	Sink         SinkConfig // type and [secondary.<type>], the keys of [sink.<type>]
+	Name         string // name: keys its coverage in the offset store
+	QueueBatches int    // queue_batches
+	// QuarantineBuffer bounds the secondary's quarantine lane, in records
+	// (quarantine_buffer).
+	QuarantineBuffer int
+	// StartAtEnd: a secondary the offset store has never seen starts at
+	// raw's end instead of being filled from all of raw (start_at_end).
+	StartAtEnd bool
+	Sink       SinkConfig // type and [secondary.<type>], the keys of [sink.<type>]
 }
 
 // SourceConfig is one [[source]]: a broker or file source the daemon runs,
@@ -91,10 +97,12 @@ type topologyTOML struct {
 }
 
 type secondaryTOML struct {
-	name    *string
-	queue   *int64
-	sink    *partial
-	present []string // [secondary.<table>] tables given
+	name       *string
+	queue      *int64
+	quarantine *int64
+	startAtEnd bool
+	sink       *partial
+	present    []string // [secondary.<table>] tables given
 }
 
 // tomlDuration reads a Go duration string.
@@ -189,8 +197,10 @@ func decodeTopology(root *tomlNode, md toml.MetaData, doc reflect.Value, p *part
 	for i, prim := range doc.FieldByName(secondaryField).Interface().([]toml.Primitive) {
 		where := fmt.Sprintf("[[secondary]] #%d", i+1)
 		var head struct {
-			Name         *string `toml:"name"`
-			QueueBatches *int64  `toml:"queue_batches"`
+			Name             *string `toml:"name"`
+			QueueBatches     *int64  `toml:"queue_batches"`
+			QuarantineBuffer *int64  `toml:"quarantine_buffer"`
+			StartAtEnd       bool    `toml:"start_at_end"`
 		}
 		if err := md.PrimitiveDecode(prim, &head); err != nil {
 			errs = append(errs, fileError(path, where, err))
@@ -201,7 +211,8 @@ func decodeTopology(root *tomlNode, md toml.MetaData, doc reflect.Value, p *part
 			errs = append(errs, fileError(path, where, err))
 			continue
 		}
-		sec := secondaryTOML{name: head.Name, queue: head.QueueBatches, sink: &partial{}}
+		sec := secondaryTOML{name: head.Name, queue: head.QueueBatches, quarantine: head.QuarantineBuffer,
+			startAtEnd: head.StartAtEnd, sink: &partial{}}
 		if sec.name != nil {
 			where = fmt.Sprintf("[[secondary]] %q", *sec.name)
 		}
@@ -289,7 +300,7 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 	names := map[string]string{}
 	for i, st := range topo.secondaries {
 		where := fmt.Sprintf("[[secondary]] #%d", i+1)
-		sc := SecondaryConfig{QueueBatches: DefaultQueueBatches}
+		sc := SecondaryConfig{QueueBatches: DefaultQueueBatches, QuarantineBuffer: DefaultQuarantineBuffer, StartAtEnd: st.startAtEnd}
 		if st.name != nil {
 			sc.Name = *st.name
 			where = fmt.Sprintf("[[secondary]] %q", sc.Name)
@@ -306,6 +317,12 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 				errs = append(errs, topoErr(path, where, "queue_batches", fmt.Sprint(*st.queue), "must be between 1 and 65536"))
 			}
 			sc.QueueBatches = int(*st.queue)
+		}
+		if st.quarantine != nil {
+			if *st.quarantine < 1 || *st.quarantine > 1<<24 {
+				errs = append(errs, topoErr(path, where, "quarantine_buffer", fmt.Sprint(*st.quarantine), "must be between 1 and 16777216"))
+			}
+			sc.QuarantineBuffer = int(*st.quarantine)
 		}
 		// The sub-tables are the [sink.<type>] knobs: same defaults, same
 		// ranges.

@@ -27,6 +27,8 @@ type = "file"
 name = "pg"
 type = "postgres"
 queue_batches = 8
+quarantine_buffer = 100
+start_at_end = true
 [secondary.postgres]
 dsn = "postgres://u@h/db"
 table = "events"
@@ -75,12 +77,12 @@ glob = "logs/*.log"
 		t.Fatalf("secondaries: %+v", c.Secondaries)
 	}
 	pg := c.Secondaries[0]
-	if pg.Name != "pg" || pg.QueueBatches != 8 || pg.Sink.Type != "postgres" || pg.Sink.Postgres.DSN != "postgres://u@h/db" ||
+	if pg.Name != "pg" || pg.QueueBatches != 8 || pg.QuarantineBuffer != 100 || !pg.StartAtEnd || pg.Sink.Type != "postgres" || pg.Sink.Postgres.DSN != "postgres://u@h/db" ||
 		pg.Sink.Postgres.Table != "events" || pg.Sink.Postgres.BatchRecords != 100 || pg.Sink.Postgres.Timeout != DefaultPGTimeout {
 		t.Errorf("pg: %+v", pg)
 	}
 	cp := c.Secondaries[1]
-	if cp.QueueBatches != DefaultQueueBatches || cp.Sink.File.Dir != "/srv/weir/data/secondary/copy" || cp.Sink.File.MaxAge != 5*time.Second {
+	if cp.QueueBatches != DefaultQueueBatches || cp.QuarantineBuffer != DefaultQuarantineBuffer || cp.StartAtEnd || cp.Sink.File.Dir != "/srv/weir/data/secondary/copy" || cp.Sink.File.MaxAge != 5*time.Second {
 		t.Errorf("copy: %+v", cp)
 	}
 	if len(c.Sources) != 3 {
@@ -171,9 +173,10 @@ dsn = "x"`, []string{`[secondary.mysql] is given but type is "file"`}},
 name = "a"
 type = "postgres"
 queue_batches = 0
+quarantine_buffer = 0
 [secondary.postgres]
 dsn = "x"
-batch_records = 0`, []string{`queue_batches = 0: must be between 1 and 65536`, `postgres.batch_records = 0: must be between 1 and 65536`}},
+batch_records = 0`, []string{`queue_batches = 0: must be between 1 and 65536`, `quarantine_buffer = 0: must be between 1 and 16777216`, `postgres.batch_records = 0: must be between 1 and 65536`}},
 		{"secondary same dir as raw", `
 [sink.file]
 dir = "/d"

@@ -94,7 +94,8 @@ func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.
 				return openSink(ctx, sc.Sink, fs, secLog)
 			}}
 		}
-		secs = append(secs, engine.SecondaryConfig{Sink: s, Name: sc.Name, QueueBatches: sc.QueueBatches})
+		secs = append(secs, engine.SecondaryConfig{Sink: s, Name: sc.Name, QueueBatches: sc.QueueBatches,
+			QuarantineBuffer: sc.QuarantineBuffer, StartAtEnd: sc.StartAtEnd})
 		topo.Secondary(sc.Name)
 	}
 	fan, err := engine.NewFanout(ctx, engine.FanoutOptions{
