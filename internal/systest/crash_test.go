@@ -15,6 +15,10 @@ import (
 	"github.com/weir-io/weir/wire"
 )
 
+// sourceKillCycles is how many times the source tests kill the daemon: all
+// of them while their producers are still publishing.
+const sourceKillCycles = 4
+
 // killCycles is how many kill -9 cycles TestKill9UnderLoad runs:
 // $WEIR_KILL_CYCLES, 20 in CI (.ci/run), 4 by default.
 func killCycles(t *testing.T) int {

@@ -95,7 +95,7 @@ ack_wait = "3s"
 			}
 		}
 	}()
-	for cycle := 1; cycle <= killCycles(t); cycle++ {
+	for cycle := 1; cycle <= sourceKillCycles; cycle++ {
 		d.waitScrape("source writing", 30*time.Second, func(m map[string]float64) bool { return written(m) > 0 })
 		time.Sleep(time.Duration(150+cycle*97%300) * time.Millisecond)
 		d.kill()
