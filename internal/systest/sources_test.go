@@ -16,31 +16,20 @@ import (
 )
 
 // jetStream connects to the server on the machine, or skips (fails under
-// the require-services switch) when none answers.
+// WEIR_REQUIRE_SERVICES=1) when none answers.
 func jetStream(t *testing.T) (string, jetstream.JetStream) {
 	t.Helper()
-	url := os.Getenv("WEIR_TEST_NATS_URL")
-	if url == "" {
-		url = nats.DefaultURL
-	}
+	url := testenv.NATS(t)
 	nc, err := nats.Connect(url, nats.Timeout(3*time.Second))
-	if err == nil {
-		var js jetstream.JetStream
-		if js, err = jetstream.New(nc); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			if _, err = js.AccountInfo(ctx); err == nil {
-				t.Cleanup(nc.Close)
-				return url, js
-			}
-		}
-		nc.Close()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if testenv.Required() {
-		t.Fatalf("NATS JetStream not reachable at %s: %v", url, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Skipf("NATS JetStream not reachable at %s: %v", url, err)
-	return "", nil
+	return url, js
 }
 
 // TestJetStreamSourceKill9: a JetStream source under the daemon, killed -9

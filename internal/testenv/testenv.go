@@ -25,6 +25,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Environment variables and their defaults.
@@ -33,6 +35,8 @@ const (
 	PostgresDefault = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	MySQLEnv        = "WEIR_TEST_MYSQL_DSN"
 	MySQLDefault    = "root@tcp(127.0.0.1:3306)/test"
+	NATSEnv         = "WEIR_TEST_NATS_URL"
+	NATSDefault     = "nats://127.0.0.1:4222"
 	RequireEnv      = "WEIR_REQUIRE_SERVICES"
 )
 
@@ -73,6 +77,25 @@ func MySQL(t testing.TB) string {
 		}
 		defer db.Close()
 		return db.PingContext(ctx)
+	})
+}
+
+// NATS returns the URL of the test NATS server with JetStream enabled, or
+// skips (fails under WEIR_REQUIRE_SERVICES=1) when none answers there.
+func NATS(t testing.TB) string {
+	t.Helper()
+	return service(t, "NATS JetStream", NATSEnv, NATSDefault, func(ctx context.Context, url string) error {
+		nc, err := nats.Connect(url, nats.Timeout(probeTimeout))
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		_, err = js.AccountInfo(ctx)
+		return err
 	})
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,54 +17,19 @@ import (
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/internal/source/natssrc"
+	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/source"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const (
-	urlEnv     = "WEIR_TEST_NATS_URL"
-	requireEnv = "WEIR_REQUIRE_SERVICES"
-	srcName    = "nats"
-)
-
-var (
-	probeOnce sync.Once
-	probeErr  error
-)
+const srcName = "nats"
 
 // natsURL is the test server's URL, or skips the test loudly (fails it
 // under WEIR_REQUIRE_SERVICES=1) when no JetStream server answers there.
 func natsURL(t *testing.T) string {
 	t.Helper()
-	url := os.Getenv(urlEnv)
-	if url == "" {
-		url = nats.DefaultURL
-	}
-	probeOnce.Do(func() {
-		nc, err := nats.Connect(url, nats.Timeout(3*time.Second))
-		if err != nil {
-			probeErr = err
-			return
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			probeErr = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_, probeErr = js.AccountInfo(ctx)
-	})
-	if probeErr != nil {
-		msg := fmt.Sprintf("NATS JetStream is not reachable at %s=%q: %v", urlEnv, url, probeErr)
-		if os.Getenv(requireEnv) == "1" {
-			t.Fatalf("%s (%s=1: a missing service is a failure)", msg, requireEnv)
-		}
-		t.Skipf("\n*** SKIPPING: %s\n*** set %s to a reachable server, or %s=1 to make this a failure", msg, urlEnv, requireEnv)
-	}
-	return url
+	return testenv.NATS(t)
 }
 
 type env struct {
