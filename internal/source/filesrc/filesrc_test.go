@@ -115,29 +115,10 @@ func (e *env) waitDurable() {
 	}
 }
 
-type running struct {
-	cancel context.CancelFunc
-	done   chan error
-}
+type running = enginetest.Running
 
 func (e *env) start(s *filesrc.Source, g source.Gate) *running {
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- s.Run(ctx, g, e.cursors) }()
-	return r
-}
-
-func (r *running) stop(t *testing.T) {
-	t.Helper()
-	r.cancel()
-	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("source did not stop")
-	}
+	return enginetest.Start(context.Background(), s, g, e.cursors)
 }
 
 func (e *env) exactlyOnce() {
@@ -178,7 +159,7 @@ func TestTailAppends(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	e.waitDurable()
-	r.stop(t)
+	r.Stop(t)
 	e.exactlyOnce()
 }
 
@@ -198,7 +179,7 @@ func TestRotationByRename(t *testing.T) {
 	e.appendLines(cur, 100, 0)
 	e.appendLines(old, 10, 0) // still writing to the rotated file
 	e.waitDurable()
-	r.stop(t)
+	r.Stop(t)
 	e.exactlyOnce()
 }
 
@@ -214,7 +195,7 @@ func TestTruncation(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // let the source see the shorter file
 	e.appendLines(f, 20, 1)
 	e.waitDurable()
-	r.stop(t)
+	r.Stop(t)
 	e.exactlyOnce()
 }
 
@@ -227,14 +208,14 @@ func TestRestartResumesFromCursor(t *testing.T) {
 	crash := &enginetest.CrashAfter{Inner: e.check, N: 3}
 	r := e.start(e.source(func(o *filesrc.Options) { o.MaxBatchRecords = 50 }), crash)
 	select {
-	case err := <-r.done:
+	case err := <-r.Done():
 		if !errors.Is(err, enginetest.ErrCrashed) {
 			t.Fatalf("Run = %v, want the crash", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("source did not stop on the gate error")
 	}
-	r.cancel()
+	r.Cancel()
 	if len(crash.Lost) != 50 {
 		t.Fatalf("crashed batch has %d lines, want 50", len(crash.Lost))
 	}
@@ -245,7 +226,7 @@ func TestRestartResumesFromCursor(t *testing.T) {
 	e.appendLines(f, 100, 0)
 	r = e.start(e.source(nil), e.check)
 	e.waitDurable()
-	r.stop(t)
+	r.Stop(t)
 	copies := enginetest.Summary(t, e.wab.Records(t))
 	if len(copies) != e.lines {
 		t.Fatalf("%d distinct lines stored, want %d", len(copies), e.lines)
@@ -274,7 +255,7 @@ func TestLongLineIsCut(t *testing.T) {
 	}
 	r := e.start(e.source(func(o *filesrc.Options) { o.MaxLineBytes = 100 }), e.check)
 	e.waitDurable()
-	r.stop(t)
+	r.Stop(t)
 }
 
 // The file is rotated while the source is down: on restart the cursor's
@@ -285,10 +266,10 @@ func TestRestartAfterRotation(t *testing.T) {
 	e.appendLines(old, 200, 0)
 	crash := &enginetest.CrashAfter{Inner: e.check, N: 2}
 	r := e.start(e.source(func(o *filesrc.Options) { o.MaxBatchRecords = 50 }), crash)
-	if err := <-r.done; !errors.Is(err, enginetest.ErrCrashed) {
+	if err := <-r.Done(); !errors.Is(err, enginetest.ErrCrashed) {
 		t.Fatalf("Run = %v, want the crash", err)
 	}
-	r.cancel()
+	r.Cancel()
 	if err := os.Rename(filepath.Join(e.dir, "app.log"), filepath.Join(e.dir, "app.log.1")); err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +277,7 @@ func TestRestartAfterRotation(t *testing.T) {
 	e.appendLines(e.create("app.log"), 30, 0)
 	r = e.start(e.source(nil), e.check)
 	e.waitDurable()
-	r.stop(t)
+	r.Stop(t)
 	copies := enginetest.Summary(t, e.wab.Records(t))
 	if len(copies) != e.lines {
 		t.Fatalf("%d distinct lines stored, want %d", len(copies), e.lines)

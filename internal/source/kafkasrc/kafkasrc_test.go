@@ -214,29 +214,10 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	}
 }
 
-type running struct {
-	cancel context.CancelFunc
-	done   chan error
-}
+type running = enginetest.Running
 
 func start(s *kafkasrc.Source, g source.Gate) *running {
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- s.Run(ctx, g, nil) }()
-	return r
-}
-
-func (r *running) stop(t *testing.T) {
-	t.Helper()
-	r.cancel()
-	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("source did not stop")
-	}
+	return enginetest.Start(context.Background(), s, g, nil)
 }
 
 func (e *env) waitAllCommitted() {
@@ -263,7 +244,7 @@ func TestConsumeCommitsHighWater(t *testing.T) {
 	e.produce("a", 500)
 	r := start(e.source("kafka", nil), e.check)
 	e.waitAllCommitted()
-	r.stop(t)
+	r.Stop(t)
 	copies := enginetest.Summary(t, e.wab.Records(t))
 	if len(copies) != 500 {
 		t.Fatalf("%d distinct records stored, want 500", len(copies))
@@ -280,7 +261,7 @@ func TestPerRecordCommit(t *testing.T) {
 	e.produce("a", 40)
 	r := start(e.source("kafka", func(o *kafkasrc.Options) { o.PerRecordCommit = true }), e.check)
 	e.waitAllCommitted()
-	r.stop(t)
+	r.Stop(t)
 	if n := e.commits.Load(); n < 40 {
 		t.Fatalf("%d partition commits for 40 records, want one per record", n)
 	}
@@ -321,10 +302,10 @@ func TestRebalanceLosesNothingCommitsNothingAhead(t *testing.T) {
 	waitFor(t, "A to write", 30*time.Second, func() bool { return ga.n.Load() >= 300 })
 	b := start(e.source("kafka", nil), gb)
 	waitFor(t, "B to write", 30*time.Second, func() bool { return gb.n.Load() >= 200 })
-	a.stop(t)
+	a.Stop(t)
 	prod.Wait()
 	e.waitAllCommitted()
-	b.stop(t)
+	b.Stop(t)
 	if ga.n.Load() == 0 || gb.n.Load() == 0 {
 		t.Fatalf("A wrote %d, B wrote %d: the group did not share the partitions", ga.n.Load(), gb.n.Load())
 	}
@@ -361,7 +342,7 @@ func TestFailedCommitIsRetried(t *testing.T) {
 	e.produce("a", 200)
 	r := start(e.source("kafka", func(o *kafkasrc.Options) { o.CommitRetryBackoff = 10 * time.Millisecond }), e.check)
 	e.waitAllCommitted()
-	r.stop(t)
+	r.Stop(t)
 	if injected.Load() != 1 {
 		t.Fatalf("injected %d failures, want 1", injected.Load())
 	}
@@ -378,21 +359,21 @@ func TestRestartRereadsFromCommitted(t *testing.T) {
 	crash := &enginetest.CrashAfter{Inner: e.check, N: 3}
 	r := start(e.source("kafka", nil), crash)
 	select {
-	case err := <-r.done:
+	case err := <-r.Done():
 		if !errors.Is(err, enginetest.ErrCrashed) {
 			t.Fatalf("Run = %v, want the crash", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("source did not stop on the gate error")
 	}
-	r.cancel()
+	r.Cancel()
 	lost := map[string]bool{}
 	for _, rec := range crash.Lost {
 		lost[string(rec.Payload)] = true
 	}
 	r = start(e.source("kafka", nil), e.check)
 	e.waitAllCommitted()
-	r.stop(t)
+	r.Stop(t)
 	copies := enginetest.Summary(t, e.wab.Records(t))
 	if len(copies) != 300 {
 		t.Fatalf("%d distinct records stored, want 300", len(copies))

@@ -136,29 +136,10 @@ func (e *env) settled() {
 	}
 }
 
-type running struct {
-	cancel context.CancelFunc
-	done   chan error
-}
+type running = enginetest.Running
 
 func start(ctx context.Context, s *natssrc.Source, g source.Gate) *running {
-	ctx, cancel := context.WithCancel(ctx)
-	r := &running{cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- s.Run(ctx, g, nil) }()
-	return r
-}
-
-func (r *running) stop(t *testing.T) {
-	t.Helper()
-	r.cancel()
-	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("source did not stop")
-	}
+	return enginetest.Start(ctx, s, g, nil)
 }
 
 func TestAllPublishedDurable(t *testing.T) {
@@ -167,7 +148,7 @@ func TestAllPublishedDurable(t *testing.T) {
 	r := start(context.Background(), e.source(nil), e.check)
 	e.publish("b", 100) // while consuming
 	e.settled()
-	r.stop(t)
+	r.Stop(t)
 	copies := enginetest.Summary(t, e.wab.Records(t))
 	if len(copies) != 600 {
 		t.Fatalf("%d distinct records stored, want 600", len(copies))
@@ -188,7 +169,7 @@ func TestCrashBeforeAckRedelivers(t *testing.T) {
 	crash := &enginetest.CrashAfter{Inner: e.check, N: 2, OnCrash: func([]source.Record) { cancel() }}
 	r := start(ctx, e.source(nil), crash)
 	select {
-	case err := <-r.done:
+	case err := <-r.Done():
 		if err != nil {
 			t.Fatalf("Run after the crash: %v", err)
 		}
@@ -205,7 +186,7 @@ func TestCrashBeforeAckRedelivers(t *testing.T) {
 	e.publish("b", 100) // the stream moves on while the source is down
 	r = start(context.Background(), e.source(nil), e.check)
 	e.settled()
-	r.stop(t)
+	r.Stop(t)
 	copies := enginetest.Summary(t, e.wab.Records(t))
 	if len(copies) != 400 {
 		t.Fatalf("%d distinct records stored, want 400", len(copies))
