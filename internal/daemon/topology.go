@@ -49,9 +49,6 @@ func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.
 		}
 		return &delivery{snk: snk}, nil
 	}
-	if cfg.Sink.Type != "file" {
-		return nil, fmt.Errorf("primary raw: sink.type %q has no raw mode", cfg.Sink.Type)
-	}
 	role, err := engine.ParseRole(cfg.Role)
 	if err != nil {
 		return nil, fmt.Errorf("role: %w", err)
@@ -60,18 +57,9 @@ func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.
 	if err != nil {
 		return nil, fmt.Errorf("recovery_mode: %w", err)
 	}
-	fc := cfg.Sink.File
-	raw, err := filesink.New(ctx, filesink.Options{
-		FS: fs, Dir: fc.Dir, MaxBytes: fc.MaxBytes, MaxAge: fc.MaxAge, MaxBatchSize: fc.BatchRecords,
-		Positions: true,
-		Logger:    log.With("component", "sink", "sink", "raw"),
-	})
+	raw, store, where, err := openRaw(ctx, cfg, fs, log.With("component", "sink", "sink", "raw"))
 	if err != nil {
-		return nil, fmt.Errorf("open primary raw (file sink, raw mode): %w", err)
-	}
-	store, err := engine.OpenOffsetStore(ctx, fs, fc.Dir)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("open offset store: %w", err), raw.Close())
+		return nil, err
 	}
 	topo := m.Topology()
 	var secs []engine.SecondaryConfig
@@ -113,8 +101,31 @@ func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("start fan-out: %w", err), closeAll())
 	}
-	log.Info("raw-first topology", "raw", fc.Dir, "offset_store", store.Path(), "secondaries", len(secs), "role", role.String())
+	log.Info("raw-first topology", "raw", cfg.Sink.Type, "offset_store", where, "secondaries", len(secs), "role", role.String())
 	return &delivery{snk: fan, cursors: store}, nil
+}
+
+// openRaw opens the [sink] as primary raw, in its raw (position-numbered)
+// mode, with the offset store that lives beside it. where names the store
+// for the logs.
+func openRaw(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) (raw sink.Raw, store engine.CoverageStore, where string, err error) {
+	switch cfg.Sink.Type {
+	case "file":
+		fc := cfg.Sink.File
+		fraw, err := filesink.New(ctx, filesink.Options{
+			FS: fs, Dir: fc.Dir, MaxBytes: fc.MaxBytes, MaxAge: fc.MaxAge, MaxBatchSize: fc.BatchRecords,
+			Positions: true, Logger: log,
+		})
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("open primary raw (file sink, raw mode): %w", err)
+		}
+		st, err := engine.OpenOffsetStore(ctx, fs, fc.Dir)
+		if err != nil {
+			return nil, nil, "", errors.Join(fmt.Errorf("open offset store: %w", err), fraw.Close())
+		}
+		return fraw, st, st.Path(), nil
+	}
+	return nil, nil, "", fmt.Errorf("primary raw: sink.type %q has no raw mode", cfg.Sink.Type)
 }
 
 // countingGate counts what a source made durable.

@@ -196,8 +196,9 @@ type FanoutOptions struct {
 	// another process's raw, for RoleRecovery); nil means Raw.
 	Reader      sink.RawReader
 	Secondaries []SecondaryConfig
-	// Store holds coverage; it must live with raw.
-	Store *OffsetStore
+	// Store holds coverage; it must live with raw (the file OffsetStore in
+	// raw's directory, or a table in raw's database).
+	Store CoverageStore
 	Role  Role
 	Mode  RecoveryMode
 	// WindowRecords and WindowTime bound one recovery window: at most that
@@ -232,7 +233,7 @@ type Fanout struct {
 	opts   FanoutOptions
 	raw    sink.Raw
 	reader sink.RawReader
-	store  *OffsetStore
+	store  CoverageStore
 	obs    Observer
 	log    *slog.Logger
 	secs   []*secondary
