@@ -147,26 +147,29 @@ type Observer interface {
 	// QuarantineSkipped: rejected records recovery did not quarantine
 	// (RecoverySkipQuarantine).
 	QuarantineSkipped(sinkName string, records int)
-	// Coverage: the sink's contiguous covered prefix and how many
-	// positions below raw's end it is missing (not counting those queued
-	// for live delivery). Reported every flush interval.
-	Coverage(sinkName string, prefix, missing uint64)
-	// RecoveryBacklog: the largest Coverage missing count over all
-	// secondaries; 0 when none is behind. Reported every flush interval.
+	// Coverage: the sink's contiguous covered prefix, how many positions
+	// below raw's end it has not durably received (lag: queued for live
+	// delivery or missing), and how many of those are not even queued
+	// (missing: only recovery will deliver them). Reported every flush
+	// interval.
+	Coverage(sinkName string, prefix, lag, missing uint64)
+	// RecoveryBacklog: the largest lag over all secondaries — raw
+	// positions the furthest-behind one has not durably received; 0 when
+	// every secondary holds all of raw. Reported every flush interval.
 	RecoveryBacklog(positions uint64)
 }
 
 // NopObserver ignores everything.
 type NopObserver struct{}
 
-func (NopObserver) LiveDropped(string, int)          {}
-func (NopObserver) Delivered(string, int, bool)      {}
-func (NopObserver) CommitFailed(string, error, bool) {}
-func (NopObserver) Quarantined(string, int, bool)    {}
-func (NopObserver) QuarantineShed(string, int)       {}
-func (NopObserver) QuarantineSkipped(string, int)    {}
-func (NopObserver) Coverage(string, uint64, uint64)  {}
-func (NopObserver) RecoveryBacklog(uint64)           {}
+func (NopObserver) LiveDropped(string, int)                 {}
+func (NopObserver) Delivered(string, int, bool)             {}
+func (NopObserver) CommitFailed(string, error, bool)        {}
+func (NopObserver) Quarantined(string, int, bool)           {}
+func (NopObserver) QuarantineShed(string, int)              {}
+func (NopObserver) QuarantineSkipped(string, int)           {}
+func (NopObserver) Coverage(string, uint64, uint64, uint64) {}
+func (NopObserver) RecoveryBacklog(uint64)                  {}
 
 // SecondaryConfig is one secondary sink.
 type SecondaryConfig struct {
@@ -770,8 +773,8 @@ func (f *Fanout) flusher(ctx context.Context) {
 func (f *Fanout) report() {
 	var backlog uint64
 	for _, st := range f.Stats().Sinks {
-		f.obs.Coverage(st.Name, st.CoveredPrefix, st.Missing)
-		backlog = max(backlog, st.Missing)
+		f.obs.Coverage(st.Name, st.CoveredPrefix, st.Lag, st.Missing)
+		backlog = max(backlog, st.Lag)
 	}
 	f.obs.RecoveryBacklog(backlog)
 }
@@ -781,7 +784,11 @@ type SinkStats struct {
 	Name string
 	// CoveredPrefix: every position below it is covered.
 	CoveredPrefix uint64
-	// Missing: positions below raw's end neither covered nor queued.
+	// Lag: positions below raw's end the sink has not durably received
+	// (covered by neither an ack nor a recovery): Queued plus Missing.
+	Lag uint64
+	// Missing: positions below raw's end neither covered nor queued; only
+	// recovery will deliver them.
 	Missing uint64
 	// Queued: positions waiting in (or being delivered from) the queue.
 	Queued uint64
@@ -792,7 +799,7 @@ type SinkStats struct {
 // FanoutStats is the fan-out's state.
 type FanoutStats struct {
 	RawEnd uint64
-	// Backlog is the largest Missing over the secondaries.
+	// Backlog is the largest Lag over the secondaries.
 	Backlog uint64
 	Sinks   []SinkStats
 }
@@ -807,11 +814,11 @@ func (f *Fanout) Stats() FanoutStats {
 		all := cov.Clone()
 		all.AddSet(&s.inQ)
 		s.qmu.Unlock()
-		ss := SinkStats{Name: s.name, CoveredPrefix: cov.Prefix(), Missing: all.Missing(st.RawEnd), Queued: queued,
+		ss := SinkStats{Name: s.name, CoveredPrefix: cov.Prefix(), Lag: cov.Missing(st.RawEnd), Missing: all.Missing(st.RawEnd), Queued: queued,
 			LiveDelivered: s.delivered.Load(), Recovered: s.recovered.Load(), LiveDropped: s.dropped.Load(),
 			Quarantined: s.quarantined.Load(), QuarantineShed: s.shed.Load(), QuarantineSkipped: s.skipped.Load(),
 			CommitFailures: s.failures.Load()}
-		st.Backlog = max(st.Backlog, ss.Missing)
+		st.Backlog = max(st.Backlog, ss.Lag)
 		st.Sinks = append(st.Sinks, ss)
 	}
 	return st

@@ -600,14 +600,14 @@ func TestFanoutRoles(t *testing.T) {
 
 type backlogObserver struct{ v *atomic.Uint64 }
 
-func (o backlogObserver) LiveDropped(string, int)          {}
-func (o backlogObserver) Delivered(string, int, bool)      {}
-func (o backlogObserver) CommitFailed(string, error, bool) {}
-func (o backlogObserver) Quarantined(string, int, bool)    {}
-func (o backlogObserver) QuarantineShed(string, int)       {}
-func (o backlogObserver) QuarantineSkipped(string, int)    {}
-func (o backlogObserver) Coverage(string, uint64, uint64)  {}
-func (o backlogObserver) RecoveryBacklog(n uint64)         { o.v.Store(n) }
+func (o backlogObserver) LiveDropped(string, int)                 {}
+func (o backlogObserver) Delivered(string, int, bool)             {}
+func (o backlogObserver) CommitFailed(string, error, bool)        {}
+func (o backlogObserver) Quarantined(string, int, bool)           {}
+func (o backlogObserver) QuarantineShed(string, int)              {}
+func (o backlogObserver) QuarantineSkipped(string, int)           {}
+func (o backlogObserver) Coverage(string, uint64, uint64, uint64) {}
+func (o backlogObserver) RecoveryBacklog(n uint64)                { o.v.Store(n) }
 
 func TestFanoutRejectsBadTopology(t *testing.T) {
 	dir := t.TempDir()
@@ -634,5 +634,56 @@ func TestFanoutRejectsBadTopology(t *testing.T) {
 	}
 	if _, err := engine.ParseRecoveryMode("drop"); err == nil {
 		t.Fatal("bad mode accepted")
+	}
+}
+
+// A secondary that is down while its queue still has room is behind: the
+// backlog counts what it has not durably received, queued or not, so an
+// outage shows from its first second, not only once the queue overflows.
+func TestFanoutBacklogCountsQueued(t *testing.T) {
+	rawDir := t.TempDir()
+	raw := openRaw(t, rawDir)
+	mem := newMemSink("mem")
+	mem.down.Store(true)
+	var backlog atomic.Uint64
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Raw: raw, Store: openStore(t, rawDir), FlushInterval: 10 * time.Millisecond,
+		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
+		Secondaries: []engine.SecondaryConfig{{Sink: mem, QueueBatches: 1024}},
+		Observer:    backlogObserver{&backlog},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := 0; i < 20; i++ {
+		if _, err := f.Commit(context.Background(), mkBatch(50)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := f.Stats()
+	s := st.Sinks[0]
+	if s.LiveDropped != 0 {
+		t.Fatalf("the queue overflowed; the test needs room in it: %+v", s)
+	}
+	if st.Backlog != 1000 || s.Lag != 1000 || s.Missing != 0 || s.Queued != 1000 {
+		t.Fatalf("down secondary with everything queued: stats %+v, want backlog = lag = queued = 1000, missing 0", st)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for backlog.Load() != 1000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("observed backlog %d, want 1000", backlog.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mem.down.Store(false)
+	if st := waitCaughtUp(t, f, 10*time.Second); st.Backlog != 0 {
+		t.Fatalf("caught up with backlog %d", st.Backlog)
+	}
+	for backlog.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("observed backlog %d after catching up", backlog.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -21,6 +21,7 @@ type Topology struct {
 	shed        *prometheus.CounterVec
 	skipped     *prometheus.CounterVec
 	coverage    *prometheus.GaugeVec
+	lag         *prometheus.GaugeVec
 	missing     *prometheus.GaugeVec
 
 	srcWritten  *prometheus.CounterVec
@@ -37,7 +38,7 @@ func (m *Metrics) Topology() *Topology {
 	m.topoOnce.Do(func() {
 		f := factory{m.reg}
 		t := &Topology{}
-		t.backlog = f.gauge("weir_recovery_backlog", "Raw positions the furthest-behind secondary is missing (0 when none is behind); updated every coverage_flush_interval.")
+		t.backlog = f.gauge("weir_recovery_backlog", "Raw positions the furthest-behind secondary has not durably received, queued or missing (0 when every secondary holds all of raw); updated every coverage_flush_interval.")
 		t.dropped = f.counterVec("weir_secondary_dropped_batches_total", "Live batches not queued for a secondary because its queue was full; recovery replays them from raw.", "sink")
 		t.droppedRecs = f.counterVec("weir_secondary_dropped_records_total", "Records of the live batches dropped for a secondary (queue full).", "sink")
 		t.delivered = f.counterVec("weir_secondary_delivered_records_total", "Records a secondary durably committed or refused, by path (live or recovery).", "sink", "path")
@@ -46,6 +47,7 @@ func (m *Metrics) Topology() *Topology {
 		t.shed = f.counterVec("weir_secondary_quarantine_shed_records_total", "Quarantine records dropped because the lane was full or its writer failed (the records remain in raw).", "sink")
 		t.skipped = f.counterVec("weir_secondary_quarantine_skipped_records_total", "Records refused during recovery and not quarantined again (recovery_mode skip-quarantine).", "sink")
 		t.coverage = f.gaugeVec("weir_secondary_coverage_end", "End of the contiguous prefix of raw positions the secondary has durably received.", "sink")
+		t.lag = f.gaugeVec("weir_secondary_lag_positions", "Raw positions below raw's end the secondary has not durably received: queued for live delivery or missing.", "sink")
 		t.missing = f.gaugeVec("weir_secondary_missing_positions", "Raw positions below raw's end the secondary has not received (not counting those queued live).", "sink")
 		t.srcWritten = f.counterVec("weir_source_records_written_total", "Records a source wrote through its gate (durable in the write-ahead buffer).", "source")
 		t.srcCommits = f.counterVec("weir_source_position_commits_total", "Position commits a source made after a durable write (Kafka offset commits per partition, JetStream acks, file cursor saves).", "source")
@@ -68,6 +70,7 @@ func (t *Topology) Secondary(name string) {
 	t.shed.WithLabelValues(name)
 	t.skipped.WithLabelValues(name)
 	t.coverage.WithLabelValues(name)
+	t.lag.WithLabelValues(name)
 	t.missing.WithLabelValues(name)
 }
 
@@ -110,8 +113,9 @@ func (t *Topology) QuarantineSkipped(sinkName string, records int) {
 }
 
 // Coverage implements engine.Observer.
-func (t *Topology) Coverage(sinkName string, prefix, missing uint64) {
+func (t *Topology) Coverage(sinkName string, prefix, lag, missing uint64) {
 	t.coverage.WithLabelValues(sinkName).Set(float64(prefix))
+	t.lag.WithLabelValues(sinkName).Set(float64(lag))
 	t.missing.WithLabelValues(sinkName).Set(float64(missing))
 }
 

@@ -31,8 +31,8 @@ func TestTopologyObserver(t *testing.T) {
 	tp.Quarantined("pg", 2, false)
 	tp.QuarantineShed("pg", 1)
 	tp.QuarantineSkipped("pg", 4)
-	tp.Coverage("pg", 100, 15)
-	tp.RecoveryBacklog(15)
+	tp.Coverage("pg", 100, 20, 15)
+	tp.RecoveryBacklog(20)
 	tp.SourceStarted("k")
 	tp.SourceWritten("k", 9)
 	tp.SourceCommitted("k")
@@ -51,8 +51,9 @@ func TestTopologyObserver(t *testing.T) {
 		{testutil.ToFloat64(tp.shed.WithLabelValues("pg")), 1, "shed"},
 		{testutil.ToFloat64(tp.skipped.WithLabelValues("pg")), 4, "skipped"},
 		{testutil.ToFloat64(tp.coverage.WithLabelValues("pg")), 100, "coverage"},
+		{testutil.ToFloat64(tp.lag.WithLabelValues("pg")), 20, "lag"},
 		{testutil.ToFloat64(tp.missing.WithLabelValues("pg")), 15, "missing"},
-		{testutil.ToFloat64(tp.backlog), 15, "backlog"},
+		{testutil.ToFloat64(tp.backlog), 20, "backlog"},
 		{testutil.ToFloat64(tp.srcWritten.WithLabelValues("k")), 9, "written"},
 		{testutil.ToFloat64(tp.srcCommits.WithLabelValues("k")), 1, "commits"},
 		{testutil.ToFloat64(tp.srcRestarts.WithLabelValues("k")), 1, "restarts"},
