@@ -25,6 +25,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	"github.com/weir-io/weir/sink"
@@ -41,13 +42,24 @@ const (
 	// StoreManaged: nothing upstream keeps a position; weir persists the
 	// source's Cursor in its offset store, after the gate's durable ack.
 	StoreManaged
+	// ProducerManaged: the producer keeps its own position — it holds
+	// every record until weir acknowledges it and resends what was not
+	// acknowledged (the socket ingress). weir persists nothing; the
+	// acknowledgement itself is the position commit, sent only once the
+	// record is durable to the tier the producer asked for.
+	ProducerManaged
 )
 
 func (r Regime) String() string {
-	if r == BrokerManaged {
+	switch r {
+	case BrokerManaged:
 		return "broker-managed"
+	case StoreManaged:
+		return "store-managed"
+	case ProducerManaged:
+		return "producer-managed"
 	}
-	return "store-managed"
+	return fmt.Sprintf("regime(%d)", int(r))
 }
 
 // Record is one record read from a source.

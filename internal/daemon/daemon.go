@@ -13,7 +13,7 @@ import (
 
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/drain"
-	"github.com/weir-io/weir/internal/server"
+	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/sink/filesink"
 	"github.com/weir-io/weir/internal/sink/mysqlsink"
 	"github.com/weir-io/weir/internal/sink/parquetsink"
@@ -104,37 +104,25 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 	}()
 
-	srv := server.New(server.Options{
-		MaxConnections:   cfg.MaxConnections,
-		MaxFrameBytes:    cfg.MaxFrameBytes,
-		FrameReadTimeout: cfg.FrameReadTimeout,
-		IdleTimeout:      cfg.IdleTimeout,
-		WriteTimeout:     cfg.WriteTimeout,
-		QueueTimeout:     cfg.QueueTimeout,
-		ConnMaxInflight:  cfg.ConnMaxInflight,
-		Logger:           log.With("component", "server"),
-		Observer:         tel.m,
-	}, wlog)
-	if err := srv.ListenUnix(cfg.SocketPath); err != nil {
+	gate, err := engine.NewWABGate(wlog, engine.GateOptions{MaxRecordBytes: cfg.MaxFrameBytes})
+	if err != nil {
+		stopDrain()
+		drainWG.Wait()
+		return errors.Join(fmt.Errorf("source gate: %w", err), closeWAB(context.Background()), snk.Close())
+	}
+	// The producer listeners are the first source. They bind here, so a
+	// socket in use fails the start instead of a restart loop.
+	ingress := newIngress(cfg, tlsMgr, tel.m, log)
+	if err := ingress.Listen(gate); err != nil {
 		stopDrain()
 		drainWG.Wait()
 		return errors.Join(err, closeWAB(context.Background()), snk.Close())
 	}
-	stopTLS, err := serveTCP(srv, tlsMgr, cfg)
+	srcs, err := startSources(cfg, fs, gate, ingress, dl, tel.m, log)
 	if err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
-		serr := srv.Shutdown(sctx)
-		stopDrain()
-		drainWG.Wait()
-		return errors.Join(err, serr, closeWAB(sctx), snk.Close())
-	}
-	defer stopTLS()
-	srcs, err := startSources(cfg, fs, wlog, dl, tel.m, log)
-	if err != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		serr := srv.Shutdown(sctx)
+		serr := ingress.Shutdown()
 		stopDrain()
 		drainWG.Wait()
 		return errors.Join(err, serr, closeWAB(sctx), snk.Close())
@@ -149,12 +137,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	var errs []error
-	if err := srv.Shutdown(sctx); err != nil {
+	// Sources — the producer listeners among them — stop before the
+	// buffer closes: requests already read are answered, a source's last
+	// durable write is still committed upstream, and nothing is written
+	// after the seal.
+	if err := srcs.stop(sctx, log); err != nil {
 		errs = append(errs, err)
 	}
-	// Sources stop before the buffer closes: a source's last durable write
-	// is still committed upstream, and nothing is written after the seal.
-	srcs.stop(sctx, log)
 	// The drain stops before the WAB seals its open segments: what is
 	// sealed at shutdown is delivered at the next start, and a delivery cut
 	// short here is replayed (never confirmed half-done).

@@ -18,7 +18,6 @@ import (
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
-	"github.com/weir-io/weir/wab"
 )
 
 // Source restart backoff: doubling from the first to the cap, reset once a
@@ -143,10 +142,14 @@ func (c *countingGate) Write(ctx context.Context, recs []source.Record) error {
 	return nil
 }
 
-// sources runs the [[source]] entries under the write-ahead buffer's gate.
+// sources runs the producer listeners and the [[source]] entries under the
+// write-ahead buffer's gate.
 type sources struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	mu   sync.Mutex
+	errs []error // errors of the last runs, returned by stop
 }
 
 func newSource(sc config.SourceConfig, log *slog.Logger, topo *metrics.Topology) (source.Source, error) {
@@ -182,23 +185,16 @@ func newSource(sc config.SourceConfig, log *slog.Logger, topo *metrics.Topology)
 	return nil, fmt.Errorf("source %q: unknown type %q", sc.Name, sc.Type)
 }
 
-// startSources starts every configured source. Each writes through the
-// write-ahead buffer (its gate: a position is committed only after the
-// buffer's durable write) and is restarted with backoff when it stops with
-// an error. Store-managed sources keep their cursors in d.cursors, opened
-// here in data_dir when there is no offset store.
-func startSources(cfg *config.Config, fs vfs.FS, wlog *wab.Log, d *delivery, m *metrics.Metrics, log *slog.Logger) (*sources, error) {
+// startSources starts every source: the producer listeners (already
+// bound) and the [[source]] entries. Each writes through the write-ahead
+// buffer's gate (a position is committed only after the buffer's durable
+// write) and is restarted with backoff when it stops with an error.
+// Store-managed sources keep their cursors in d.cursors, opened here in
+// data_dir when there is no offset store.
+func startSources(cfg *config.Config, fs vfs.FS, gate *engine.WABGate, ingress source.Source, d *delivery, m *metrics.Metrics, log *slog.Logger) (*sources, error) {
 	s := &sources{}
-	if len(cfg.Sources) == 0 {
-		s.cancel = func() {}
-		return s, nil
-	}
 	topo := m.Topology()
-	gate, err := engine.NewWABGate(wlog, engine.GateOptions{MaxRecordBytes: cfg.MaxFrameBytes})
-	if err != nil {
-		return nil, fmt.Errorf("source gate: %w", err)
-	}
-	var srcs []source.Source
+	srcs := []source.Source{ingress}
 	for _, sc := range cfg.Sources {
 		src, err := newSource(sc, log.With("component", "source", "source", sc.Name), topo)
 		if err != nil {
@@ -216,20 +212,29 @@ func startSources(cfg *config.Config, fs vfs.FS, wlog *wab.Log, d *delivery, m *
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	for _, src := range srcs {
-		g := &countingGate{name: src.Name(), g: gate, topo: topo}
+		var g source.Gate = gate
+		if src != ingress {
+			// The ingress counts per answered frame itself.
+			g = &countingGate{name: src.Name(), g: gate, topo: topo}
+		}
 		l := log.With("component", "source", "source", src.Name())
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			runSource(ctx, src, g, d.cursors, topo, l)
+			if err := runSource(ctx, src, g, d.cursors, topo, l); err != nil {
+				s.mu.Lock()
+				s.errs = append(s.errs, fmt.Errorf("source %q: %w", src.Name(), err))
+				s.mu.Unlock()
+			}
 		}()
 	}
 	return s, nil
 }
 
 // runSource runs src until ctx ends, restarting it with capped exponential
-// backoff whenever it stops on its own.
-func runSource(ctx context.Context, src source.Source, gate source.Gate, cursors source.CursorStore, topo *metrics.Topology, log *slog.Logger) {
+// backoff whenever it stops on its own. It returns the error of the run
+// that ctx ended (a shutdown cut short), if any.
+func runSource(ctx context.Context, src source.Source, gate source.Gate, cursors source.CursorStore, topo *metrics.Topology, log *slog.Logger) error {
 	backoff := sourceBackoffFirst
 	for {
 		topo.SourceStarted(src.Name())
@@ -239,7 +244,7 @@ func runSource(ctx context.Context, src source.Source, gate source.Gate, cursors
 		topo.SourceStopped(src.Name())
 		if ctx.Err() != nil {
 			log.Info("source stopped")
-			return
+			return err
 		}
 		if time.Since(start) >= sourceBackoffReset {
 			backoff = sourceBackoffFirst
@@ -253,7 +258,7 @@ func runSource(ctx context.Context, src source.Source, gate source.Gate, cursors
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return nil
 		case <-t.C:
 		}
 		backoff = min(2*backoff, sourceBackoffMax)
@@ -261,9 +266,10 @@ func runSource(ctx context.Context, src source.Source, gate source.Gate, cursors
 }
 
 // stop cancels every source and waits for them, at most until ctx ends
-// (a Kafka source still commits what is durable, bounded by its commit
+// (the listeners answer what they read, bounded by shutdown_timeout; a
+// Kafka source still commits what is durable, bounded by its commit
 // timeout). It must return before the write-ahead buffer closes.
-func (s *sources) stop(ctx context.Context, log *slog.Logger) {
+func (s *sources) stop(ctx context.Context, log *slog.Logger) error {
 	s.cancel()
 	done := make(chan struct{})
 	go func() {
@@ -274,7 +280,11 @@ func (s *sources) stop(ctx context.Context, log *slog.Logger) {
 	case <-done:
 	case <-ctx.Done():
 		log.Error("sources did not stop within shutdown_timeout")
+		return fmt.Errorf("sources: %w", ctx.Err())
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return errors.Join(s.errs...)
 }
 
 // maxBatch is the batch bound a sink of this configuration will report.

@@ -89,6 +89,22 @@ func NewWABGate(log *wab.Log, opts GateOptions) (*WABGate, error) {
 	return &WABGate{log: log, opts: opts.withDefaults()}, nil
 }
 
+// Shards, ShardErr and Submit expose the buffer itself to a source that
+// submits requests of its own — the socket ingress, whose producers choose
+// a durability tier per request and are answered per request, not per
+// Write. Such a source still writes only through this gate's buffer.
+
+// Shards is the buffer's shard count.
+func (g *WABGate) Shards() int { return g.log.Shards() }
+
+// ShardErr is the sticky error of a shard (nil while it accepts).
+func (g *WABGate) ShardErr(shard int) error { return g.log.ShardErr(shard) }
+
+// Submit queues one request on a shard, waiting at most wait for room.
+func (g *WABGate) Submit(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
+	return g.log.Submit(ctx, shard, req, wait)
+}
+
 // ShardFor is the shard a source's records are written to.
 func (g *WABGate) ShardFor(sourceName string) int {
 	h := fnv.New32a()

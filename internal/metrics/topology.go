@@ -144,3 +144,10 @@ func (t *Topology) SourceWritten(name string, records int) {
 
 // SourceCommitted counts one position commit.
 func (t *Topology) SourceCommitted(name string) { t.srcCommits.WithLabelValues(name).Inc() }
+
+// SourceCounters returns a source's written-records and position-commit
+// counters, for a source that counts on its hot path (the socket ingress,
+// once per answered frame) and should not look its series up each time.
+func (t *Topology) SourceCounters(name string) (written, commits prometheus.Counter) {
+	return t.srcWritten.WithLabelValues(name), t.srcCommits.WithLabelValues(name)
+}

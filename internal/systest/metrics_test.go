@@ -134,6 +134,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		`weir_records_acked_total{durability="durable"}`:     durable,
 		`weir_records_received_total{durability="buffered"}`: buffered,
 		`weir_records_acked_total{durability="buffered"}`:    buffered,
+		// The producer listeners are a source like the others.
+		`weir_source_records_written_total{source="socket"}`: total,
+		`weir_source_running{source="socket"}`:               1,
 		`weir_connections_open`:                              0,
 		`weir_wab_bytes`:                                     0,
 		`weir_dead_letter_files`:                             0,

@@ -1,0 +1,54 @@
+package daemon
+
+import (
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weir-io/weir/internal/config"
+	"github.com/weir-io/weir/internal/metrics"
+	"github.com/weir-io/weir/internal/server"
+	"github.com/weir-io/weir/internal/tlsconf"
+	"github.com/weir-io/weir/wire"
+)
+
+// ingressName is the producer listeners' name as a source.
+const ingressName = "socket"
+
+// newIngress returns the producer listeners (the Unix socket, and TCP with
+// mutual TLS when configured) as a source. An acknowledged frame counts as
+// a position commit and its records as written: the producer keeps its own
+// position, and the Ack is sent only once the records are durable to the
+// tier it asked for.
+func newIngress(cfg *config.Config, tlsMgr *tlsconf.Manager, m *metrics.Metrics, log *slog.Logger) *server.Ingress {
+	written, commits := m.Topology().SourceCounters(ingressName)
+	return server.NewIngress(server.IngressOptions{
+		Name: ingressName,
+		Server: server.Options{
+			MaxConnections:   cfg.MaxConnections,
+			MaxFrameBytes:    cfg.MaxFrameBytes,
+			FrameReadTimeout: cfg.FrameReadTimeout,
+			IdleTimeout:      cfg.IdleTimeout,
+			WriteTimeout:     cfg.WriteTimeout,
+			QueueTimeout:     cfg.QueueTimeout,
+			ConnMaxInflight:  cfg.ConnMaxInflight,
+			Logger:           log.With("component", "server"),
+			Observer:         ingressObserver{Observer: m, written: written, commits: commits},
+		},
+		SocketPath:  cfg.SocketPath,
+		Extra:       func(s *server.Server) (func(), error) { return serveTCP(s, tlsMgr, cfg) },
+		StopTimeout: cfg.ShutdownTimeout,
+	})
+}
+
+// ingressObserver adds the source counters to the server's metrics.
+type ingressObserver struct {
+	server.Observer
+	written, commits prometheus.Counter
+}
+
+func (o ingressObserver) Acked(d wire.Durability, records, bytes int) {
+	o.Observer.Acked(d, records, bytes)
+	o.written.Add(float64(records))
+	o.commits.Inc()
+}
