@@ -19,6 +19,14 @@ import (
 // its dir is not set: <data_dir>/secondary/<name>.
 const DefaultSecondaryDirName = "secondary"
 
+// DefaultQuarantineDirName is where a secondary's quarantine lane writes
+// when quarantine_dir is not set: <data_dir>/quarantine/<name>.
+const DefaultQuarantineDirName = "quarantine"
+
+// DefaultQuarantineMaxBytes bounds a quarantine directory unless
+// quarantine_max_bytes says otherwise.
+const DefaultQuarantineMaxBytes = 256 << 20
+
 // Source types.
 const (
 	SourceKafka = "kafka"
@@ -34,6 +42,13 @@ type SecondaryConfig struct {
 	// QuarantineBuffer bounds the secondary's quarantine lane, in records
 	// (quarantine_buffer).
 	QuarantineBuffer int
+	// QuarantineDir is where the secondary's refused records are kept
+	// with their reasons, as NDJSON (quarantine_dir).
+	QuarantineDir string
+	// QuarantineMaxBytes bounds QuarantineDir; past it refused records are
+	// shed (counted). 0 keeps no files: they are logged and counted only
+	// (quarantine_max_bytes).
+	QuarantineMaxBytes int64
 	// StartAtEnd: a secondary the offset store has never seen starts at
 	// raw's end instead of being filled from all of raw (start_at_end).
 	StartAtEnd bool
@@ -100,6 +115,8 @@ type secondaryTOML struct {
 	name       *string
 	queue      *int64
 	quarantine *int64
+	qDir       *string
+	qMaxBytes  *int64
 	startAtEnd bool
 	sink       *partial
 	present    []string // [secondary.<table>] tables given
@@ -200,6 +217,8 @@ func decodeTopology(root *tomlNode, md toml.MetaData, doc reflect.Value, p *part
 			Name             *string `toml:"name"`
 			QueueBatches     *int64  `toml:"queue_batches"`
 			QuarantineBuffer *int64  `toml:"quarantine_buffer"`
+			QuarantineDir    *string `toml:"quarantine_dir"`
+			QuarantineMax    *int64  `toml:"quarantine_max_bytes"`
 			StartAtEnd       bool    `toml:"start_at_end"`
 		}
 		if err := md.PrimitiveDecode(prim, &head); err != nil {
@@ -212,7 +231,7 @@ func decodeTopology(root *tomlNode, md toml.MetaData, doc reflect.Value, p *part
 			continue
 		}
 		sec := secondaryTOML{name: head.Name, queue: head.QueueBatches, quarantine: head.QuarantineBuffer,
-			startAtEnd: head.StartAtEnd, sink: &partial{}}
+			qDir: head.QuarantineDir, qMaxBytes: head.QuarantineMax, startAtEnd: head.StartAtEnd, sink: &partial{}}
 		if sec.name != nil {
 			where = fmt.Sprintf("[[secondary]] %q", *sec.name)
 		}
@@ -323,6 +342,23 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 				errs = append(errs, topoErr(path, where, "quarantine_buffer", fmt.Sprint(*st.quarantine), "must be between 1 and 16777216"))
 			}
 			sc.QuarantineBuffer = int(*st.quarantine)
+		}
+		sc.QuarantineMaxBytes = DefaultQuarantineMaxBytes
+		if st.qMaxBytes != nil {
+			if *st.qMaxBytes < 0 || *st.qMaxBytes > 1<<50 {
+				errs = append(errs, topoErr(path, where, "quarantine_max_bytes", fmt.Sprint(*st.qMaxBytes), "must be between 0 (keep no files: log and count) and 1125899906842624"))
+			}
+			sc.QuarantineMaxBytes = *st.qMaxBytes
+		}
+		switch {
+		case st.qDir != nil:
+			if abs, why := resolvePath(*st.qDir, wd); why != "" {
+				errs = append(errs, topoErr(path, where, "quarantine_dir", fmt.Sprintf("%q", *st.qDir), why))
+			} else {
+				sc.QuarantineDir = abs
+			}
+		case c.DataDir != "" && sc.Name != "":
+			sc.QuarantineDir = filepath.Join(c.DataDir, DefaultQuarantineDirName, sc.Name)
 		}
 		// The sub-tables are the [sink.<type>] knobs: same defaults, same
 		// ranges.

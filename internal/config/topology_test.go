@@ -28,6 +28,8 @@ name = "pg"
 type = "postgres"
 queue_batches = 8
 quarantine_buffer = 100
+quarantine_dir = "q/pg"
+quarantine_max_bytes = 1048576
 start_at_end = true
 [secondary.postgres]
 dsn = "postgres://u@h/db"
@@ -78,11 +80,13 @@ glob = "logs/*.log"
 	}
 	pg := c.Secondaries[0]
 	if pg.Name != "pg" || pg.QueueBatches != 8 || pg.QuarantineBuffer != 100 || !pg.StartAtEnd || pg.Sink.Type != "postgres" || pg.Sink.Postgres.DSN != "postgres://u@h/db" ||
-		pg.Sink.Postgres.Table != "events" || pg.Sink.Postgres.BatchRecords != 100 || pg.Sink.Postgres.Timeout != DefaultPGTimeout {
+		pg.Sink.Postgres.Table != "events" || pg.Sink.Postgres.BatchRecords != 100 || pg.Sink.Postgres.Timeout != DefaultPGTimeout ||
+		pg.QuarantineDir != "/srv/weir/q/pg" || pg.QuarantineMaxBytes != 1<<20 {
 		t.Errorf("pg: %+v", pg)
 	}
 	cp := c.Secondaries[1]
-	if cp.QueueBatches != DefaultQueueBatches || cp.QuarantineBuffer != DefaultQuarantineBuffer || cp.StartAtEnd || cp.Sink.File.Dir != "/srv/weir/data/secondary/copy" || cp.Sink.File.MaxAge != 5*time.Second {
+	if cp.QueueBatches != DefaultQueueBatches || cp.QuarantineBuffer != DefaultQuarantineBuffer || cp.StartAtEnd ||
+		cp.QuarantineDir != "/srv/weir/data/quarantine/copy" || cp.QuarantineMaxBytes != DefaultQuarantineMaxBytes || cp.Sink.File.Dir != "/srv/weir/data/secondary/copy" || cp.Sink.File.MaxAge != 5*time.Second {
 		t.Errorf("copy: %+v", cp)
 	}
 	if len(c.Sources) != 3 {
@@ -174,9 +178,11 @@ name = "a"
 type = "postgres"
 queue_batches = 0
 quarantine_buffer = 0
+quarantine_max_bytes = -1
 [secondary.postgres]
 dsn = "x"
-batch_records = 0`, []string{`queue_batches = 0: must be between 1 and 65536`, `quarantine_buffer = 0: must be between 1 and 16777216`, `postgres.batch_records = 0: must be between 1 and 65536`}},
+batch_records = 0`, []string{`queue_batches = 0: must be between 1 and 65536`, `quarantine_buffer = 0: must be between 1 and 16777216`,
+			`quarantine_max_bytes = -1: must be between 0`, `postgres.batch_records = 0: must be between 1 and 65536`}},
 		{"secondary same dir as raw", `
 [sink.file]
 dir = "/d"

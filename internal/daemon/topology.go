@@ -11,6 +11,7 @@ import (
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/metrics"
+	"github.com/weir-io/weir/internal/quarantine"
 	"github.com/weir-io/weir/internal/sink/filesink"
 	"github.com/weir-io/weir/internal/source/filesrc"
 	"github.com/weir-io/weir/internal/source/kafkasrc"
@@ -66,6 +67,9 @@ func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.
 		errs := []error{raw.Close()}
 		for _, s := range secs {
 			errs = append(errs, s.Sink.Close())
+			if q, ok := s.Quarantine.(*quarantine.Writer); ok {
+				errs = append(errs, q.Close())
+			}
 		}
 		return errors.Join(errs...)
 	}
@@ -81,8 +85,17 @@ func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.
 				return openSink(ctx, sc.Sink, fs, secLog)
 			}}
 		}
-		secs = append(secs, engine.SecondaryConfig{Sink: s, Name: sc.Name, QueueBatches: sc.QueueBatches,
-			QuarantineBuffer: sc.QuarantineBuffer, StartAtEnd: sc.StartAtEnd})
+		secCfg := engine.SecondaryConfig{Sink: s, Name: sc.Name, QueueBatches: sc.QueueBatches,
+			QuarantineBuffer: sc.QuarantineBuffer, StartAtEnd: sc.StartAtEnd}
+		if sc.QuarantineMaxBytes > 0 && sc.QuarantineDir != "" {
+			q, err := quarantine.Open(quarantine.Options{FS: fs, Dir: sc.QuarantineDir, MaxBytes: sc.QuarantineMaxBytes})
+			if err != nil {
+				secs = append(secs, secCfg)
+				return nil, errors.Join(fmt.Errorf("secondary %q: quarantine lane: %w", sc.Name, err), closeAll())
+			}
+			secCfg.Quarantine = q
+		}
+		secs = append(secs, secCfg)
 		topo.Secondary(sc.Name)
 	}
 	fan, err := engine.NewFanout(ctx, engine.FanoutOptions{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -826,7 +827,8 @@ func (f *Fanout) Stats() FanoutStats {
 
 // Close stops the workers (records queued for live delivery and not yet
 // acknowledged are left to recovery at the next start), writes the
-// coverage recorded so far, and closes the secondaries and raw.
+// coverage recorded so far, and closes the secondaries, their quarantine
+// lanes (those that are io.Closers) and raw.
 func (f *Fanout) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -844,6 +846,11 @@ func (f *Fanout) Close() error {
 	for _, s := range f.secs {
 		if err := s.snk.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close %s: %w", s.name, err))
+		}
+		if c, ok := s.cfg.Quarantine.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close %s quarantine: %w", s.name, err))
+			}
 		}
 	}
 	if f.raw != nil {

@@ -109,3 +109,7 @@ func appendSource(buf []byte, s string) []byte {
 	}
 	return append(buf, s...)
 }
+
+// AppendNDJSON appends r as one line of the file sink's format (with its
+// newline): the encoding other NDJSON writers (the quarantine lanes) embed.
+func AppendNDJSON(buf []byte, r *sink.Record) []byte { return appendRecord(buf, r) }

@@ -1,0 +1,222 @@
+package quarantine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/quarantine"
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/internal/vfs/errorfs"
+	"github.com/weir-io/weir/sink"
+)
+
+func recs(sinkName string, from, n int, recovery bool) []engine.QuarantinedRecord {
+	out := make([]engine.QuarantinedRecord, n)
+	for i := range out {
+		p := from + i
+		var id sink.RecordID
+		id[0], id[1] = byte(p), byte(p>>8)
+		payload := fmt.Appendf(nil, `{"n":%d,"bad":"\u0000"}`, p)
+		if p%3 == 0 {
+			payload = []byte{0xff, 0xfe, byte(p)} // not UTF-8: base64 in the record
+		}
+		out[i] = engine.QuarantinedRecord{Sink: sinkName, Pos: uint64(p), Recovery: recovery,
+			Reason: fmt.Sprintf("pgsink: row %d: invalid input syntax for type json: \"quote\" and\nnewline", p),
+			Record: sink.Record{ID: id, Payload: payload, Received: time.Unix(1_700_000_000, 0), Source: "kafka:orders", Durability: sink.Durable}}
+	}
+	return out
+}
+
+func TestRoundTripAndRoll(t *testing.T) {
+	dir := t.TempDir()
+	w, err := quarantine.Open(quarantine.Options{Dir: dir, FileMaxBytes: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := 0; b < 10; b++ {
+		if err := w.Quarantine(context.Background(), recs("pg", b*5, 5, b%2 == 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "q-*.ndjson"))
+	if len(names) < 3 {
+		t.Fatalf("%d files, want the 2 KiB limit to roll several", len(names))
+	}
+	got, err := quarantine.ReadDir(vfs.OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 50 {
+		t.Fatalf("read %d entries, want 50", len(got))
+	}
+	for i, e := range got {
+		want := recs("pg", i, 1, (i/5)%2 == 1)[0]
+		foundBy := "live"
+		if want.Recovery {
+			foundBy = "recovery"
+		}
+		if e.Sink != "pg" || e.RawPosition != uint64(i) || e.Reason != want.Reason || e.FoundBy != foundBy ||
+			e.Record.Source != "kafka:orders" || !strings.HasPrefix(e.Record.ID, fmt.Sprintf("%02x%02x", byte(i), byte(i>>8))) {
+			t.Fatalf("entry %d = %+v", i, e)
+		}
+		wantEnc := "utf8"
+		if i%3 == 0 {
+			wantEnc = "base64"
+		}
+		if e.Record.PayloadEncoding != wantEnc {
+			t.Fatalf("entry %d payload encoding %q, want %q", i, e.Record.PayloadEncoding, wantEnc)
+		}
+	}
+	// Reopened, the writer counts what is there.
+	w2, err := quarantine.Open(quarantine.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	var total int64
+	for _, n := range names {
+		fi, _ := os.Stat(n)
+		total += fi.Size()
+	}
+	if w2.Bytes() != total {
+		t.Fatalf("reopened writer counts %d bytes, files hold %d", w2.Bytes(), total)
+	}
+}
+
+func TestFullRefusesWholeBatch(t *testing.T) {
+	dir := t.TempDir()
+	w, err := quarantine.Open(quarantine.Options{Dir: dir, MaxBytes: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	n := 0
+	for ; n < 100; n++ {
+		err := w.Quarantine(context.Background(), recs("pg", n, 1, false))
+		if errors.Is(err, quarantine.ErrFull) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n == 0 || n == 100 {
+		t.Fatalf("full after %d records", n)
+	}
+	if w.Bytes() > 1500 {
+		t.Fatalf("holds %d bytes past max 1500", w.Bytes())
+	}
+	got, _ := quarantine.ReadDir(vfs.OS, dir)
+	if len(got) != n {
+		t.Fatalf("read %d, wrote %d before full", len(got), n)
+	}
+}
+
+// A failed fdatasync stops the writer: it is not retried, and every later
+// batch is refused (the fan-out sheds it, counted).
+func TestSyncFailureIsSticky(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rule errorfs.Rule
+	}{
+		{"fdatasync EIO", errorfs.Rule{Op: errorfs.OpSync, After: 2}},
+		{"write ENOSPC torn", errorfs.Rule{Op: errorfs.OpWrite, After: 1, Errno: 28, Torn: true}},
+		{"directory fsync", errorfs.Rule{Op: errorfs.OpSyncDir}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			efs := errorfs.New(vfs.OS, tc.rule)
+			w, err := quarantine.Open(quarantine.Options{FS: efs, Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			var failed error
+			ok := 0
+			for i := 0; i < 5 && failed == nil; i++ {
+				if failed = w.Quarantine(context.Background(), recs("pg", i, 2, false)); failed == nil {
+					ok++
+				}
+			}
+			if !errors.Is(failed, quarantine.ErrStopped) {
+				t.Fatalf("after %d good batches: %v, want ErrStopped", ok, failed)
+			}
+			syncs := efs.Calls(errorfs.OpSync)
+			efs.Clear()
+			if err := w.Quarantine(context.Background(), recs("pg", 100, 1, false)); !errors.Is(err, quarantine.ErrStopped) {
+				t.Fatalf("after the failure: %v, want the writer stopped", err)
+			}
+			if efs.Calls(errorfs.OpSync) != syncs {
+				t.Fatal("fdatasync called again after the failure")
+			}
+			// What was acknowledged before is intact; the torn batch is
+			// at most a torn tail the reader skips.
+			got, err := quarantine.ReadDir(vfs.OS, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) < 2*ok {
+				t.Fatalf("read %d, %d were acknowledged", len(got), 2*ok)
+			}
+		})
+	}
+}
+
+// The quarantine lane is wired into the fan-out: a secondary's rejected
+// records land in the directory with the sink's reason.
+func TestFanoutQuarantinesToDir(t *testing.T) {
+	rawDir, qDir := t.TempDir(), t.TempDir()
+	w, err := quarantine.Open(quarantine.Options{Dir: qDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	raw := mustRaw(t, rawDir)
+	store, err := engine.OpenOffsetStore(ctx, vfs.OS, rawDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rej := &rejectOdd{}
+	f, err := engine.NewFanout(ctx, engine.FanoutOptions{Raw: raw, Store: store, FlushInterval: 10 * time.Millisecond,
+		Secondaries: []engine.SecondaryConfig{{Sink: rej, Name: "odd", Quarantine: w}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := make([]sink.Record, 20)
+	for i := range batch {
+		batch[i] = sink.Record{ID: sink.RecordID{byte(i), 1}, Payload: fmt.Appendf(nil, `{"i":%d}`, i), Received: time.Now(), Source: "t"}
+	}
+	if _, err := f.Commit(ctx, sink.NewBatch(batch)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var got []quarantine.Entry
+	for len(got) < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d quarantined after 10s, want 10", len(got))
+		}
+		time.Sleep(10 * time.Millisecond)
+		got, _ = quarantine.ReadDir(vfs.OS, qDir)
+	}
+	if err := f.Close(); err != nil { // closes the writer too
+		t.Fatal(err)
+	}
+	if err := w.Quarantine(ctx, recs("odd", 0, 1, false)); err == nil {
+		t.Fatal("the writer still accepts after the fan-out closed it")
+	}
+	for _, e := range got {
+		if e.Sink != "odd" || e.RawPosition%2 != 1 || e.Reason != "odd record refused" || e.FoundBy != "live" {
+			t.Fatalf("entry %+v", e)
+		}
+	}
+}
