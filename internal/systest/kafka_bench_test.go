@@ -87,15 +87,7 @@ func kafkaPostgresOnce(b *testing.B, n int, wait time.Duration) {
 	}
 	produceN("live")
 
-	cfg := writeConfigTB(b, kafkaSourceTOML("orders", group, topic, c.ListenAddrs())+fmt.Sprintf(`
-[[secondary]]
-name = "pg"
-type = "postgres"
-[secondary.postgres]
-dsn = %q
-table = %q
-timeout = "2s"
-`, via, table))
+	cfg := writeConfigTB(b, kafkaSourceTOML("orders", group, topic, c.ListenAddrs())+pgSecondaryTOML(via, table, "", `timeout = "2s"`))
 	d := newDaemon(b, "--config", cfg, "--log-level", "warn")
 
 	var maxBacklog float64

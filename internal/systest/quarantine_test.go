@@ -1,14 +1,11 @@
 package systest
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/weir-io/weir/client"
 	"github.com/weir-io/weir/internal/quarantine"
@@ -21,25 +18,8 @@ import (
 // with the server's reason; the clean records reach the table; raw keeps
 // everything; the backlog returns to 0.
 func TestSecondaryQuarantine(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	table := testenv.TableName("weir_quar")
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
-		conn.Close(context.Background())
-	})
-	cfg := writeConfig(t, fmt.Sprintf(`
-[[secondary]]
-name = "pg"
-type = "postgres"
-[secondary.postgres]
-dsn = %q
-table = %q
-payload_type = "jsonb"
-`, dsn, table))
+	conn, table := pgTable(t, "weir_quar")
+	cfg := writeConfig(t, pgSecondaryTOML(testenv.Postgres(t), table, "", `payload_type = "jsonb"`))
 	d := newDaemon(t, "--config", cfg, "--coverage-flush-interval", "50ms")
 	d.start()
 

@@ -44,27 +44,12 @@ func newPGSecondaryCut(t *testing.T, topic, group string, cut bool, extra ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := testenv.TableName("weir_sec")
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
-		conn.Close(context.Background())
-	})
+	conn, table := pgTable(t, "weir_sec")
 	c, cl := startKafka(t, topic, 3)
-	cfg := writeConfig(t, kafkaSourceTOML("orders", group, topic, c.ListenAddrs())+fmt.Sprintf(`
-[[secondary]]
-name = "pg"
-type = "postgres"
-# A short queue, so that the outage drops batches and recovery replays them.
-queue_batches = 4
-[secondary.postgres]
-dsn = %q
-table = %q
-timeout = "2s"
-`, via, table))
+	// A short queue, so that the outage drops batches and recovery
+	// replays them.
+	cfg := writeConfig(t, kafkaSourceTOML("orders", group, topic, c.ListenAddrs())+
+		pgSecondaryTOML(via, table, "queue_batches = 4", `timeout = "2s"`))
 	args := append([]string{"--config", cfg, "--coverage-flush-interval", "50ms"}, extra...)
 	d := newDaemon(t, args...)
 	if cut {
@@ -76,6 +61,37 @@ timeout = "2s"
 		produceKafka(ctx, t, cl, "p", n, batch, pause, l)
 	}
 	return &pgSecondary{d: d, proxy: proxy, conn: conn, table: table, kafka: l}, produce
+}
+
+// pgTable connects to the test database and names a fresh table (prefix
+// plus a unique suffix) that is dropped when the test ends.
+func pgTable(t testing.TB, prefix string) (*pgx.Conn, string) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), testenv.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := testenv.TableName(prefix)
+	t.Cleanup(func() {
+		conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
+		conn.Close(context.Background())
+	})
+	return conn, table
+}
+
+// pgSecondaryTOML is a [[secondary]] named "pg" writing to table at dsn,
+// with extra keys for the secondary itself and for [secondary.postgres].
+func pgSecondaryTOML(dsn, table, secondaryKeys, postgresKeys string) string {
+	return fmt.Sprintf(`
+[[secondary]]
+name = "pg"
+type = "postgres"
+%s
+[secondary.postgres]
+dsn = %q
+table = %q
+%s
+`, secondaryKeys, dsn, table, postgresKeys)
 }
 
 func rawIDs(t *testing.T, d *daemon) map[sink.RecordID]bool {
