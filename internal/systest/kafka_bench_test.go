@@ -2,6 +2,7 @@ package systest
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"testing"
@@ -165,6 +166,10 @@ func kafkaPostgresOnce(b *testing.B, n int, wait time.Duration) {
 		b.Errorf("stop: %v", err)
 	}
 
+	// The same-run baseline: a bare COPY of as many rows of the same size
+	// into a plain table, straight to the server (no proxy).
+	copyRate := bareCopyRate(b, conn, table+"_copy", n)
+
 	ingest := float64(n) / rawDone.Seconds()
 	e2e := float64(n) / tableDone.Seconds()
 	live := float64(n) / liveDur.Seconds()
@@ -173,12 +178,54 @@ func kafkaPostgresOnce(b *testing.B, n int, wait time.Duration) {
 	benchLine(b, map[string]any{"name": "e2e/kafka_raw_postgres", "records": n, "record_bytes": benchRecordBytes,
 		"partitions": 3, "ingest_records_per_s": ingest, "records_per_s": e2e, "lag_s": lag,
 		"live_records_per_s": live, "recovery_records_per_s": recovery, "recovery_s": recoveryDur.Seconds(),
-		"max_recovery_backlog": maxBacklog, "rows_at_restore": cutRows})
+		"max_recovery_backlog": maxBacklog, "rows_at_restore": cutRows,
+		"pg_copy_baseline_records_per_s": copyRate, "e2e_vs_copy": e2e / copyRate, "recovery_vs_copy": recovery / copyRate})
 	b.ReportMetric(ingest, "ingest-records/s")
 	b.ReportMetric(e2e, "e2e-records/s")
 	b.ReportMetric(lag, "lag-s")
 	b.ReportMetric(live, "cut-live-records/s")
 	b.ReportMetric(recovery, "recovery-records/s")
+	b.ReportMetric(copyRate, "copy-baseline-records/s")
+}
+
+// bareCopyRate is rows/s of a bare pgx CopyFrom of n rows of
+// benchRecordBytes (id, payload, source, received_at), 4096 rows per
+// transaction, into a fresh plain table that is dropped afterwards.
+func bareCopyRate(b *testing.B, conn *pgx.Conn, table string, n int) float64 {
+	ctx := context.Background()
+	tbl := pgx.Identifier{table}
+	if _, err := conn.Exec(ctx, "CREATE TABLE "+tbl.Sanitize()+
+		" (weir_record_id uuid, payload bytea, source text, received_at timestamptz)"); err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Exec(ctx, "DROP TABLE "+tbl.Sanitize())
+	payload := make([]byte, benchRecordBytes)
+	for k := range payload {
+		payload[k] = 'a' + byte(k%26)
+	}
+	now := time.Now()
+	const batch = 4096
+	start := time.Now()
+	for i := 0; i < n; i += batch {
+		m := min(batch, n-i)
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, err = tx.CopyFrom(ctx, tbl, []string{"weir_record_id", "payload", "source", "received_at"},
+			pgx.CopyFromSlice(m, func(j int) ([]any, error) {
+				var id [16]byte
+				binary.BigEndian.PutUint64(id[:], uint64(i+j))
+				return []any{id, payload, "kafka:orders", now}, nil
+			}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds()
 }
 
 func writeConfigTB(b *testing.B, body string) string {
