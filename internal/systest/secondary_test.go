@@ -120,10 +120,17 @@ func tableIDs(t *testing.T, conn *pgx.Conn, table string) map[sink.RecordID]bool
 // table holds every raw record id, and nothing else.
 func (p *pgSecondary) waitTableEqualsRaw(t *testing.T, produced int, timeout time.Duration) {
 	t.Helper()
+	waitTableEqualsRaw(t, p.d, p.conn, p.table, produced, timeout)
+}
+
+// waitTableEqualsRaw waits until d's raw holds at least produced records
+// and table holds every raw record id, and nothing else.
+func waitTableEqualsRaw(t *testing.T, d *daemon, conn *pgx.Conn, table string, produced int, timeout time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		raw := rawIDs(t, p.d)
-		tbl := tableIDs(t, p.conn, p.table)
+		raw := rawIDs(t, d)
+		tbl := tableIDs(t, conn, table)
 		missing, extra := 0, 0
 		for id := range raw {
 			if !tbl[id] {
@@ -143,7 +150,7 @@ func (p *pgSecondary) waitTableEqualsRaw(t *testing.T, produced int, timeout tim
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v: raw %d ids (produced %d), table misses %d\n%s", timeout, len(raw), produced, missing, tail(p.d.log.String(), 4000))
+			t.Fatalf("after %v: raw %d ids (produced %d), table misses %d\n%s", timeout, len(raw), produced, missing, tail(d.log.String(), 4000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
