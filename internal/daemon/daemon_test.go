@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,30 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// runInProcess runs the daemon on cfg until stop (or the test's end);
+// stop waits for Run to return and fails the test on its error.
+func runInProcess(t *testing.T, cfg *config.Config) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, slog.New(slog.DiscardHandler)) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("Run did not return after cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
 
 // TestRunWithSourceAndSecondary runs the daemon in process with a file
 // source and a file secondary: lines reach raw and the secondary, and a
@@ -63,9 +88,7 @@ type = "file"
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, slog.New(slog.DiscardHandler)) }()
+	stop := runInProcess(t, cfg)
 
 	count := func(d string) int {
 		lines, err := filesink.ReadDirFS(vfs.OS, d, true)
@@ -77,20 +100,11 @@ type = "file"
 	deadline := time.Now().Add(30 * time.Second)
 	for count(cfg.Sink.File.Dir) < n || count(cfg.Secondaries[0].Sink.File.Dir) < n {
 		if time.Now().After(deadline) {
-			cancel()
 			t.Fatalf("raw %d, secondary %d of %d lines", count(cfg.Sink.File.Dir), count(cfg.Secondaries[0].Sink.File.Dir), n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after cancel")
-	}
+	stop()
 	if _, err := os.Stat(filepath.Join(cfg.Sink.File.Dir, "weir-offsets")); err != nil {
 		t.Errorf("offset store: %v", err)
 	}
@@ -153,10 +167,7 @@ type = "file"
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- Run(rctx, cfg, slog.New(slog.DiscardHandler)) }()
+	stop := runInProcess(t, cfg)
 
 	waitCopy := func(want int) {
 		t.Helper()
@@ -185,15 +196,7 @@ type = "file"
 	waitCopy(300)
 	write(500) // raw grows under the running node
 	waitCopy(800)
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after cancel")
-	}
+	stop()
 	if _, err := os.Stat(cfg.WABDir); !os.IsNotExist(err) {
 		t.Errorf("recovery node created its write-ahead buffer directory: %v", err)
 	}

@@ -1,15 +1,11 @@
 package systest
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/weir-io/weir/client"
-	"github.com/weir-io/weir/internal/testenv"
 )
 
 func recovered(m map[string]float64) float64 {
@@ -25,25 +21,8 @@ func recovered(m map[string]float64) float64 {
 // growing. In the end the table holds every raw record by weir_record_id
 // and the recovery node's weir_recovery_backlog is 0.
 func TestRecoveryNode(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	target, err := testenv.PostgresTarget(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, target)
-	via, err := testenv.PostgresVia(dsn, proxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	table := testenv.TableName("weir_recnode")
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
-		conn.Close(context.Background())
-	})
+	db := newPGTable(t, "weir_recnode")
+	proxy, conn, table := db.proxy, db.conn, db.table
 	secondary := func(dsn string) string {
 		return writeConfig(t, fmt.Sprintf(`
 [[secondary]]
@@ -59,7 +38,7 @@ timeout = "2s"
 
 	// The ingest node reaches the database only through the proxy, cut
 	// for the whole test.
-	ing := newDaemon(t, "--config", secondary(via), "--role", "ingest", "--coverage-flush-interval", "50ms")
+	ing := newDaemon(t, "--config", secondary(db.via), "--role", "ingest", "--coverage-flush-interval", "50ms")
 	proxy.Cut()
 	ing.start()
 	const n, more = 12000, 2000
@@ -73,7 +52,7 @@ timeout = "2s"
 	})
 
 	// The recovery node: its own data_dir, the ingest node's raw.
-	rec := newDaemon(t, "--config", secondary(dsn), "--role", "recovery", "--sink-file-dir", ing.outDir(),
+	rec := newDaemon(t, "--config", secondary(db.dsn), "--role", "recovery", "--sink-file-dir", ing.outDir(),
 		"--recovery-window-records", "50", "--coverage-flush-interval", "50ms")
 	rec.startNoSocket()
 	covered := func(m map[string]float64) float64 { return m[`weir_secondary_coverage_end{sink="pg"}`] }

@@ -34,25 +34,8 @@ func newPGSecondary(t *testing.T, topic, group string, extra ...string) (*pgSeco
 // the start when cut is set.
 func newPGSecondaryCut(t *testing.T, topic, group string, cut bool, extra ...string) (*pgSecondary, func(ctx context.Context, n, batch int, pause time.Duration)) {
 	t.Helper()
-	dsn := testenv.Postgres(t)
-	target, err := testenv.PostgresTarget(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, target)
-	via, err := testenv.PostgresVia(dsn, proxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	table := testenv.TableName("weir_sec")
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
-		conn.Close(context.Background())
-	})
+	db := newPGTable(t, "weir_sec")
+	proxy, via, conn, table := db.proxy, db.via, db.conn, db.table
 	c, cl := startKafka(t, topic, 3)
 	cfg := writeConfig(t, kafkaSourceTOML("orders", group, topic, c.ListenAddrs())+fmt.Sprintf(`
 [[secondary]]
@@ -76,6 +59,39 @@ timeout = "2s"
 		produceKafka(ctx, t, cl, "p", n, batch, pause, l)
 	}
 	return &pgSecondary{d: d, proxy: proxy, conn: conn, table: table, kafka: l}, produce
+}
+
+// pgTable is a fresh table in the test database, dropped at the end,
+// reachable directly (dsn) and through a proxy the test can cut (via).
+type pgTable struct {
+	dsn, via string
+	proxy    *testenv.Proxy
+	conn     *pgx.Conn
+	table    string
+}
+
+func newPGTable(t *testing.T, prefix string) *pgTable {
+	t.Helper()
+	dsn := testenv.Postgres(t)
+	target, err := testenv.PostgresTarget(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewProxy(t, target)
+	via, err := testenv.PostgresVia(dsn, proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := testenv.TableName(prefix)
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
+		conn.Close(context.Background())
+	})
+	return &pgTable{dsn: dsn, via: via, proxy: proxy, conn: conn, table: table}
 }
 
 func rawIDs(t *testing.T, d *daemon) map[sink.RecordID]bool {
