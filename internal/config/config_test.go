@@ -203,7 +203,7 @@ var samples = map[string][2]string{
 	"log_level":                      {"debug", "error"},
 	"log_format":                     {"json", "text"},
 	"sink.durable":                   {"true", "true"},
-	"role":                           {"ingest", "recovery"},
+	"role":                           {"ingest", "both"}, // "recovery" needs [[secondary]] tables (TOML only): TestRecoveryNodeConfig,
 	"recovery_mode":                  {"skip-quarantine", "skip-quarantine"},
 	"recovery_window_records":        {"1", "100000"},
 	"recovery_window_time":           {"1s", "1m"},

@@ -668,7 +668,7 @@ func knobs() []knob {
 		durationKnob("sink.mysql.timeout", DefaultMySQLTimeout, time.Second, time.Hour, "Time allowed for one commit (a timeout is retried).",
 			func(p *partial) **time.Duration { return &p.MySQLTimeout }, func(c *Config) *time.Duration { return &c.Sink.MySQL.Timeout }),
 
-		enumKnob("role", DefaultRole, []string{"both", "ingest", "recovery"}, "What this node does for [[secondary]] sinks: deliver live batches and recover gaps (both), only deliver live (ingest), or only recover from raw (recovery).",
+		enumKnob("role", DefaultRole, []string{"both", "ingest", "recovery"}, "What this node does for [[secondary]] sinks: deliver live batches and recover gaps (both), only deliver live (ingest), or only recover (recovery): a recovery-only node reads another node's raw in sink.file.dir read-only and runs no buffer, listener or source.",
 			func(p *partial) **string { return &p.Role }, func(c *Config) *string { return &c.Role }),
 		enumKnob("recovery_mode", DefaultRecoveryMode, []string{"rehydrate", "skip-quarantine"}, "Whether records a secondary rejects during recovery go to its quarantine lane again (rehydrate) or are only counted (skip-quarantine).",
 			func(p *partial) **string { return &p.RecoveryMode }, func(c *Config) *string { return &c.RecoveryMode }),

@@ -539,5 +539,34 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 		}
 		c.Sources = append(c.Sources, sc)
 	}
+	return append(errs, checkRecoveryNode(ks, c, path)...)
+}
+
+// checkRecoveryNode checks what role = "recovery" implies: the node only
+// replays another node's primary raw (sink.file.dir, read-only) into the
+// [[secondary]] sinks. It accepts no producers and runs no source, so
+// [[source]] tables and tcp_listen are refused rather than silently left
+// unused; socket_path, wab_dir and the buffer knobs have defaults and are
+// simply not used.
+func checkRecoveryNode(ks []knob, c *Config, path string) []error {
+	if c.Role != "recovery" {
+		return nil
+	}
+	var errs []error
+	if len(c.Secondaries) == 0 {
+		errs = append(errs, invalid(knobByKey(ks, "role"), `"recovery"`,
+			"needs [[secondary]] tables: a recovery node only replays primary raw (sink.file.dir) into the secondaries, and there are none"))
+	}
+	for i, sc := range c.Sources {
+		where := fmt.Sprintf("[[source]] #%d", i+1)
+		if sc.Name != "" {
+			where = fmt.Sprintf("[[source]] %q", sc.Name)
+		}
+		errs = append(errs, topoErr(path, where, "table", "", `is not allowed with role = "recovery": a recovery node reads no source, it only replays primary raw into the secondaries (run sources on the ingest node)`))
+	}
+	if c.TCPListen != "" {
+		errs = append(errs, invalid(knobByKey(ks, "tcp_listen"), fmt.Sprintf("%q", c.TCPListen),
+			`must be empty with role = "recovery": a recovery node accepts no producers`))
+	}
 	return errs
 }

@@ -104,6 +104,31 @@ glob = "logs/*.log"
 	}
 }
 
+// TestRecoveryNodeConfig: a recovery node shares the ingest node's raw
+// directory under its own data_dir.
+func TestRecoveryNodeConfig(t *testing.T) {
+	c, err, warns := loadTOML(t, `
+role = "recovery"
+data_dir = "/srv/weir-recovery"
+[sink.file]
+dir = "/srv/weir/data/out"
+[[secondary]]
+name = "pg"
+type = "postgres"
+[secondary.postgres]
+dsn = "postgres://u@h/db"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 0 {
+		t.Errorf("warnings: %v", warns)
+	}
+	if c.Role != "recovery" || c.Sink.File.Dir != "/srv/weir/data/out" || c.WABDir != "/srv/weir-recovery/wab" || len(c.Secondaries) != 1 {
+		t.Errorf("recovery node: %+v", c)
+	}
+}
+
 func TestTopologyUnknownKeysWarn(t *testing.T) {
 	_, err, warns := loadTOML(t, `
 [[secondary]]
@@ -258,6 +283,24 @@ type = "file"
 [source.file]
 glob = "/x/*"
 poll_interval = "soon"`, []string{`[[source]] #1`, `not a duration`}},
+		{"recovery node without secondaries", `
+role = "recovery"`, []string{`role = "recovery": needs [[secondary]] tables`}},
+		{"recovery node with a source and tcp", `
+role = "recovery"
+tcp_listen = "127.0.0.1:7000"
+tls_cert_file = "/c"
+tls_key_file = "/k"
+tls_client_ca_file = "/ca"
+[[secondary]]
+name = "pg"
+type = "postgres"
+[secondary.postgres]
+dsn = "x"
+[[source]]
+name = "s"
+type = "file"
+[source.file]
+glob = "/x/*"`, []string{`[[source]] "s": table is not allowed with role = "recovery"`, `tcp_listen = "127.0.0.1:7000": must be empty with role = "recovery"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err, _ := loadTOML(t, tc.body)

@@ -26,8 +26,12 @@ import (
 // Run runs the daemon until ctx is cancelled (SIGTERM/SIGINT), then shuts
 // down in order: stop accepting and answer every accepted request, seal the
 // write-ahead buffer, stop the drain, close the sink. The whole shutdown is
-// bounded by cfg.ShutdownTimeout.
+// bounded by cfg.ShutdownTimeout. With role = "recovery" it runs a
+// recovery-only node instead (runRecoveryNode).
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	if cfg.Role == "recovery" {
+		return runRecoveryNode(ctx, cfg, log) // recovery.go: no buffer, listeners or sources
+	}
 	fs, err := faultFS(vfs.OS)
 	if err != nil {
 		return err

@@ -49,30 +49,56 @@ func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.
 		}
 		return &delivery{snk: snk}, nil
 	}
-	role, err := engine.ParseRole(cfg.Role)
+	opts, err := topologyOptions(cfg, log, m.Topology())
 	if err != nil {
-		return nil, fmt.Errorf("role: %w", err)
-	}
-	mode, err := engine.ParseRecoveryMode(cfg.RecoveryMode)
-	if err != nil {
-		return nil, fmt.Errorf("recovery_mode: %w", err)
+		return nil, err
 	}
 	raw, store, where, err := openRaw(ctx, cfg, fs, log.With("component", "sink", "sink", "raw"))
 	if err != nil {
 		return nil, err
 	}
-	topo := m.Topology()
-	var secs []engine.SecondaryConfig
-	closeAll := func() error {
-		errs := []error{raw.Close()}
-		for _, s := range secs {
-			errs = append(errs, s.Sink.Close())
-			if q, ok := s.Quarantine.(*quarantine.Writer); ok {
-				errs = append(errs, q.Close())
-			}
-		}
-		return errors.Join(errs...)
+	secs, err := openSecondaries(ctx, cfg, fs, log, m.Topology())
+	if err != nil {
+		return nil, errors.Join(err, raw.Close())
 	}
+	opts.Raw, opts.Store, opts.Secondaries = raw, store, secs
+	fan, err := engine.NewFanout(ctx, opts)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("start fan-out: %w", err), raw.Close(), closeSecondaries(secs))
+	}
+	log.Info("raw-first topology", "raw", cfg.Sink.Type, "offset_store", where, "secondaries", len(secs), "role", opts.Role.String())
+	return &delivery{snk: fan, cursors: store}, nil
+}
+
+// topologyOptions are the fan-out options every node takes from the
+// configuration; the caller adds raw (or a reader of it), the offset store
+// and the secondaries.
+func topologyOptions(cfg *config.Config, log *slog.Logger, topo *metrics.Topology) (engine.FanoutOptions, error) {
+	role, err := engine.ParseRole(cfg.Role)
+	if err != nil {
+		return engine.FanoutOptions{}, fmt.Errorf("role: %w", err)
+	}
+	mode, err := engine.ParseRecoveryMode(cfg.RecoveryMode)
+	if err != nil {
+		return engine.FanoutOptions{}, fmt.Errorf("recovery_mode: %w", err)
+	}
+	return engine.FanoutOptions{
+		Role:          role,
+		Mode:          mode,
+		WindowRecords: cfg.RecoveryWindowRecords,
+		WindowTime:    cfg.RecoveryWindowTime,
+		FlushInterval: cfg.CoverageFlushInterval,
+		Observer:      topo,
+		Logger:        log,
+	}, nil
+}
+
+// openSecondaries opens every [[secondary]] with its quarantine lane. A
+// secondary that cannot be opened now is opened again at each delivery
+// attempt; a quarantine directory that cannot be opened (local disk,
+// permissions) fails the start.
+func openSecondaries(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, topo *metrics.Topology) ([]engine.SecondaryConfig, error) {
+	var secs []engine.SecondaryConfig
 	for _, sc := range cfg.Secondaries {
 		secLog := log.With("component", "sink", "sink", sc.Name, "secondary", true)
 		s, err := openSink(ctx, sc.Sink, fs, secLog)
@@ -91,30 +117,27 @@ func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.
 			q, err := quarantine.Open(quarantine.Options{FS: fs, Dir: sc.QuarantineDir, MaxBytes: sc.QuarantineMaxBytes})
 			if err != nil {
 				secs = append(secs, secCfg)
-				return nil, errors.Join(fmt.Errorf("secondary %q: quarantine lane: %w", sc.Name, err), closeAll())
+				return nil, errors.Join(fmt.Errorf("secondary %q: quarantine lane: %w", sc.Name, err), closeSecondaries(secs))
 			}
 			secCfg.Quarantine = q
 		}
 		secs = append(secs, secCfg)
 		topo.Secondary(sc.Name)
 	}
-	fan, err := engine.NewFanout(ctx, engine.FanoutOptions{
-		Raw:           raw,
-		Store:         store,
-		Secondaries:   secs,
-		Role:          role,
-		Mode:          mode,
-		WindowRecords: cfg.RecoveryWindowRecords,
-		WindowTime:    cfg.RecoveryWindowTime,
-		FlushInterval: cfg.CoverageFlushInterval,
-		Observer:      topo,
-		Logger:        log,
-	})
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("start fan-out: %w", err), closeAll())
+	return secs, nil
+}
+
+// closeSecondaries closes secondaries a fan-out never took over, with
+// their quarantine lanes.
+func closeSecondaries(secs []engine.SecondaryConfig) error {
+	var errs []error
+	for _, s := range secs {
+		errs = append(errs, s.Sink.Close())
+		if q, ok := s.Quarantine.(*quarantine.Writer); ok {
+			errs = append(errs, q.Close())
+		}
 	}
-	log.Info("raw-first topology", "raw", cfg.Sink.Type, "offset_store", where, "secondaries", len(secs), "role", role.String())
-	return &delivery{snk: fan, cursors: store}, nil
+	return errors.Join(errs...)
 }
 
 // openRaw opens the [sink] as primary raw, in its raw (position-numbered)

@@ -130,6 +130,30 @@ func (d *daemon) start() {
 	}
 }
 
+// startNoSocket launches a process that opens no socket (a recovery-only
+// node) and waits until its /ready answers 200.
+func (d *daemon) startNoSocket() {
+	d.t.Helper()
+	if err := d.launch(); err != nil {
+		d.t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		select {
+		case <-d.done:
+			d.t.Fatalf("weir exited before it was ready: %v\n--- daemon log ---\n%s", d.err, d.log.String())
+		default:
+		}
+		if code, _, err := d.httpGet("/ready"); err == nil && code == 200 {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("weir not ready after 15s\n--- daemon log ---\n%s", d.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (d *daemon) launch() error {
 	d.log = &syncBuffer{}
 	d.cmd = exec.Command(weirBin, d.args...)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/weir-io/weir/client"
 	"github.com/weir-io/weir/internal/quarantine"
-	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/internal/vfs"
 )
 
@@ -18,8 +17,9 @@ import (
 // with the server's reason; the clean records reach the table; raw keeps
 // everything; the backlog returns to 0.
 func TestSecondaryQuarantine(t *testing.T) {
-	conn, table := pgTable(t, "weir_quar")
-	cfg := writeConfig(t, pgSecondaryTOML(testenv.Postgres(t), table, "", `payload_type = "jsonb"`))
+	db := newPGTable(t, "weir_quar")
+	conn, table := db.conn, db.table
+	cfg := writeConfig(t, pgSecondaryTOML(db.dsn, table, "", `payload_type = "jsonb"`))
 	d := newDaemon(t, "--config", cfg, "--coverage-flush-interval", "50ms")
 	d.start()
 

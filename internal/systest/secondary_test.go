@@ -34,17 +34,8 @@ func newPGSecondary(t *testing.T, topic, group string, extra ...string) (*pgSeco
 // the start when cut is set.
 func newPGSecondaryCut(t *testing.T, topic, group string, cut bool, extra ...string) (*pgSecondary, func(ctx context.Context, n, batch int, pause time.Duration)) {
 	t.Helper()
-	dsn := testenv.Postgres(t)
-	target, err := testenv.PostgresTarget(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, target)
-	via, err := testenv.PostgresVia(dsn, proxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, table := pgTable(t, "weir_sec")
+	db := newPGTable(t, "weir_sec")
+	proxy, via, conn, table := db.proxy, db.via, db.conn, db.table
 	c, cl := startKafka(t, topic, 3)
 	// A short queue, so that the outage drops batches and recovery
 	// replays them.
@@ -63,20 +54,37 @@ func newPGSecondaryCut(t *testing.T, topic, group string, cut bool, extra ...str
 	return &pgSecondary{d: d, proxy: proxy, conn: conn, table: table, kafka: l}, produce
 }
 
-// pgTable connects to the test database and names a fresh table (prefix
-// plus a unique suffix) that is dropped when the test ends.
-func pgTable(t testing.TB, prefix string) (*pgx.Conn, string) {
+// pgTable is a fresh table in the test database, dropped at the end,
+// reachable directly (dsn) and through a proxy the test can cut (via).
+type pgTable struct {
+	dsn, via string
+	proxy    *testenv.Proxy
+	conn     *pgx.Conn
+	table    string
+}
+
+func newPGTable(t *testing.T, prefix string) *pgTable {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), testenv.Postgres(t))
+	dsn := testenv.Postgres(t)
+	target, err := testenv.PostgresTarget(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewProxy(t, target)
+	via, err := testenv.PostgresVia(dsn, proxy.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	table := testenv.TableName(prefix)
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
 		conn.Close(context.Background())
 	})
-	return conn, table
+	return &pgTable{dsn: dsn, via: via, proxy: proxy, conn: conn, table: table}
 }
 
 // pgSecondaryTOML is a [[secondary]] named "pg" writing to table at dsn,
@@ -136,10 +144,17 @@ func tableIDs(t *testing.T, conn *pgx.Conn, table string) map[sink.RecordID]bool
 // table holds every raw record id, and nothing else.
 func (p *pgSecondary) waitTableEqualsRaw(t *testing.T, produced int, timeout time.Duration) {
 	t.Helper()
+	waitTableEqualsRaw(t, p.d, p.conn, p.table, produced, timeout)
+}
+
+// waitTableEqualsRaw waits until d's raw holds at least produced records
+// and table holds every raw record id, and nothing else.
+func waitTableEqualsRaw(t *testing.T, d *daemon, conn *pgx.Conn, table string, produced int, timeout time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		raw := rawIDs(t, p.d)
-		tbl := tableIDs(t, p.conn, p.table)
+		raw := rawIDs(t, d)
+		tbl := tableIDs(t, conn, table)
 		missing, extra := 0, 0
 		for id := range raw {
 			if !tbl[id] {
@@ -159,7 +174,7 @@ func (p *pgSecondary) waitTableEqualsRaw(t *testing.T, produced int, timeout tim
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v: raw %d ids (produced %d), table misses %d\n%s", timeout, len(raw), produced, missing, tail(p.d.log.String(), 4000))
+			t.Fatalf("after %v: raw %d ids (produced %d), table misses %d\n%s", timeout, len(raw), produced, missing, tail(d.log.String(), 4000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
+	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -51,12 +53,23 @@ type rawFile struct {
 	first uint64
 }
 
-// rawFiles lists the readable raw files (finished and open), by first
+// rawDir reads a raw-mode directory: it lists the files, scans them and
+// serves reads by position. It never writes. The Sink reads its own
+// directory through one; a RawReader reads another process's.
+type rawDir struct {
+	fs  vfs.FS
+	dir string
+
+	mu   sync.Mutex // one read at a time: hint
+	hint readHint   // where the last read stopped
+}
+
+// files lists the readable raw files (finished and open), by first
 // position.
-func (s *Sink) rawFiles() ([]rawFile, error) {
-	names, err := s.fs.ReadDir(s.dir)
+func (d *rawDir) files() ([]rawFile, error) {
+	names, err := d.fs.ReadDir(d.dir)
 	if err != nil {
-		return nil, fmt.Errorf("filesink: list %s: %w", s.dir, err)
+		return nil, fmt.Errorf("filesink: list %s: %w", d.dir, err)
 	}
 	var out []rawFile
 	for _, n := range names {
@@ -71,10 +84,27 @@ func (s *Sink) rawFiles() ([]rawFile, error) {
 	return out, nil
 }
 
+// renameRetries bounds how often a listing is redone because a file was
+// renamed (finished, .open → .ndjson) between the listing and its open.
+const renameRetries = 3
+
+// retryRenamed runs fn, which lists the directory and opens files from
+// the listing, again while it fails because a listed file is gone: the
+// writer finished (renamed) it under us, and a fresh listing finds it.
+func retryRenamed(fn func() error) error {
+	var err error
+	for range renameRetries {
+		if err = fn(); !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return err
+}
+
 // recoverEnd derives the end position from the last file after recovery
 // has finished every .open file.
 func (s *Sink) recoverEnd(ctx context.Context) error {
-	files, err := s.rawFiles()
+	files, err := s.raw.files()
 	if err != nil {
 		return err
 	}
@@ -83,7 +113,7 @@ func (s *Sink) recoverEnd(ctx context.Context) error {
 	}
 	last := files[len(files)-1]
 	n := uint64(0)
-	err = s.scan(ctx, last.name, 0, func(int64, []byte) bool { n++; return true })
+	err = s.raw.scan(ctx, last.name, 0, func(int64, []byte) bool { n++; return true })
 	if err != nil {
 		return err
 	}
@@ -94,9 +124,9 @@ func (s *Sink) recoverEnd(ctx context.Context) error {
 
 // scan calls fn with each complete line of the named file from byte offset
 // off (and the offset of the line after it) until fn returns false.
-func (s *Sink) scan(ctx context.Context, name string, off int64, fn func(next int64, line []byte) bool) error {
-	path := filepath.Join(s.dir, name)
-	f, err := s.fs.Open(path)
+func (d *rawDir) scan(ctx context.Context, name string, off int64, fn func(next int64, line []byte) bool) error {
+	path := filepath.Join(d.dir, name)
+	f, err := d.fs.Open(path)
 	if err != nil {
 		return fmt.Errorf("filesink: read %s: %w", path, err)
 	}
@@ -167,29 +197,29 @@ func (s *Sink) ReadFrom(ctx context.Context, from uint64, max int) ([]sink.Posit
 	if !s.opts.Positions {
 		return nil, ErrNotRaw
 	}
-	end := s.end.Load()
+	return s.raw.read(ctx, from, s.end.Load(), max)
+}
+
+// read returns up to max records from position from on and below end.
+func (d *rawDir) read(ctx context.Context, from, end uint64, max int) ([]sink.Positioned, error) {
 	if from >= end || max <= 0 {
 		return nil, nil
 	}
-	s.readMu.Lock()
-	defer s.readMu.Unlock()
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		var out []sink.Positioned
-		out, err = s.readFrom(ctx, from, end, max)
-		if err == nil {
-			return out, nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
-		}
-		// The open file was finished (renamed) under us: list again.
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []sink.Positioned
+	err := retryRenamed(func() (err error) {
+		out, err = d.readFrom(ctx, from, end, max)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	return out, nil
 }
 
-func (s *Sink) readFrom(ctx context.Context, from, end uint64, max int) ([]sink.Positioned, error) {
-	files, err := s.rawFiles()
+func (d *rawDir) readFrom(ctx context.Context, from, end uint64, max int) ([]sink.Positioned, error) {
+	files, err := d.files()
 	if err != nil {
 		return nil, err
 	}
@@ -213,29 +243,29 @@ func (s *Sink) readFrom(ctx context.Context, from, end uint64, max int) ([]sink.
 			continue
 		}
 		pos, off := f.first, int64(0)
-		if h := s.hint; h.valid && h.first == f.first && h.pos <= max64(from, f.first) {
+		if h := d.hint; h.valid && h.first == f.first && h.pos <= max64(from, f.first) {
 			pos, off = h.pos, h.off
 		}
 		var perr error
-		err := s.scan(ctx, f.name, off, func(next int64, line []byte) bool {
+		err := d.scan(ctx, f.name, off, func(next int64, line []byte) bool {
 			if pos >= limit || len(out) >= max {
 				return false
 			}
 			p := pos
 			pos++
 			if p < from {
-				s.hint = readHint{true, f.first, pos, next}
+				d.hint = readHint{true, f.first, pos, next}
 				return true
 			}
 			l, err := parseLine(bytes.Clone(line))
 			if err != nil {
-				perr = fmt.Errorf("filesink: %s: position %d: %w", filepath.Join(s.dir, f.name), p, err)
+				perr = fmt.Errorf("filesink: %s: position %d: %w", filepath.Join(d.dir, f.name), p, err)
 				return false
 			}
 			out = append(out, sink.Positioned{Pos: p, Record: sink.Record{
 				ID: l.ID, Payload: l.Payload, Durability: l.Durability, Received: l.Received, Source: l.Source,
 			}})
-			s.hint = readHint{true, f.first, pos, next}
+			d.hint = readHint{true, f.first, pos, next}
 			return true
 		})
 		if err != nil {

@@ -164,8 +164,7 @@ type Sink struct {
 	// Raw mode.
 	end    atomic.Uint64 // one past the last acknowledged position
 	broken error         // a failed write or sync: refuse commits until reopened
-	readMu sync.Mutex
-	hint   readHint // where the last ReadFrom stopped
+	raw    *rawDir       // reads by position
 }
 
 type openFile struct {
@@ -209,6 +208,7 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 		now:    opts.Now,
 		health: sink.Health{State: sink.Healthy},
 	}
+	s.raw = &rawDir{fs: s.fs, dir: s.dir}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

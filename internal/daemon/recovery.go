@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/weir-io/weir/internal/config"
+	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/metrics"
+	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/vfs"
+)
+
+// runRecoveryNode runs a recovery-only node (role = "recovery"): it reads
+// the primary raw another process (the ingest node) writes in
+// sink.file.dir, read-only, and replays into each [[secondary]] what the
+// offset store says it lacks. It has no write-ahead buffer, listener,
+// source or drain, so it locks nothing of its own in data_dir and runs
+// beside the ingest node on the same raw directory; the offset store there
+// is shared with the ingest node under its advisory lock. It is ready once
+// the fan-out runs, and stops when ctx is cancelled.
+func runRecoveryNode(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	fs, err := faultFS(vfs.OS)
+	if err != nil {
+		return err
+	}
+	tel, err := startTelemetry(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer tel.stop()
+	tel.h.NotReady("opening primary raw and the secondaries")
+	fan, err := openRecovery(ctx, cfg, fs, log, tel.m)
+	if err != nil {
+		return err
+	}
+	tel.h.Ready()
+	log.Info("weir recovery node ready", "raw", cfg.Sink.File.Dir, "secondaries", len(cfg.Secondaries))
+
+	<-ctx.Done()
+	tel.h.NotReady("shutting down")
+	log.Info("shutting down")
+	// Close stops the workers (a window cut short is replayed at the next
+	// start: coverage is recorded only after the secondary's ack) and
+	// writes the coverage recorded so far.
+	if err := fan.Close(); err != nil {
+		return fmt.Errorf("close recovery fan-out: %w", err)
+	}
+	log.Info("shutdown complete")
+	return nil
+}
+
+// openRecovery starts the recovery-only fan-out: no raw to write, a
+// read-only reader of the ingest node's raw, the shared offset store, the
+// secondaries. The fan-out bounds what it reads by the raw end the ingest
+// node recorded in the store after its durable acks, never by what the
+// reader merely sees on disk.
+func openRecovery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, m *metrics.Metrics) (*engine.Fanout, error) {
+	if cfg.Sink.Type != "file" {
+		return nil, fmt.Errorf("recovery node: primary raw: sink.type %q has no raw mode to read", cfg.Sink.Type)
+	}
+	dir := cfg.Sink.File.Dir
+	reader, err := filesink.OpenRawReader(fs, dir)
+	if err != nil {
+		return nil, fmt.Errorf("recovery node: open primary raw read-only (sink.file.dir): %w", err)
+	}
+	store, err := engine.OpenOffsetStore(ctx, fs, dir)
+	if err != nil {
+		return nil, fmt.Errorf("recovery node: open offset store: %w", err)
+	}
+	opts, err := topologyOptions(cfg, log, m.Topology())
+	if err != nil {
+		return nil, err
+	}
+	if opts.Role != engine.RoleRecovery {
+		return nil, fmt.Errorf("recovery node: role is %s", opts.Role)
+	}
+	secs, err := openSecondaries(ctx, cfg, fs, log, m.Topology())
+	if err != nil {
+		return nil, err
+	}
+	opts.Reader, opts.Store, opts.Secondaries = reader, store, secs
+	fan, err := engine.NewFanout(ctx, opts)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("recovery node: start fan-out: %w", err), closeSecondaries(secs))
+	}
+	log.Info("recovery-only topology", "raw", dir, "offset_store", store.Path(), "secondaries", len(secs))
+	return fan, nil
+}
