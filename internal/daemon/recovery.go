@@ -86,6 +86,6 @@ func openRecovery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("recovery node: start fan-out: %w", err), closeSecondaries(secs))
 	}
-	log.Info("recovery-only topology", "raw", dir, "offset_store", store.Path(), "secondaries", len(secs))
+	log.Info("recovery-only topology", "raw", dir, "offset_store", store.Where(), "secondaries", len(secs))
 	return fan, nil
 }

@@ -158,7 +158,7 @@ func openRaw(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logge
 		if err != nil {
 			return nil, nil, "", errors.Join(fmt.Errorf("open offset store: %w", err), fraw.Close())
 		}
-		return fraw, st, st.Path(), nil
+		return fraw, st, st.Where(), nil
 	}
 	return nil, nil, "", fmt.Errorf("primary raw: sink.type %q has no raw mode", cfg.Sink.Type)
 }
