@@ -255,3 +255,17 @@ func decodeSpanSet(b []byte) (SpanSet, []byte, error) {
 	}
 	return s, b, nil
 }
+
+// UnmarshalBinary sets the set to what AppendBinary encoded in b, which
+// must hold nothing else.
+func (s *SpanSet) UnmarshalBinary(b []byte) error {
+	set, rest, err := decodeSpanSet(b)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", errBadSpans, len(rest))
+	}
+	*s = set
+	return nil
+}

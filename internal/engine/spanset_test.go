@@ -125,6 +125,14 @@ func TestSpanSetProperties(t *testing.T) {
 			t.Fatalf("decode: %v rest %d", err, len(rest))
 		}
 		checkSpanSet(t, &d, &m)
+		var u SpanSet
+		if err := u.UnmarshalBinary(b); err != nil {
+			t.Fatalf("UnmarshalBinary: %v", err)
+		}
+		checkSpanSet(t, &u, &m)
+		if err := u.UnmarshalBinary(append(b, 0)); err == nil {
+			t.Fatal("UnmarshalBinary accepted a trailing byte")
+		}
 		// Merging two sets is the union of their models.
 		var o SpanSet
 		var om model

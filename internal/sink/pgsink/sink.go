@@ -68,6 +68,26 @@
 // drain retries it. Authentication failures, a table or column dropped
 // after New, missing privileges and the like are permanent, with a hint.
 //
+// # Raw mode
+//
+// With Options.Positions the table is primary raw (sink.Raw), the
+// pipeline's system of record, and gains a column
+//
+//	weir_position  bigint NOT NULL UNIQUE  -- the record's raw position
+//
+// Positions come from the raw end row of the offsets table (OffsetsTable,
+// beside the raw table): each commit's transaction raises that row by the
+// number of rows it inserts and numbers them from its old value, so the
+// rows and the end that counts them commit together, the row lock
+// serialises writers, and an aborted transaction hands out nothing. A
+// record whose id the table already holds (a replay) keeps its first row;
+// the position the replay gave it holds nothing and readers skip it. Rows
+// the server refuses are found by bisection as above and the rest are
+// inserted again with contiguous positions, because raw numbers only
+// what it keeps. The payload must be bytea: raw returns every payload
+// byte for byte, which jsonb would not. The same table also keeps the
+// offset store (OffsetStore).
+//
 // # Durability
 //
 // Commit returns after COMMIT succeeded. Each connection turns
@@ -83,6 +103,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -145,6 +166,10 @@ type Options struct {
 	// ApplicationName is the connections' application_name, unless the
 	// DSN sets one. Empty means DefaultApplicationName.
 	ApplicationName string
+	// Positions opens the table as primary raw (sink.Raw): every row gets
+	// a weir_position, numbered by the raw end row of the offsets table in
+	// the same transaction. The payload must be bytea.
+	Positions bool
 	// Logger receives lifecycle events and rejected records; nil discards.
 	Logger *slog.Logger
 }
@@ -169,6 +194,11 @@ type Sink struct {
 	log   *slog.Logger
 
 	insertSQL string
+	readSQL   string
+	offsets   string // quoted offsets table (raw mode)
+
+	rawMu    sync.Mutex // one CommitRaw at a time: rawFirst
+	rawFirst uint64     // the first position commitRows allocated
 
 	// core runs Commit, Health and Close and keeps the counters.
 	core *sqlsink.Core
@@ -208,11 +238,14 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Positions && opts.PayloadType != PayloadBytea {
+		return nil, fmt.Errorf("pgsink: a raw table keeps payloads byte for byte, so its payload type must be %q, not %q", PayloadBytea, opts.PayloadType)
+	}
 	ident, err := parseTable(opts.Table)
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{opts: opts, table: ident.Sanitize()}
+	s := &Sink{opts: opts, table: ident.Sanitize(), offsets: offsetsIdent(ident).Sanitize()}
 	s.log = opts.Logger.With("sink", "postgres", "table", s.table)
 	s.core = sqlsink.New(sqlsink.Config{
 		Name: "pgsink", Server: "postgres", ErrClosed: ErrClosed,
@@ -220,10 +253,15 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 		Check: s.check, CommitRows: s.commitRows, IsDataError: isDataError,
 		Ping: s.pingTwice, Close: func() error { s.pool.Close(); return nil },
 	})
-	cols := "weir_record_id, payload, source, durability, received_at"
+	cols, arrays := "weir_record_id, payload, source, durability, received_at", ""
+	if opts.Positions {
+		cols, arrays = cols+", weir_position", ", $6::bigint[]"
+		s.readSQL = fmt.Sprintf(`SELECT weir_position, weir_record_id, payload, source, durability, received_at
+FROM %s WHERE weir_position >= $1 ORDER BY weir_position LIMIT $2`, s.table)
+	}
 	s.insertSQL = fmt.Sprintf(`INSERT INTO %s (%s)
-SELECT * FROM unnest($1::uuid[], $2::%s[], $3::text[], $4::text[], $5::timestamptz[])
-ON CONFLICT (weir_record_id) DO NOTHING`, s.table, cols, opts.PayloadType)
+SELECT * FROM unnest($1::uuid[], $2::%s[], $3::text[], $4::text[], $5::timestamptz[]%s)
+ON CONFLICT (weir_record_id) DO NOTHING`, s.table, cols, opts.PayloadType, arrays)
 
 	cfg, err := pgxpool.ParseConfig(opts.DSN)
 	if err != nil {
@@ -239,6 +277,10 @@ ON CONFLICT (weir_record_id) DO NOTHING`, s.table, cols, opts.PayloadType)
 	// One connection commits; a second keeps Health from queueing
 	// behind a long Commit.
 	cfg.MaxConns = 2
+	if opts.Positions {
+		// And the offset store and recovery's reads get their own.
+		cfg.MaxConns = 4
+	}
 	cfg.MinConns = 0
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		_, err := c.Exec(ctx, `SELECT set_config('synchronous_commit', 'on', false)
@@ -254,6 +296,12 @@ ON CONFLICT (weir_record_id) DO NOTHING`, s.table, cols, opts.PayloadType)
 	if err := s.prepareTable(ctx, pool); err != nil {
 		pool.Close()
 		return nil, err
+	}
+	if opts.Positions {
+		if err := s.prepareRaw(ctx, pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	s.pool = pool
 	return s, nil
@@ -305,6 +353,10 @@ func (s *Sink) Close() error { return s.core.Close() }
 
 // Commit implements sink.Sink; see the package documentation.
 func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, error) {
+	if s.opts.Positions {
+		res, _, err := s.CommitRaw(ctx, b)
+		return res, err
+	}
 	return s.core.Commit(ctx, b)
 }
 
@@ -353,7 +405,10 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 
-	err = s.insertAll(ctx, tx, recs, idx)
+	pos, err := s.number(ctx, tx, recs, idx)
+	if err == nil {
+		err = s.insertAll(ctx, tx, recs, idx, pos)
+	}
 	var bad []sink.Rejection
 	if err != nil && isDataError(err) && ctx.Err() == nil {
 		s.log.Info("batch refused with a data error; isolating the bad rows", "rows", len(idx), "err", err)
@@ -361,7 +416,21 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 		if tx, err = conn.Begin(ctx); err != nil {
 			return nil, classify("begin", err, closed())
 		}
-		bad, err = s.isolate(ctx, tx, recs, idx)
+		if pos, err = s.number(ctx, tx, recs, idx); err == nil {
+			bad, err = s.isolate(ctx, tx, recs, idx, pos)
+		}
+		if err == nil && s.opts.Positions && len(bad) > 0 {
+			// Raw numbers only what it keeps, contiguously: insert
+			// the good rows again with their own positions.
+			_ = tx.Rollback(ctx)
+			if tx, err = conn.Begin(ctx); err != nil {
+				return nil, classify("begin", err, closed())
+			}
+			idx = without(idx, bad)
+			if pos, err = s.number(ctx, tx, recs, idx); err == nil && len(idx) > 0 {
+				err = s.insertAll(ctx, tx, recs, idx, pos)
+			}
+		}
 	}
 	if err != nil {
 		return nil, classify("insert", err, closed())
@@ -369,7 +438,42 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 	if err := tx.Commit(ctx); err != nil {
 		return nil, classify("commit", err, closed())
 	}
+	if pos != nil && len(idx) > 0 {
+		s.rawFirst = uint64(pos[idx[0]])
+	}
 	return bad, nil
+}
+
+// number gives recs[idx...] consecutive raw positions allocated in tx,
+// indexed like recs; nil when the sink is not raw.
+func (s *Sink) number(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int) ([]int64, error) {
+	if !s.opts.Positions || len(idx) == 0 {
+		return nil, nil
+	}
+	first, err := s.allocate(ctx, tx, len(idx))
+	if err != nil {
+		return nil, err
+	}
+	pos := make([]int64, len(recs))
+	for k, j := range idx {
+		pos[j] = int64(first) + int64(k)
+	}
+	return pos, nil
+}
+
+// without returns idx minus the rejected indexes.
+func without(idx []int, bad []sink.Rejection) []int {
+	drop := make(map[int]bool, len(bad))
+	for _, r := range bad {
+		drop[r.Index] = true
+	}
+	out := make([]int, 0, len(idx))
+	for _, j := range idx {
+		if !drop[j] {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // chunks splits idx so that no statement carries more than
@@ -388,9 +492,9 @@ func (s *Sink) chunks(recs []sink.Record, idx []int) [][]int {
 	return append(out, idx[start:])
 }
 
-func (s *Sink) insertAll(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int) error {
+func (s *Sink) insertAll(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) error {
 	for _, c := range s.chunks(recs, idx) {
-		if err := s.insertUnnest(ctx, tx, recs, c); err != nil {
+		if err := s.insertUnnest(ctx, tx, recs, c, pos); err != nil {
 			return err
 		}
 	}
@@ -418,30 +522,38 @@ func columnsOf(recs []sink.Record, idx []int) (ids [][16]byte, payloads [][]byte
 	return
 }
 
-func (s *Sink) insertUnnest(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int) error {
+func (s *Sink) insertUnnest(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) error {
 	// Rows in key order: the primary-key index is then filled in one
 	// ascending pass instead of at random places (ids are hashes).
 	sorted := slices.Clone(idx)
 	slices.SortFunc(sorted, func(a, b int) int { return bytes.Compare(recs[a].ID[:], recs[b].ID[:]) })
 	ids, payloads, sources, durs, recv := columnsOf(recs, sorted)
 	s.core.Statements.Add(1)
-	_, err := tx.Exec(ctx, s.insertSQL, ids, payloads, sources, durs, recv)
+	if pos == nil {
+		_, err := tx.Exec(ctx, s.insertSQL, ids, payloads, sources, durs, recv)
+		return err
+	}
+	positions := make([]int64, len(sorted))
+	for k, j := range sorted {
+		positions[k] = pos[j]
+	}
+	_, err := tx.Exec(ctx, s.insertSQL, ids, payloads, sources, durs, recv, positions)
 	return err
 }
 
 // isolate inserts recs[idx...] inside tx, which is fresh, bisecting under
 // savepoints to find the rows the server refuses. It returns those rows'
 // rejections; the rest are inserted.
-func (s *Sink) isolate(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int) ([]sink.Rejection, error) {
-	return s.core.Bisect(s.chunks(recs, idx), func(g []int) error { return s.probe(ctx, tx, recs, g) })
+func (s *Sink) isolate(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) ([]sink.Rejection, error) {
+	return s.core.Bisect(s.chunks(recs, idx), func(g []int) error { return s.probe(ctx, tx, recs, g, pos) })
 }
 
 // probe inserts one group under a savepoint, rolling back to it on error.
-func (s *Sink) probe(ctx context.Context, tx pgx.Tx, recs []sink.Record, g []int) error {
+func (s *Sink) probe(ctx context.Context, tx pgx.Tx, recs []sink.Record, g []int, pos []int64) error {
 	if _, err := tx.Exec(ctx, "SAVEPOINT weir_probe"); err != nil {
 		return err
 	}
-	err := s.insertUnnest(ctx, tx, recs, g)
+	err := s.insertUnnest(ctx, tx, recs, g, pos)
 	if err != nil {
 		if !isDataError(err) {
 			return err

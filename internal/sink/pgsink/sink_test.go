@@ -36,7 +36,12 @@ func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{t: t, dsn: testenv.Postgres(t), table: testenv.TableName("weir_pg"), appName: "weir-test-" + testenv.Suffix()}
 	t.Cleanup(func() {
-		e.exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{e.table}.Sanitize())
+		name := pgx.Identifier{e.table}.Sanitize()
+		e.exec(context.Background(), "DROP TABLE IF EXISTS "+name)
+		e.exec(context.Background(), `DO $$ BEGIN
+			IF to_regclass('`+OffsetsTable+`') IS NOT NULL THEN
+				DELETE FROM `+OffsetsTable+` WHERE raw_table = '`+name+`';
+			END IF; END $$`)
 	})
 	return e
 }
@@ -136,8 +141,12 @@ func jsonEqual(a, b []byte) bool {
 }
 
 func TestConformance(t *testing.T) {
-	for _, pt := range []string{PayloadBytea, PayloadJSONB} {
-		t.Run(pt, func(t *testing.T) {
+	for _, v := range []struct {
+		name, pt string
+		raw      bool
+	}{{PayloadBytea, PayloadBytea, false}, {PayloadJSONB, PayloadJSONB, false}, {"raw", PayloadBytea, true}} {
+		pt := v.pt
+		t.Run(v.name, func(t *testing.T) {
 			sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
 				e := newEnv(t)
 				target, err := testenv.PostgresTarget(e.dsn)
@@ -149,7 +158,7 @@ func TestConformance(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				opts := Options{PayloadType: pt, MaxPayloadBytes: 100 << 10, HealthTimeout: time.Second, Timeout: 20 * time.Second}
+				opts := Options{PayloadType: pt, MaxPayloadBytes: 100 << 10, HealthTimeout: time.Second, Timeout: 20 * time.Second, Positions: v.raw}
 				s := e.open(t, via, opts)
 				// A constraint only the server knows about, to exercise
 				// bisection.

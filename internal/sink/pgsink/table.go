@@ -38,7 +38,7 @@ type column struct {
 }
 
 func (s *Sink) columns() []column {
-	return []column{
+	cols := []column{
 		{"weir_record_id", "uuid"},
 		{"payload", s.opts.PayloadType},
 		{"source", "text"},
@@ -46,6 +46,10 @@ func (s *Sink) columns() []column {
 		{"received_at", "timestamp with time zone"},
 		{"committed_at", "timestamp with time zone"},
 	}
+	if s.opts.Positions {
+		cols = append(cols, column{"weir_position", "bigint"})
+	}
+	return cols
 }
 
 func (s *Sink) createSQL() string {
@@ -55,8 +59,17 @@ func (s *Sink) createSQL() string {
 	source text NOT NULL,
 	durability text NOT NULL,
 	received_at timestamptz NOT NULL,
-	committed_at timestamptz NOT NULL DEFAULT now()
-)`, s.table, s.opts.PayloadType)
+	committed_at timestamptz NOT NULL DEFAULT now()%s
+)`, s.table, s.opts.PayloadType, s.positionColumn())
+}
+
+// positionColumn is the raw table's extra column, unique so that raw
+// reads by position use its index.
+func (s *Sink) positionColumn() string {
+	if !s.opts.Positions {
+		return ""
+	}
+	return ",\n\tweir_position bigint NOT NULL UNIQUE"
 }
 
 // prepareTable creates the table when it is missing (and CreateTable is
@@ -146,21 +159,39 @@ func (s *Sink) validateTable(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 	}
 	if len(problems) == 0 {
-		var unique bool
-		err := pool.QueryRow(ctx, `SELECT EXISTS (
-			SELECT 1 FROM pg_index i JOIN pg_attribute a
-				ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-			WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnkeyatts = 1
-				AND i.indexprs IS NULL AND i.indpred IS NULL AND a.attname = 'weir_record_id')`, s.table).Scan(&unique)
+		unique, err := s.uniqueOn(ctx, pool, "weir_record_id")
 		if err != nil {
-			return classify("inspect table "+s.table, err, false)
+			return err
 		}
 		if !unique {
 			problems = append(problems, `column "weir_record_id" is not the primary key (or alone in a unique index); replays could not be deduplicated`)
+		}
+	}
+	if len(problems) == 0 && s.opts.Positions {
+		unique, err := s.uniqueOn(ctx, pool, "weir_position")
+		if err != nil {
+			return err
+		}
+		if !unique {
+			problems = append(problems, `column "weir_position" is not alone in a unique index; raw reads by position need one`)
 		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("pgsink: table %s does not fit the sink: %s", s.table, strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// uniqueOn reports whether a unique index covers the column alone.
+func (s *Sink) uniqueOn(ctx context.Context, pool *pgxpool.Pool, col string) (bool, error) {
+	var unique bool
+	err := pool.QueryRow(ctx, `SELECT EXISTS (
+		SELECT 1 FROM pg_index i JOIN pg_attribute a
+			ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnkeyatts = 1
+			AND i.indexprs IS NULL AND i.indpred IS NULL AND a.attname = $2)`, s.table, col).Scan(&unique)
+	if err != nil {
+		return false, classify("inspect table "+s.table, err, false)
+	}
+	return unique, nil
 }

@@ -1,0 +1,129 @@
+package pgsink
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/source"
+)
+
+// OffsetStore opens the offset store of a raw table: rows of the offsets
+// table beside it, keyed by the raw table's name, in the same database
+// and read and written through the sink's connections.
+//
+//	raw_table  kind        name         position        value
+//	"events"   'raw_end'   ''           next position   —
+//	"events"   'cursor'    source name  —               the cursor
+//	"events"   'coverage'  sink name    —               the SpanSet encoding
+//
+// The raw end commits in the same transaction as the rows it numbers, so
+// it is exact; the store only reads it. Coverage and cursors follow a
+// secondary's ack and the gate's, which are never raw's transaction, so
+// each Flush or Save is its own transaction: it takes a transaction-scoped
+// advisory lock on the raw table's name, reads the rows, merges and writes
+// them back, so an ingest node and a recovery node sharing the raw table
+// never erase each other's progress.
+func (s *Sink) OffsetStore(ctx context.Context) (*engine.OffsetStore, error) {
+	if !s.opts.Positions {
+		return nil, ErrNotRaw
+	}
+	return engine.NewOffsetStore(ctx, &pgOffsets{s: s})
+}
+
+type pgOffsets struct{ s *Sink }
+
+func (o *pgOffsets) Where() string {
+	return fmt.Sprintf("postgres %s (raw_table = %s)", o.s.offsets, o.s.table)
+}
+
+// queryer is a pool or a transaction.
+type queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func (o *pgOffsets) read(ctx context.Context, q queryer) (*engine.OffsetState, error) {
+	rows, err := q.Query(ctx, fmt.Sprintf(`SELECT kind, name, position, value FROM %s WHERE raw_table = $1`, o.s.offsets), o.s.table)
+	if err != nil {
+		return nil, classify("read the offset store", err, false)
+	}
+	defer rows.Close()
+	st := &engine.OffsetState{Cursors: map[string]source.Cursor{}, Coverage: map[string]*engine.SpanSet{}}
+	for rows.Next() {
+		var (
+			kind, name string
+			pos        *int64
+			value      []byte
+		)
+		if err := rows.Scan(&kind, &name, &pos, &value); err != nil {
+			return nil, classify("read the offset store", err, false)
+		}
+		switch kind {
+		case kindRawEnd:
+			if pos != nil {
+				st.RawEnd = uint64(*pos)
+			}
+		case kindCursor:
+			st.Cursors[name] = slices.Clone(source.Cursor(value))
+		case kindCoverage:
+			var set engine.SpanSet
+			if err := set.UnmarshalBinary(value); err != nil {
+				return nil, fmt.Errorf("%w: %s, coverage of %q: %w", engine.ErrCorruptOffsets, o.Where(), name, err)
+			}
+			st.Coverage[name] = &set
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify("read the offset store", err, false)
+	}
+	return st, nil
+}
+
+func (o *pgOffsets) Read(ctx context.Context) (*engine.OffsetState, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.s.opts.Timeout)
+	defer cancel()
+	return o.read(ctx, o.s.pool)
+}
+
+func (o *pgOffsets) Update(ctx context.Context, merge func(*engine.OffsetState) *engine.OffsetState) error {
+	ctx, cancel := context.WithTimeout(ctx, o.s.opts.Timeout)
+	defer cancel()
+	tx, err := o.s.pool.Begin(ctx)
+	if err != nil {
+		return classify("offset store: begin", err, false)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "weir_offsets:"+o.s.table); err != nil {
+		return classify("offset store: lock", err, false)
+	}
+	st, err := o.read(ctx, tx)
+	if err != nil {
+		return err
+	}
+	next := merge(st)
+	var kinds, names []string
+	var values [][]byte
+	for name, c := range next.Cursors {
+		kinds, names, values = append(kinds, kindCursor), append(names, name), append(values, []byte(c))
+	}
+	for name, c := range next.Coverage {
+		b, _ := c.AppendBinary(nil)
+		kinds, names, values = append(kinds, kindCoverage), append(names, name), append(values, b)
+	}
+	if len(kinds) > 0 {
+		_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (raw_table, kind, name, value)
+			SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bytea[])
+			ON CONFLICT (raw_table, kind, name) DO UPDATE SET value = EXCLUDED.value, updated_at = now()`, o.s.offsets),
+			o.s.table, kinds, names, values)
+		if err != nil {
+			return classify("offset store: write", err, false)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return classify("offset store: commit", err, false)
+	}
+	return nil
+}
