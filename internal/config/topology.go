@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -436,10 +437,7 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 		sc.Sink = tmp.Sink
 		c.Secondaries = append(c.Secondaries, sc)
 	}
-	if len(c.Secondaries) > 0 && c.Sink.Type != "file" {
-		errs = append(errs, invalid(knobByKey(ks, "sink.type"), fmt.Sprintf("%q", c.Sink.Type),
-			`must be "file" when [[secondary]] sinks are configured: the [sink] is then primary raw, which must be replayable (read back by position for recovery), and only the file sink has that raw (positions) mode`))
-	}
+	errs = append(errs, checkPrimaryRaw(ks, c)...)
 	srcNames := map[string]string{}
 	for i, st := range topo.sources {
 		where := fmt.Sprintf("[[source]] #%d", i+1)
@@ -542,6 +540,28 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 	return append(errs, checkRecoveryNode(ks, c, path)...)
 }
 
+// RawSinkTypes are the sink types with a raw (position-numbered,
+// replayable) mode: the only ones that may be primary raw.
+var RawSinkTypes = []string{"file", "postgres"}
+
+// checkPrimaryRaw checks the [sink] when it is primary raw — when
+// [[secondary]] sinks are configured, or on a recovery node: it must be
+// replayable, read back by position for recovery.
+func checkPrimaryRaw(ks []knob, c *Config) []error {
+	if len(c.Secondaries) == 0 {
+		return nil
+	}
+	if !slices.Contains(RawSinkTypes, c.Sink.Type) {
+		return []error{invalid(knobByKey(ks, "sink.type"), fmt.Sprintf("%q", c.Sink.Type),
+			fmt.Sprintf(`must be one of %q when [[secondary]] sinks are configured: the [sink] is then primary raw, which must be replayable (read back by position for recovery), and only those sinks have that raw (positions) mode`, RawSinkTypes))}
+	}
+	if c.Sink.Type == "postgres" && c.Sink.Postgres.PayloadType != "" && c.Sink.Postgres.PayloadType != "bytea" {
+		return []error{invalid(knobByKey(ks, "sink.postgres.payload_type"), fmt.Sprintf("%q", c.Sink.Postgres.PayloadType),
+			`must be "bytea" when the [sink] is primary raw: raw gives every payload back byte for byte, which jsonb does not`)}
+	}
+	return nil
+}
+
 // checkRecoveryNode checks what role = "recovery" implies: the node only
 // replays another node's primary raw (sink.file.dir, read-only) into the
 // [[secondary]] sinks. It accepts no producers and runs no source, so
@@ -555,7 +575,7 @@ func checkRecoveryNode(ks []knob, c *Config, path string) []error {
 	var errs []error
 	if len(c.Secondaries) == 0 {
 		errs = append(errs, invalid(knobByKey(ks, "role"), `"recovery"`,
-			"needs [[secondary]] tables: a recovery node only replays primary raw (sink.file.dir) into the secondaries, and there are none"))
+			"needs [[secondary]] tables: a recovery node only replays primary raw (the [sink]) into the secondaries, and there are none"))
 	}
 	for i, sc := range c.Sources {
 		where := fmt.Sprintf("[[source]] #%d", i+1)

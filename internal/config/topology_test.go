@@ -222,12 +222,21 @@ name = "a/b"
 type = "file"`, []string{`name = "a/b": may hold only letters`}},
 		{"primary raw not replayable", `
 [sink]
-type = "postgres"
-[sink.postgres]
+type = "mysql"
+[sink.mysql]
 dsn = "x"
 [[secondary]]
 name = "a"
-type = "file"`, []string{`sink.type = "postgres": must be "file" when [[secondary]] sinks are configured`}},
+type = "file"`, []string{`sink.type = "mysql": must be one of ["file" "postgres"] when [[secondary]] sinks are configured`}},
+		{"postgres raw as jsonb", `
+[sink]
+type = "postgres"
+[sink.postgres]
+dsn = "x"
+payload_type = "jsonb"
+[[secondary]]
+name = "a"
+type = "file"`, []string{`sink.postgres.payload_type = "jsonb": must be "bytea" when the [sink] is primary raw`}},
 		{"primary raw not durable", `
 [sink]
 durable = false`, []string{`sink.durable = false: the [sink] is the pipeline's primary raw`}},

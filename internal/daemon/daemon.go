@@ -166,8 +166,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 }
 
 // openSink opens one sink as configured by sc (the [sink], or a
-// [[secondary]]'s).
-func openSink(ctx context.Context, sc config.SinkConfig, fs vfs.FS, log *slog.Logger) (sink.Sink, error) {
+// [[secondary]]'s); with raw, in its raw (position-numbered) mode.
+func openSink(ctx context.Context, sc config.SinkConfig, fs vfs.FS, log *slog.Logger, raw bool) (sink.Sink, error) {
 	switch sc.Type {
 	case "file":
 		s, err := filesink.New(ctx, filesink.Options{
@@ -176,6 +176,7 @@ func openSink(ctx context.Context, sc config.SinkConfig, fs vfs.FS, log *slog.Lo
 			MaxBytes:     sc.File.MaxBytes,
 			MaxAge:       sc.File.MaxAge,
 			MaxBatchSize: sc.File.BatchRecords,
+			Positions:    raw,
 			Logger:       log,
 		})
 		if err != nil {
@@ -197,7 +198,7 @@ func openSink(ctx context.Context, sc config.SinkConfig, fs vfs.FS, log *slog.Lo
 		pc := sc.Postgres
 		s, err := pgsink.New(ctx, pgsink.Options{
 			DSN: pc.DSN, Table: pc.Table, PayloadType: pc.PayloadType, CreateTable: pc.CreateTable,
-			MaxBatchSize: pc.BatchRecords, Timeout: pc.Timeout,
+			MaxBatchSize: pc.BatchRecords, Timeout: pc.Timeout, Positions: raw,
 			Logger: log,
 		})
 		if err != nil {

@@ -10,12 +10,14 @@ import (
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/sink/pgsink"
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/sink"
 )
 
 // runRecoveryNode runs a recovery-only node (role = "recovery"): it reads
-// the primary raw another process (the ingest node) writes in
-// sink.file.dir, read-only, and replays into each [[secondary]] what the
+// the primary raw another process (the ingest node) writes — sink.file.dir
+// read-only, or a Postgres raw table — and replays into each [[secondary]] what the
 // offset store says it lacks. It has no write-ahead buffer, listener,
 // source or drain, so it locks nothing of its own in data_dir and runs
 // beside the ingest node on the same raw directory; the offset store there
@@ -32,12 +34,12 @@ func runRecoveryNode(ctx context.Context, cfg *config.Config, log *slog.Logger) 
 	}
 	defer tel.stop()
 	tel.h.NotReady("opening primary raw and the secondaries")
-	fan, err := openRecovery(ctx, cfg, fs, log, tel.m)
+	fan, closeReader, err := openRecovery(ctx, cfg, fs, log, tel.m)
 	if err != nil {
 		return err
 	}
 	tel.h.Ready()
-	log.Info("weir recovery node ready", "raw", cfg.Sink.File.Dir, "secondaries", len(cfg.Secondaries))
+	log.Info("weir recovery node ready", "raw", rawWhere(cfg), "secondaries", len(cfg.Secondaries))
 
 	<-ctx.Done()
 	tel.h.NotReady("shutting down")
@@ -45,7 +47,7 @@ func runRecoveryNode(ctx context.Context, cfg *config.Config, log *slog.Logger) 
 	// Close stops the workers (a window cut short is replayed at the next
 	// start: coverage is recorded only after the secondary's ack) and
 	// writes the coverage recorded so far.
-	if err := fan.Close(); err != nil {
+	if err := errors.Join(fan.Close(), closeReader()); err != nil {
 		return fmt.Errorf("close recovery fan-out: %w", err)
 	}
 	log.Info("shutdown complete")
@@ -57,35 +59,73 @@ func runRecoveryNode(ctx context.Context, cfg *config.Config, log *slog.Logger) 
 // secondaries. The fan-out bounds what it reads by the raw end the ingest
 // node recorded in the store after its durable acks, never by what the
 // reader merely sees on disk.
-func openRecovery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, m *metrics.Metrics) (*engine.Fanout, error) {
-	if cfg.Sink.Type != "file" {
-		return nil, fmt.Errorf("recovery node: primary raw: sink.type %q has no raw mode to read", cfg.Sink.Type)
-	}
-	dir := cfg.Sink.File.Dir
-	reader, err := filesink.OpenRawReader(fs, dir)
+func openRecovery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, m *metrics.Metrics) (fan *engine.Fanout, closeReader func() error, err error) {
+	reader, store, closeReader, err := openRawReader(ctx, cfg, fs, log)
 	if err != nil {
-		return nil, fmt.Errorf("recovery node: open primary raw read-only (sink.file.dir): %w", err)
+		return nil, nil, err
 	}
-	store, err := engine.OpenOffsetStore(ctx, fs, dir)
-	if err != nil {
-		return nil, fmt.Errorf("recovery node: open offset store: %w", err)
+	fail := func(err error) (*engine.Fanout, func() error, error) {
+		return nil, nil, errors.Join(err, closeReader())
 	}
 	opts, err := topologyOptions(cfg, log, m.Topology())
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if opts.Role != engine.RoleRecovery {
-		return nil, fmt.Errorf("recovery node: role is %s", opts.Role)
+		return fail(fmt.Errorf("recovery node: role is %s", opts.Role))
 	}
 	secs, err := openSecondaries(ctx, cfg, fs, log, m.Topology())
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	opts.Reader, opts.Store, opts.Secondaries = reader, store, secs
-	fan, err := engine.NewFanout(ctx, opts)
+	fan, err = engine.NewFanout(ctx, opts)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("recovery node: start fan-out: %w", err), closeSecondaries(secs))
+		return fail(errors.Join(fmt.Errorf("recovery node: start fan-out: %w", err), closeSecondaries(secs)))
 	}
-	log.Info("recovery-only topology", "raw", dir, "offset_store", store.Where(), "secondaries", len(secs))
-	return fan, nil
+	log.Info("recovery-only topology", "raw", rawWhere(cfg), "offset_store", store.Where(), "secondaries", len(secs))
+	return fan, closeReader, nil
+}
+
+// openRawReader opens another node's primary raw for reading, with the
+// offset store beside it: a file raw directory read-only (filesink's
+// RawReader), or a Postgres raw table through a raw-mode sink that only
+// ever reads.
+func openRawReader(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) (sink.RawReader, *engine.OffsetStore, func() error, error) {
+	switch cfg.Sink.Type {
+	case "file":
+		dir := cfg.Sink.File.Dir
+		reader, err := filesink.OpenRawReader(fs, dir)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("recovery node: open primary raw read-only (sink.file.dir): %w", err)
+		}
+		store, err := engine.OpenOffsetStore(ctx, fs, dir)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("recovery node: open offset store: %w", err)
+		}
+		return reader, store, func() error { return nil }, nil
+	case "postgres":
+		s, err := openSink(ctx, cfg.Sink, fs, log, true)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("recovery node: open primary raw (postgres raw table): %w", err)
+		}
+		p := s.(*pgsink.Sink)
+		store, err := p.OffsetStore(ctx)
+		if err != nil {
+			return nil, nil, nil, errors.Join(fmt.Errorf("recovery node: open offset store: %w", err), p.Close())
+		}
+		return p, store, p.Close, nil
+	}
+	return nil, nil, nil, fmt.Errorf("recovery node: primary raw: sink.type %q has no raw mode to read", cfg.Sink.Type)
+}
+
+// rawWhere names the primary raw for logs.
+func rawWhere(cfg *config.Config) string {
+	switch cfg.Sink.Type {
+	case "postgres":
+		return "postgres table " + cfg.Sink.Postgres.Table
+	case "parquet":
+		return cfg.Sink.Parquet.Dir
+	}
+	return cfg.Sink.File.Dir
 }

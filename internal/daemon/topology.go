@@ -13,6 +13,7 @@ import (
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/quarantine"
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/sink/pgsink"
 	"github.com/weir-io/weir/internal/source/filesrc"
 	"github.com/weir-io/weir/internal/source/kafkasrc"
 	"github.com/weir-io/weir/internal/source/natssrc"
@@ -43,7 +44,7 @@ type delivery struct {
 // durable ack. The offset store then also holds the sources' cursors.
 func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, m *metrics.Metrics) (*delivery, error) {
 	if len(cfg.Secondaries) == 0 {
-		snk, err := openSink(ctx, cfg.Sink, fs, log.With("component", "sink", "sink", cfg.Sink.Type))
+		snk, err := openSink(ctx, cfg.Sink, fs, log.With("component", "sink", "sink", cfg.Sink.Type), false)
 		if err != nil {
 			return nil, err
 		}
@@ -101,14 +102,14 @@ func openSecondaries(ctx context.Context, cfg *config.Config, fs vfs.FS, log *sl
 	var secs []engine.SecondaryConfig
 	for _, sc := range cfg.Secondaries {
 		secLog := log.With("component", "sink", "sink", sc.Name, "secondary", true)
-		s, err := openSink(ctx, sc.Sink, fs, secLog)
+		s, err := openSink(ctx, sc.Sink, fs, secLog, false)
 		if err != nil {
 			// A secondary never gates the pipeline, not even at start: it
 			// is opened again at each delivery attempt, and recovered from
 			// raw once it opens.
 			secLog.Warn("secondary cannot be opened; retrying at each delivery, recovering from raw once it opens", "err", err)
 			s = &lazySink{name: sc.Sink.Type, maxBatch: maxBatch(sc.Sink), open: func(ctx context.Context) (sink.Sink, error) {
-				return openSink(ctx, sc.Sink, fs, secLog)
+				return openSink(ctx, sc.Sink, fs, secLog, false)
 			}}
 		}
 		secCfg := engine.SecondaryConfig{Sink: s, Name: sc.Name, QueueBatches: sc.QueueBatches,
@@ -144,23 +145,25 @@ func closeSecondaries(secs []engine.SecondaryConfig) error {
 // mode, with the offset store that lives beside it. where names the store
 // for the logs.
 func openRaw(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) (raw sink.Raw, store engine.CoverageStore, where string, err error) {
-	switch cfg.Sink.Type {
-	case "file":
-		fc := cfg.Sink.File
-		fraw, err := filesink.New(ctx, filesink.Options{
-			FS: fs, Dir: fc.Dir, MaxBytes: fc.MaxBytes, MaxAge: fc.MaxAge, MaxBatchSize: fc.BatchRecords,
-			Positions: true, Logger: log,
-		})
-		if err != nil {
-			return nil, nil, "", fmt.Errorf("open primary raw (file sink, raw mode): %w", err)
-		}
-		st, err := engine.OpenOffsetStore(ctx, fs, fc.Dir)
-		if err != nil {
-			return nil, nil, "", errors.Join(fmt.Errorf("open offset store: %w", err), fraw.Close())
-		}
-		return fraw, st, st.Where(), nil
+	s, err := openSink(ctx, cfg.Sink, fs, log, true)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("open primary raw (raw mode): %w", err)
 	}
-	return nil, nil, "", fmt.Errorf("primary raw: sink.type %q has no raw mode", cfg.Sink.Type)
+	var st *engine.OffsetStore
+	switch r := s.(type) {
+	case *filesink.Sink:
+		raw = r
+		st, err = engine.OpenOffsetStore(ctx, fs, cfg.Sink.File.Dir)
+	case *pgsink.Sink:
+		raw = r
+		st, err = r.OffsetStore(ctx)
+	default:
+		return nil, nil, "", errors.Join(fmt.Errorf("primary raw: sink.type %q has no raw mode", cfg.Sink.Type), s.Close())
+	}
+	if err != nil {
+		return nil, nil, "", errors.Join(fmt.Errorf("open offset store: %w", err), s.Close())
+	}
+	return raw, st, st.Where(), nil
 }
 
 // countingGate counts what a source made durable.

@@ -153,8 +153,10 @@ func waitTableEqualsRaw(t *testing.T, d *daemon, conn *pgx.Conn, table string, p
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		raw := rawIDs(t, d)
+		// The table first: a record reaches it only after raw has it,
+		// so raw read afterwards holds at least the table's records.
 		tbl := tableIDs(t, conn, table)
+		raw := rawIDs(t, d)
 		missing, extra := 0, 0
 		for id := range raw {
 			if !tbl[id] {

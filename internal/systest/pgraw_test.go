@@ -1,0 +1,156 @@
+package systest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weir-io/weir/client"
+	"github.com/weir-io/weir/internal/sink/pgsink"
+	"github.com/weir-io/weir/internal/testenv"
+	"github.com/weir-io/weir/sink"
+)
+
+// pgRaw is a Postgres raw table for a test, dropped (with its offset
+// store rows) at the end.
+func pgRaw(t *testing.T, conn *pgx.Conn) string {
+	t.Helper()
+	table := testenv.TableName("weir_pgraw")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		name := pgx.Identifier{table}.Sanitize()
+		conn.Exec(ctx, "DROP TABLE IF EXISTS "+name)
+		conn.Exec(ctx, "DELETE FROM "+pgsink.OffsetsTable+" WHERE raw_table = $1", name)
+	})
+	return table
+}
+
+// rawTable reads the raw table: its ids, how often each payload is
+// there, and its row count.
+func rawTable(t *testing.T, conn *pgx.Conn, table string) (ids map[sink.RecordID]bool, payloads map[string]int, rows int) {
+	t.Helper()
+	r, err := conn.Query(context.Background(), "SELECT weir_record_id, payload FROM "+pgx.Identifier{table}.Sanitize()+" ORDER BY weir_position")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ids, payloads = map[sink.RecordID]bool{}, map[string]int{}
+	for r.Next() {
+		var id [16]byte
+		var p []byte
+		if err := r.Scan(&id, &p); err != nil {
+			t.Fatal(err)
+		}
+		ids[sink.RecordID(id)] = true
+		payloads[string(p)]++
+		rows++
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ids, payloads, rows
+}
+
+// TestPostgresRawWithSecondary: primary raw is a Postgres table (positions
+// numbered in the commit's own transaction, offset store rows beside it)
+// and a second Postgres table is a secondary behind a proxy that is cut.
+// Producers push while the daemon is killed -9 twice — once mid-drain into
+// raw, once mid-recovery of the secondary after the proxy is restored.
+// In the end raw holds every acked record and the secondary equals raw by
+// weir_record_id.
+func TestPostgresRawWithSecondary(t *testing.T) {
+	sec := newPGTable(t, "weir_pgraw_sec")
+	raw := pgRaw(t, sec.conn)
+	cfg := writeConfig(t, fmt.Sprintf(`
+[sink]
+type = "postgres"
+[sink.postgres]
+dsn = %q
+table = %q
+create_table = true
+batch_records = 200
+`, sec.dsn, raw)+pgSecondaryTOML(sec.via, sec.table, "queue_batches = 2", `timeout = "2s"
+create_table = true`))
+	d := newDaemon(t, "--config", cfg, "--recovery-window-records", "100", "--coverage-flush-interval", "50ms")
+	sec.proxy.Cut()
+	d.start()
+
+	l := newLedger()
+	const n1, n2 = 6000, 3000
+	produce(ctxTimeout(t, 30*time.Second), t, d.socket, "pr1", n1, 100, client.Durable, l, 10*time.Second)
+	d.kill() // acked = durable in the buffer; raw may be anywhere behind
+	d.start()
+	produce(ctxTimeout(t, 30*time.Second), t, d.socket, "pr2", n2, 100, client.Durable, l, 10*time.Second)
+	if got := l.ackedCount(); got != n1+n2 {
+		t.Fatalf("%d of %d records acked", got, n1+n2)
+	}
+	d.waitScrape("the secondary behind", 30*time.Second, func(m map[string]float64) bool { return m["weir_recovery_backlog"] > 0 })
+	if err := sec.proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	d.waitScrape("recovery under way", 60*time.Second, func(m map[string]float64) bool {
+		return recovered(m) > 0 && m["weir_recovery_backlog"] > 0
+	})
+	d.kill()
+	inTable := len(tableIDs(t, sec.conn, sec.table))
+	t.Logf("killed during recovery: secondary holds %d of %d", inTable, n1+n2)
+	d.start()
+
+	acked := l.snapshot()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		// The secondary first: what it holds was in raw before, so a
+		// raw read after it can only hold more.
+		tbl := tableIDs(t, sec.conn, sec.table)
+		ids, payloads, rows := rawTable(t, sec.conn, raw)
+		missingRaw := 0
+		for p := range acked {
+			if payloads[p] == 0 {
+				missingRaw++
+			}
+		}
+		missingSec, extra := 0, 0
+		for id := range ids {
+			if !tbl[id] {
+				missingSec++
+			}
+		}
+		for id := range tbl {
+			if !ids[id] {
+				extra++
+			}
+		}
+		if extra != 0 {
+			t.Fatalf("the secondary holds %d ids raw does not", extra)
+		}
+		if missingRaw == 0 && missingSec == 0 {
+			dup := 0
+			for _, c := range payloads {
+				dup += c - 1
+			}
+			t.Logf("raw holds all %d acked records (%d rows, %d resent by a reconnecting producer); the secondary equals raw by weir_record_id",
+				len(acked), rows, dup)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("raw misses %d acked records, the secondary misses %d raw records\n%s", missingRaw, missingSec, tail(d.log.String(), 4000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	d.waitScrape("backlog 0", 30*time.Second, func(m map[string]float64) bool { return m["weir_recovery_backlog"] == 0 })
+
+	// The offset store lives in raw's database: the secondary's coverage
+	// row reaches raw's end.
+	var cov []byte
+	var end int64
+	name := pgx.Identifier{raw}.Sanitize()
+	err := sec.conn.QueryRow(context.Background(), "SELECT (SELECT value FROM "+pgsink.OffsetsTable+
+		" WHERE raw_table = $1 AND kind = 'coverage' AND name = 'pg'), (SELECT position FROM "+pgsink.OffsetsTable+
+		" WHERE raw_table = $1 AND kind = 'raw_end')", name).Scan(&cov, &end)
+	if err != nil || len(cov) == 0 || end < n1+n2 {
+		t.Fatalf("offset store rows: coverage %x, raw end %d, %v", cov, end, err)
+	}
+}
