@@ -99,13 +99,32 @@ create_table = true`))
 	t.Logf("killed during recovery: secondary holds %d of %d", inTable, n1+n2)
 	d.start()
 
-	acked := l.snapshot()
-	deadline := time.Now().Add(90 * time.Second)
+	waitPGRawAndSecondary(t, d, sec.conn, raw, sec.table, l.snapshot(), 90*time.Second)
+	d.waitScrape("backlog 0", 30*time.Second, func(m map[string]float64) bool { return m["weir_recovery_backlog"] == 0 })
+
+	// The offset store lives in raw's database: the secondary's coverage
+	// row reaches raw's end.
+	var cov []byte
+	var end int64
+	name := pgx.Identifier{raw}.Sanitize()
+	err := sec.conn.QueryRow(context.Background(), "SELECT (SELECT value FROM "+pgsink.OffsetsTable+
+		" WHERE raw_table = $1 AND kind = 'coverage' AND name = 'pg'), (SELECT position FROM "+pgsink.OffsetsTable+
+		" WHERE raw_table = $1 AND kind = 'raw_end')", name).Scan(&cov, &end)
+	if err != nil || len(cov) == 0 || end < n1+n2 {
+		t.Fatalf("offset store rows: coverage %x, raw end %d, %v", cov, end, err)
+	}
+}
+
+// waitPGRawAndSecondary waits until the raw table holds every acked
+// payload and the secondary table every raw record id, and nothing else.
+func waitPGRawAndSecondary(t *testing.T, d *daemon, conn *pgx.Conn, raw, secondary string, acked map[string]bool, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
 		// The secondary first: what it holds was in raw before, so a
 		// raw read after it can only hold more.
-		tbl := tableIDs(t, sec.conn, sec.table)
-		ids, payloads, rows := rawTable(t, sec.conn, raw)
+		tbl := tableIDs(t, conn, secondary)
+		ids, payloads, rows := rawTable(t, conn, raw)
 		missingRaw := 0
 		for p := range acked {
 			if payloads[p] == 0 {
@@ -133,24 +152,53 @@ create_table = true`))
 			}
 			t.Logf("raw holds all %d acked records (%d rows, %d resent by a reconnecting producer); the secondary equals raw by weir_record_id",
 				len(acked), rows, dup)
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("raw misses %d acked records, the secondary misses %d raw records\n%s", missingRaw, missingSec, tail(d.log.String(), 4000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	d.waitScrape("backlog 0", 30*time.Second, func(m map[string]float64) bool { return m["weir_recovery_backlog"] == 0 })
+}
 
-	// The offset store lives in raw's database: the secondary's coverage
-	// row reaches raw's end.
-	var cov []byte
-	var end int64
-	name := pgx.Identifier{raw}.Sanitize()
-	err := sec.conn.QueryRow(context.Background(), "SELECT (SELECT value FROM "+pgsink.OffsetsTable+
-		" WHERE raw_table = $1 AND kind = 'coverage' AND name = 'pg'), (SELECT position FROM "+pgsink.OffsetsTable+
-		" WHERE raw_table = $1 AND kind = 'raw_end')", name).Scan(&cov, &end)
-	if err != nil || len(cov) == 0 || end < n1+n2 {
-		t.Fatalf("offset store rows: coverage %x, raw end %d, %v", cov, end, err)
+// TestRecoveryNodePostgresRaw: the recovery-only node on a Postgres raw
+// table. The ingest node cannot reach the secondary; the recovery node
+// reads the raw table through the database and fills the secondary,
+// sharing the weir_offsets rows.
+func TestRecoveryNodePostgresRaw(t *testing.T) {
+	sec := newPGTable(t, "weir_pgraw_rn")
+	raw := pgRaw(t, sec.conn)
+	cfg := func(secDSN string) string {
+		return writeConfig(t, fmt.Sprintf(`
+[sink]
+type = "postgres"
+[sink.postgres]
+dsn = %q
+table = %q
+create_table = true
+`, sec.dsn, raw)+pgSecondaryTOML(secDSN, sec.table, "queue_batches = 1", `timeout = "2s"
+create_table = true`))
+	}
+	ing := newDaemon(t, "--config", cfg(sec.via), "--role", "ingest", "--coverage-flush-interval", "50ms")
+	sec.proxy.Cut()
+	ing.start()
+	l := newLedger()
+	const n = 5000
+	produce(ctxTimeout(t, 30*time.Second), t, ing.socket, "rnpg", n, 100, client.Durable, l, 10*time.Second)
+	if got := l.ackedCount(); got != n {
+		t.Fatalf("%d of %d records acked", got, n)
+	}
+	rec := newDaemon(t, "--config", cfg(sec.dsn), "--role", "recovery", "--recovery-window-records", "200",
+		"--coverage-flush-interval", "50ms")
+	rec.startNoSocket()
+	waitPGRawAndSecondary(t, ing, sec.conn, raw, sec.table, l.snapshot(), 60*time.Second)
+	rec.waitScrape("backlog 0 on the recovery node", 30*time.Second, func(m map[string]float64) bool {
+		return m["weir_recovery_backlog"] == 0 && recovered(m) > 0
+	})
+	if got := recovered(ing.scrape()); got != 0 {
+		t.Errorf("the ingest node (role = ingest) recovered %.0f records", got)
+	}
+	if err := rec.stop(10 * time.Second); err != nil {
+		t.Errorf("recovery node stop: %v\n%s", err, tail(rec.log.String(), 4000))
 	}
 }
