@@ -198,7 +198,12 @@ type FanoutOptions struct {
 	Raw sink.Raw
 	// Reader is what recovery reads instead of Raw (a read-only view of
 	// another process's raw, for RoleRecovery); nil means Raw.
-	Reader      sink.RawReader
+	Reader sink.RawReader
+	// ExternalRaw says raw is written outside the fan-out, in this
+	// process: a source that is its own raw (its origin files are raw).
+	// Raw is then nil, Reader reads the origin, and the writer reports
+	// every durable batch with Appended; Commit refuses.
+	ExternalRaw bool
 	Secondaries []SecondaryConfig
 	// Store holds coverage; it must live with raw (the file OffsetStore in
 	// raw's directory, or a table in raw's database).
@@ -277,8 +282,11 @@ var _ sink.Sink = (*Fanout)(nil)
 // NewFanout validates the topology, loads coverage from the store and
 // starts the workers. It stops them when Close is called.
 func NewFanout(ctx context.Context, opts FanoutOptions) (*Fanout, error) {
-	if opts.Raw == nil && (opts.Role != RoleRecovery || opts.Reader == nil) {
+	if opts.Raw == nil && (opts.Role != RoleRecovery && !opts.ExternalRaw || opts.Reader == nil) {
 		return nil, errors.New("engine: fan-out: no primary raw")
+	}
+	if opts.ExternalRaw && opts.Raw != nil {
+		return nil, errors.New("engine: fan-out: ExternalRaw with a Raw sink: raw has one writer")
 	}
 	if opts.Raw != nil && !opts.Raw.Replayable() {
 		return nil, fmt.Errorf("engine: fan-out: %s cannot be primary raw: it is not replayable", opts.Raw.Name())
@@ -416,9 +424,27 @@ func (f *Fanout) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, e
 	if err != nil {
 		return res, err
 	}
-	n := res.Committed(len(b.Records))
+	f.appended(first, b.Records, res)
+	return res, nil
+}
+
+// Appended is Commit's second half for a raw written outside the fan-out
+// (FanoutOptions.ExternalRaw): recs are durable in raw at positions
+// [first, first+len(recs)), and are offered to every secondary's queue
+// without waiting. recs must not be modified afterwards.
+func (f *Fanout) Appended(first uint64, recs []sink.Record) {
+	if f.closed.Load() || len(recs) == 0 {
+		return
+	}
+	f.appended(first, recs, sink.CommitResult{})
+}
+
+// appended records raw's new end and offers the committed records of a
+// batch, numbered from first, to the secondaries.
+func (f *Fanout) appended(first uint64, records []sink.Record, res sink.CommitResult) {
+	n := res.Committed(len(records))
 	if n == 0 {
-		return res, nil
+		return
 	}
 	end := first + uint64(n)
 	for {
@@ -429,12 +455,12 @@ func (f *Fanout) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, e
 	}
 	f.store.NoteRawEnd(end)
 	if !f.opts.Role.live() || len(f.secs) == 0 {
-		return res, nil
+		return
 	}
 	recs := make([]sink.Positioned, 0, n)
 	var rejected []bool
 	if len(res.Rejected) > 0 {
-		rejected = make([]bool, len(b.Records))
+		rejected = make([]bool, len(records))
 		for _, r := range res.Rejected {
 			if r.Index >= 0 && r.Index < len(rejected) {
 				rejected[r.Index] = true
@@ -442,18 +468,17 @@ func (f *Fanout) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, e
 		}
 	}
 	pos := first
-	for i := range b.Records {
+	for i := range records {
 		if rejected != nil && rejected[i] {
 			continue
 		}
-		recs = append(recs, sink.Positioned{Pos: pos, Record: b.Records[i]})
+		recs = append(recs, sink.Positioned{Pos: pos, Record: records[i]})
 		pos++
 	}
 	lb := liveBatch{first: first, recs: recs}
 	for _, s := range f.secs {
 		s.offer(lb)
 	}
-	return res, nil
 }
 
 // offer enqueues without blocking, or drops and counts.

@@ -687,3 +687,58 @@ func TestFanoutBacklogCountsQueued(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// With ExternalRaw the fan-out never writes raw: the writer (a source
+// that is its own raw) reports each durable batch with Appended, which is
+// offered live; what was written before the fan-out started, or never
+// reported, is recovered from the reader.
+func TestFanoutExternalRaw(t *testing.T) {
+	ctx := context.Background()
+	rawDir := t.TempDir()
+	raw := openRaw(t, rawDir) // stands for the origin: written outside the fan-out
+	write := func(n int) (uint64, []sink.Record) {
+		b := mkBatch(n)
+		_, first, err := raw.CommitRaw(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return first, b.Records
+	}
+	write(300) // before the fan-out: recovered
+	mem := newMemSink("mem")
+	store := openStore(t, rawDir)
+	f, err := engine.NewFanout(ctx, engine.FanoutOptions{
+		Reader: raw, ExternalRaw: true, Store: store, FlushInterval: 20 * time.Millisecond,
+		Secondaries: []engine.SecondaryConfig{{Sink: mem}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Commit(ctx, mkBatch(1)); err == nil {
+		t.Fatal("Commit accepted with an external raw")
+	}
+	for i := 0; i < 40; i++ {
+		first, recs := write(50)
+		if i%10 != 3 { // a few batches are never reported: recovery finds them once reported ones pass them
+			f.Appended(first, recs)
+		}
+	}
+	st := waitCaughtUp(t, f, 20*time.Second)
+	if st.RawEnd != 300+40*50 {
+		t.Fatalf("raw end %d, want %d", st.RawEnd, 300+40*50)
+	}
+	for _, p := range rawIDs(t, raw) {
+		if !mem.has(p.Record.ID) {
+			t.Fatalf("position %d missing from the secondary", p.Pos)
+		}
+	}
+	if st.Sinks[0].Recovered == 0 || st.Sinks[0].LiveDelivered == 0 {
+		t.Fatalf("want both live and recovered deliveries: %+v", st.Sinks[0])
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.NewFanout(ctx, engine.FanoutOptions{Raw: raw, Reader: raw, ExternalRaw: true, Store: openStore(t, rawDir)}); err == nil {
+		t.Fatal("ExternalRaw with a Raw sink accepted")
+	}
+}
