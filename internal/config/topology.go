@@ -59,11 +59,16 @@ type SecondaryConfig struct {
 // SourceConfig is one [[source]]: a broker or file source the daemon runs,
 // writing through the write-ahead buffer (its gate).
 type SourceConfig struct {
-	Name  string            // name: its metrics label and cursor key
-	Type  string            // type: kafka|nats|file
-	Kafka KafkaSourceConfig // [source.kafka]
-	NATS  NATSSourceConfig  // [source.nats]
-	File  FileSourceConfig  // [source.file]
+	Name string // name: its metrics label and cursor key
+	Type string // type: kafka|nats|file
+	// OwnRaw: the source's replayable origin is the primary raw (own_raw,
+	// file sources only). RawDir holds its position index and the offset
+	// store (raw_dir; default <data_dir>/origin/<name>).
+	OwnRaw bool
+	RawDir string
+	Kafka  KafkaSourceConfig // [source.kafka]
+	NATS   NATSSourceConfig  // [source.nats]
+	File   FileSourceConfig  // [source.file]
 }
 
 // KafkaSourceConfig is [source.kafka]. Zero values take the kafkasrc
@@ -139,11 +144,13 @@ func (t *tomlDuration) UnmarshalText(b []byte) error {
 }
 
 type sourceTOML struct {
-	Name  *string    `toml:"name"`
-	Type  *string    `toml:"type"`
-	Kafka *kafkaTOML `toml:"kafka"`
-	NATS  *natsTOML  `toml:"nats"`
-	File  *fileTOML  `toml:"file"`
+	Name   *string    `toml:"name"`
+	Type   *string    `toml:"type"`
+	OwnRaw bool       `toml:"own_raw"`
+	RawDir string     `toml:"raw_dir"`
+	Kafka  *kafkaTOML `toml:"kafka"`
+	NATS   *natsTOML  `toml:"nats"`
+	File   *fileTOML  `toml:"file"`
 }
 
 type kafkaTOML struct {
@@ -535,9 +542,72 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 				MaxLineBytes: f.MaxLineBytes, RotateGrace: f.RotateGrace.d,
 			}
 		}
+		sc.OwnRaw, sc.RawDir = st.OwnRaw, st.RawDir
+		if sc.OwnRaw && sc.RawDir == "" && c.DataDir != "" && sc.Name != "" {
+			sc.RawDir = filepath.Join(c.DataDir, DefaultOriginDirName, sc.Name)
+		}
+		if st.RawDir != "" && !st.OwnRaw {
+			errs = append(errs, topoErr(path, where, "raw_dir", fmt.Sprintf("%q", st.RawDir), "is only used with own_raw = true"))
+		}
 		c.Sources = append(c.Sources, sc)
 	}
+	errs = append(errs, checkOwnRaw(ks, c, path)...)
 	return append(errs, checkRecoveryNode(ks, c, path)...)
+}
+
+// DefaultOriginDirName is the directory under data_dir that holds, per
+// source that is its own raw, its position index and offset store.
+const DefaultOriginDirName = "origin"
+
+// OwnRawSource returns the source that is its own primary raw, if any.
+func (c *Config) OwnRawSource() (SourceConfig, bool) {
+	for _, sc := range c.Sources {
+		if sc.OwnRaw {
+			return sc, true
+		}
+	}
+	return SourceConfig{}, false
+}
+
+// checkOwnRaw checks own_raw: only a replayable origin (a file source)
+// may be its own raw, and it is then the node's only primary raw — so the
+// only source, with no producers, feeding [[secondary]] sinks.
+func checkOwnRaw(ks []knob, c *Config, path string) []error {
+	var errs []error
+	own := 0
+	for i, sc := range c.Sources {
+		if !sc.OwnRaw {
+			continue
+		}
+		where := fmt.Sprintf("[[source]] #%d", i+1)
+		if sc.Name != "" {
+			where = fmt.Sprintf("[[source]] %q", sc.Name)
+		}
+		own++
+		if sc.Type != SourceFile {
+			errs = append(errs, topoErr(path, where, "own_raw", "true", fmt.Sprintf(
+				"is refused for a %s source: its origin is not replayable (the broker's retention and acknowledgements decide what can be read again), so it cannot be the system of record; leave own_raw unset and it writes through the write-ahead buffer into the [sink]", sc.Type)))
+		}
+		if own > 1 {
+			errs = append(errs, topoErr(path, where, "own_raw", "true", "is set on a second source: a node has exactly one primary raw"))
+		}
+	}
+	if own == 0 {
+		return errs
+	}
+	if len(c.Sources) > own {
+		errs = append(errs, topoErr(path, "[[source]]", "own_raw", "true",
+			"leaves no place for the other [[source]] tables: the source that is its own raw is the node's only primary raw, and other sources would need the [sink] as a second one (run them on another node)"))
+	}
+	if len(c.Secondaries) == 0 {
+		errs = append(errs, topoErr(path, "[[source]]", "own_raw", "true",
+			"needs [[secondary]] tables: a source that is its own raw only feeds secondaries, and there are none"))
+	}
+	if c.TCPListen != "" {
+		errs = append(errs, invalid(knobByKey(ks, "tcp_listen"), fmt.Sprintf("%q", c.TCPListen),
+			"must be empty when a source is its own raw: the node accepts no producers (they would need the [sink] as a second primary raw)"))
+	}
+	return errs
 }
 
 // RawSinkTypes are the sink types with a raw (position-numbered,

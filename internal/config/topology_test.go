@@ -129,6 +129,35 @@ dsn = "postgres://u@h/db"
 	}
 }
 
+// TestOwnRawConfig: a file source that is its own raw keeps its index and
+// offset store under data_dir/origin/<name> unless raw_dir says otherwise.
+func TestOwnRawConfig(t *testing.T) {
+	c, err, warns := loadTOML(t, `
+data_dir = "/srv/weir"
+[[source]]
+name = "app"
+type = "file"
+own_raw = true
+[source.file]
+glob = "/var/log/app/*.log"
+[[secondary]]
+name = "pg"
+type = "postgres"
+[secondary.postgres]
+dsn = "postgres://u@h/db"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 0 {
+		t.Errorf("warnings: %v", warns)
+	}
+	sc, ok := c.OwnRawSource()
+	if !ok || sc.Name != "app" || sc.RawDir != "/srv/weir/origin/app" {
+		t.Errorf("own raw source: %+v, %v", sc, ok)
+	}
+}
+
 func TestTopologyUnknownKeysWarn(t *testing.T) {
 	_, err, warns := loadTOML(t, `
 [[secondary]]
@@ -237,6 +266,74 @@ payload_type = "jsonb"
 [[secondary]]
 name = "a"
 type = "file"`, []string{`sink.postgres.payload_type = "jsonb": must be "bytea" when the [sink] is primary raw`}},
+		{"own raw not replayable", `
+[[source]]
+name = "k"
+type = "kafka"
+own_raw = true
+[source.kafka]
+brokers = ["b"]
+topics = ["t"]
+group = "g"
+[[secondary]]
+name = "a"
+type = "file"`, []string{`own_raw = true: is refused for a kafka source: its origin is not replayable`}},
+		{"own raw with another source", `
+[[source]]
+name = "f"
+type = "file"
+own_raw = true
+[source.file]
+glob = "/x/*"
+[[source]]
+name = "g"
+type = "file"
+[source.file]
+glob = "/y/*"
+[[secondary]]
+name = "a"
+type = "file"`, []string{`own_raw = true: leaves no place for the other [[source]] tables`}},
+		{"two own raws", `
+[[source]]
+name = "f"
+type = "file"
+own_raw = true
+[source.file]
+glob = "/x/*"
+[[source]]
+name = "g"
+type = "file"
+own_raw = true
+[source.file]
+glob = "/y/*"
+[[secondary]]
+name = "a"
+type = "file"`, []string{`[[source]] "g": own_raw = true: is set on a second source`}},
+		{"own raw without secondaries", `
+[[source]]
+name = "f"
+type = "file"
+own_raw = true
+[source.file]
+glob = "/x/*"`, []string{`own_raw = true: needs [[secondary]] tables`}},
+		{"own raw with tcp", `
+tcp_listen = "127.0.0.1:7000"
+[[source]]
+name = "f"
+type = "file"
+own_raw = true
+[source.file]
+glob = "/x/*"
+[[secondary]]
+name = "a"
+type = "file"`, []string{`tcp_listen = "127.0.0.1:7000": must be empty when a source is its own raw`}},
+		{"raw_dir without own_raw", `
+[[source]]
+name = "f"
+type = "file"
+raw_dir = "/r"
+[source.file]
+glob = "/x/*"`, []string{`raw_dir = "/r": is only used with own_raw = true`}},
 		{"primary raw not durable", `
 [sink]
 durable = false`, []string{`sink.durable = false: the [sink] is the pipeline's primary raw`}},
