@@ -124,11 +124,10 @@ func (s *Sink) recoverStage(p parsedName, done bool) error {
 			s.logger.Warn("dropped torn tail of stage left by a crash", "file", name, "offset", end, "dropped_bytes", fi.Size()-end)
 		}
 		if rows > 0 {
-			n, _, err := s.conv.convert(f, name, end, p.base)
-			if err != nil {
+			if _, err := s.conv.convert(f, name, end, p.base, rows); err != nil {
 				return fmt.Errorf("parquetsink: recover %s: %w", path, err)
 			}
-			s.logger.Info("stage left by a crash written as Parquet", "file", p.base+SuffixParquet, "rows", n)
+			s.logger.Info("stage left by a crash written as Parquet", "file", p.base+SuffixParquet, "rows", rows)
 		}
 	}
 	if err := s.fs.Remove(path); err != nil {

@@ -423,14 +423,11 @@ func (s *Sink) roll(why string) {
 
 // finish converts a frozen stage, then closes and removes it.
 func (s *Sink) finish(st *stage) error {
-	rows, n, err := s.conv.convert(st.f, st.base+SuffixStage, st.size, st.base)
+	n, err := s.conv.convert(st.f, st.base+SuffixStage, st.size, st.base, st.rows)
 	if err != nil {
 		return err
 	}
-	if rows != st.rows {
-		s.logger.Error("Parquet file row count differs from the stage's", "file", st.base+SuffixParquet, "rows", rows, "staged", st.rows)
-	}
-	s.logger.Debug("parquet file written", "file", st.base+SuffixParquet, "rows", rows, "bytes", n)
+	s.logger.Debug("parquet file written", "file", st.base+SuffixParquet, "rows", st.rows, "bytes", n)
 	s.drop(st)
 	return nil
 }
