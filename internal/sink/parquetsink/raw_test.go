@@ -482,6 +482,12 @@ func TestRawSyncFailure(t *testing.T) {
 			[]errorfs.Rule{{Op: errorfs.OpSync, Path: "*" + SuffixStage, Once: true}}, false},
 		{"directory sync after creating a stage", 0,
 			[]errorfs.Rule{{Op: errorfs.OpSyncDir, Once: true}}, false},
+		{"header write of a new stage", 0,
+			[]errorfs.Rule{{Op: errorfs.OpWrite, Path: "*" + SuffixStage, Once: true}}, false},
+		{"header write of a new stage, then its removal", 0, []errorfs.Rule{
+			{Op: errorfs.OpWrite, Path: "*" + SuffixStage, Once: true},
+			{Op: errorfs.OpRemove, Path: "*" + SuffixStage, Once: true},
+		}, true},
 		{"fdatasync, then the rescue's conversion", 5, []errorfs.Rule{
 			{Op: errorfs.OpSync, Path: "*" + SuffixStage, Once: true},
 			{Op: errorfs.OpSync, Path: "*" + SuffixTemp, Once: true},

@@ -48,10 +48,9 @@
 // own writer id and then settles what writers that are no longer running
 // left behind — those whose lock it can take; several writers may share a
 // directory and never touch each other's files: .parquet.tmp files are
-// removed; a stage
-// is encoded into its Parquet file (a torn last frame is dropped; a bad
-// frame followed by a valid one is corruption and New refuses to start,
-// naming the file and offset) and removed.
+// removed; a stage is encoded into its Parquet file (a torn last frame is
+// dropped; a bad frame followed by a valid one is corruption and New
+// refuses to start, naming the file and offset) and removed.
 //
 // # Raw mode
 //
@@ -500,6 +499,7 @@ func (s *Sink) create(now time.Time) error {
 		_ = f.Close()
 		if rerr := s.fs.Remove(filepath.Join(s.dir, base+SuffixStage)); rerr != nil {
 			s.logger.Warn("could not remove stage after a failed write", "file", base+SuffixStage, "err", rerr)
+			s.stopRaw(rerr) // raw mode would create it again under the same name
 		}
 		return fmt.Errorf("parquetsink: write %s: %w", base+SuffixStage, err)
 	}
