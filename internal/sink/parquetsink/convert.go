@@ -54,27 +54,28 @@ type converter struct {
 }
 
 // convert writes the first size bytes of the stage file r (which must be
-// valid frames) as base.parquet: into base.parquet.tmp first, which is
-// closed with its footer, fdatasynced, renamed into place, and followed by
-// a directory fsync. On any error the temporary file is closed unsynced and
-// removed, and nothing becomes visible. It returns rows and bytes written.
-func (c *converter) convert(r io.ReaderAt, stageName string, size int64, base string) (rows int64, bytes int64, err error) {
+// valid frames, want rows in all) as base.parquet: into base.parquet.tmp
+// first, which is closed with its footer, fdatasynced, renamed into place,
+// and followed by a directory fsync. On any error, including reading back
+// other than want rows, the temporary file is closed unsynced and removed,
+// and nothing becomes visible. It returns bytes written.
+func (c *converter) convert(r io.ReaderAt, stageName string, size int64, base string, want int64) (bytes int64, err error) {
 	tmp := filepath.Join(c.dir, base+SuffixTemp)
 	final := filepath.Join(c.dir, base+SuffixParquet)
 	if _, serr := c.fs.Stat(tmp); serr == nil {
 		// Left by an earlier attempt of this writer: never reused.
 		if rerr := c.fs.Remove(tmp); rerr != nil {
-			return 0, 0, fmt.Errorf("parquetsink: remove stale %s: %w", tmp, rerr)
+			return 0, fmt.Errorf("parquetsink: remove stale %s: %w", tmp, rerr)
 		}
 	}
 	f, err := c.fs.Create(tmp, filePerm)
 	if err != nil {
-		return 0, 0, fmt.Errorf("parquetsink: create %s: %w", tmp, err)
+		return 0, fmt.Errorf("parquetsink: create %s: %w", tmp, err)
 	}
-	fail := func(err error) (int64, int64, error) {
+	fail := func(err error) (int64, error) {
 		_ = f.Close() // never synced after a failure
 		_ = c.fs.Remove(tmp)
-		return 0, 0, err
+		return 0, err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
 	cw := &countingWriter{w: bw}
@@ -84,7 +85,7 @@ func (c *converter) convert(r io.ReaderAt, stageName string, size int64, base st
 		parquet.CreatedBy("weir", "parquetsink", ""),
 		parquet.WriteBufferSize(0),
 	)
-	var buffered int64
+	var buffered, rows int64
 	_, err = scanStage(io.NewSectionReader(r, 0, size), stageName, size, false, func(fr frame, _ int64) error {
 		if _, err := w.Write(fr.rows); err != nil {
 			return fmt.Errorf("parquetsink: encode %s: %w", tmp, err)
@@ -104,6 +105,11 @@ func (c *converter) convert(r io.ReaderAt, stageName string, size int64, base st
 	if err != nil {
 		return fail(err)
 	}
+	if rows != want {
+		// A committed frame did not read back: never replace the stage
+		// with a file that lacks some of its rows.
+		return fail(fmt.Errorf("parquetsink: %s: read back %d rows, %d committed", stageName, rows, want))
+	}
 	if err := w.Close(); err != nil {
 		return fail(fmt.Errorf("parquetsink: write %s: %w", tmp, err))
 	}
@@ -115,17 +121,17 @@ func (c *converter) convert(r io.ReaderAt, stageName string, size int64, base st
 	}
 	if err := f.Close(); err != nil {
 		_ = c.fs.Remove(tmp)
-		return 0, 0, fmt.Errorf("parquetsink: close %s: %w", tmp, err)
+		return 0, fmt.Errorf("parquetsink: close %s: %w", tmp, err)
 	}
 	if err := c.fs.Rename(tmp, final); err != nil {
 		_ = c.fs.Remove(tmp)
-		return 0, 0, fmt.Errorf("parquetsink: rename %s: %w", tmp, err)
+		return 0, fmt.Errorf("parquetsink: rename %s: %w", tmp, err)
 	}
 	if err := c.fs.SyncDir(c.dir); err != nil {
 		// The file is complete but its name may not be durable. The
 		// stage still holds the same rows and is kept (frozen) by the
 		// caller, so the next attempt, or recovery, settles it.
-		return 0, 0, fmt.Errorf("parquetsink: sync directory after renaming %s: %w", final, err)
+		return 0, fmt.Errorf("parquetsink: sync directory after renaming %s: %w", final, err)
 	}
-	return rows, cw.n, nil
+	return cw.n, nil
 }

@@ -101,3 +101,47 @@ func isWriterID(s string) bool {
 	}
 	return true
 }
+
+// Raw-mode file names: raw-<first position, 20 digits><suffix>, with the
+// same suffixes. One lock file, raw.lock, guards the whole directory.
+const (
+	rawPrefix   = "raw-"
+	rawDigits   = 20
+	rawLockName = "raw.lock"
+)
+
+func rawBase(first uint64) string { return fmt.Sprintf("%s%0*d", rawPrefix, rawDigits, first) }
+
+// parseRawName splits raw-<first><suffix>; ok is false for any other name.
+func parseRawName(name string) (first uint64, suffix string, ok bool) {
+	for _, suf := range []string{SuffixTemp, SuffixParquet, SuffixStage} {
+		if strings.HasSuffix(name, suf) {
+			suffix = suf
+			break
+		}
+	}
+	if suffix == "" || !strings.HasPrefix(name, rawPrefix) {
+		return 0, "", false
+	}
+	mid := strings.TrimSuffix(strings.TrimPrefix(name, rawPrefix), suffix)
+	if len(mid) != rawDigits {
+		return 0, "", false
+	}
+	n, err := strconv.ParseUint(mid, 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	return n, suffix, true
+}
+
+// parseAnyName splits a file name of this sink, raw mode or not, into its
+// base and suffix.
+func parseAnyName(name string) (base, suffix string, ok bool) {
+	if p, ok := parseName(name); ok {
+		return p.base, p.suffix, true
+	}
+	if _, suffix, ok := parseRawName(name); ok {
+		return strings.TrimSuffix(name, suffix), suffix, true
+	}
+	return "", "", false
+}

@@ -18,10 +18,12 @@ import (
 )
 
 // Position is a place in the sink's output: a row of a file. Files are named
-// by their base (weir-<nanos>-<seq>-<writer>, no suffix), which stays the
-// same while a stage becomes a Parquet file, and rows count from 0 in the
-// order they were committed, so a position stays valid across the change.
-// The zero Position is before everything.
+// by their base (weir-<nanos>-<seq>-<writer>, or raw-<first position> in raw
+// mode; no suffix), which stays the same while a stage becomes a Parquet
+// file, and rows count from 0 in the order they were committed, so a
+// position stays valid across the change. The zero Position is before
+// everything. (In raw mode the sink's own uint64 positions are the file's
+// first position plus the row.)
 type Position struct {
 	File string
 	Row  int64
@@ -50,8 +52,8 @@ type Record struct {
 
 // ReadDir returns every committed record in dir, in position order:
 // finished Parquet files and the stages not yet written as Parquet (up to
-// their last complete frame). Duplicates are returned as stored; deduplicate
-// on ID.
+// their last complete frame), raw-mode files included (they sort first).
+// Duplicates are returned as stored; deduplicate on ID.
 func ReadDir(fs vfs.FS, dir string) ([]Record, error) {
 	var out []Record
 	for r, err := range Records(fs, dir, Position{}) {
@@ -74,16 +76,16 @@ func Records(fs vfs.FS, dir string, from Position) iter.Seq2[Record, error] {
 		}
 		kinds := map[string]string{} // base -> suffix to read
 		for _, name := range names {
-			p, ok := parseName(name)
-			if !ok || p.base < from.File {
+			base, suffix, ok := parseAnyName(name)
+			if !ok || base < from.File {
 				continue
 			}
-			switch p.suffix {
+			switch suffix {
 			case SuffixParquet:
-				kinds[p.base] = SuffixParquet
+				kinds[base] = SuffixParquet
 			case SuffixStage:
-				if kinds[p.base] == "" {
-					kinds[p.base] = SuffixStage
+				if kinds[base] == "" {
+					kinds[base] = SuffixStage
 				}
 			}
 		}
@@ -185,23 +187,11 @@ func readStage(fs vfs.FS, dir, base string, start int64, yield func(Record, erro
 // readParquet yields the rows of a Parquet file from row start.
 func readParquet(fs vfs.FS, dir, base string, start int64, yield func(Record, error) bool) (more bool, err error) {
 	path := filepath.Join(dir, base+SuffixParquet)
-	f, err := fs.Open(path)
+	f, rd, err := openParquet(fs, path)
 	if err != nil {
-		return false, fmt.Errorf("parquetsink: read %s: %w", path, err)
+		return false, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return false, fmt.Errorf("parquetsink: read %s: %w", path, err)
-	}
-	pf, err := parquet.OpenFile(f, fi.Size())
-	if err != nil {
-		return false, fmt.Errorf("parquetsink: read %s: %w", path, err)
-	}
-	rd, err := newReader(pf)
-	if err != nil {
-		return false, fmt.Errorf("parquetsink: read %s: %w", path, err)
-	}
 	defer rd.Close()
 	n := rd.NumRows()
 	if start >= n {

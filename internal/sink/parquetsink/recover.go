@@ -82,7 +82,7 @@ func (s *Sink) recoverWriter(w string, files []parsedName, finished map[string]b
 			s.logger.Info("removed incomplete Parquet file left by a crash", "file", p.base+p.suffix)
 			changed = true
 		case SuffixStage:
-			if err := s.recoverStage(p, finished[p.base]); err != nil {
+			if err := s.recoverStage(p.base, finished[p.base]); err != nil {
 				return err
 			}
 			changed = true
@@ -99,8 +99,8 @@ func (s *Sink) recoverWriter(w string, files []parsedName, finished map[string]b
 // recoverStage writes a stage left by a crash as Parquet (unless its
 // Parquet file is already complete: a crash between rename and removal)
 // and removes it.
-func (s *Sink) recoverStage(p parsedName, done bool) error {
-	name := p.base + SuffixStage
+func (s *Sink) recoverStage(base string, done bool) error {
+	name := base + SuffixStage
 	path := filepath.Join(s.dir, name)
 	if !done {
 		f, err := s.fs.Open(path)
@@ -124,11 +124,10 @@ func (s *Sink) recoverStage(p parsedName, done bool) error {
 			s.logger.Warn("dropped torn tail of stage left by a crash", "file", name, "offset", end, "dropped_bytes", fi.Size()-end)
 		}
 		if rows > 0 {
-			n, _, err := s.conv.convert(f, name, end, p.base)
-			if err != nil {
+			if _, err := s.conv.convert(f, name, end, base, rows); err != nil {
 				return fmt.Errorf("parquetsink: recover %s: %w", path, err)
 			}
-			s.logger.Info("stage left by a crash written as Parquet", "file", p.base+SuffixParquet, "rows", n)
+			s.logger.Info("stage left by a crash written as Parquet", "file", base+SuffixParquet, "rows", rows)
 		}
 	}
 	if err := s.fs.Remove(path); err != nil {

@@ -44,13 +44,58 @@
 //
 // # Recovery
 //
-// New takes a lock file (weir-<writer id>.lock) for its own writer id and
-// then settles what writers that are no longer running left behind —
-// those whose lock it can take; several writers may share a directory and
-// never touch each other's files: .parquet.tmp files are removed; a stage
-// is encoded into its Parquet file (a torn last frame is dropped; a bad
-// frame followed by a valid one is corruption and New refuses to start,
-// naming the file and offset) and removed.
+// Outside raw mode, New takes a lock file (weir-<writer id>.lock) for its
+// own writer id and then settles what writers that are no longer running
+// left behind — those whose lock it can take; several writers may share a
+// directory and never touch each other's files: .parquet.tmp files are
+// removed; a stage is encoded into its Parquet file (a torn last frame is
+// dropped; a bad frame followed by a valid one is corruption and New
+// refuses to start, naming the file and offset) and removed.
+//
+// # Raw mode
+//
+// With Options.Positions the sink is a primary-raw sink (sink.Raw): it
+// numbers every record it commits, in one total order, and reads records
+// back by that number. A raw-mode directory has exactly one writer: New
+// takes raw.lock (never removed) and refuses with ErrRawBusy while another
+// writer holds it. Files are named raw-<first position, 20 digits> plus
+// the usual suffixes, so names sort by position, and the row k of a file
+// (from 0) is at the file's first position plus k. A new stage starts at
+// the end: one past the last acknowledged position, which is the previous
+// file's first position plus its rows.
+//
+// New settles every stage into Parquet as above and takes the end from the
+// last file's row count (a torn last frame was never acknowledged and is
+// dropped). A crash may leave frames that were written but never
+// acknowledged; they survive as positions like any other, which is fine:
+// nobody saw them.
+//
+// After a failed write or fdatasync the abandoned stage is rescued as
+// usual: its Parquet file holds exactly the acknowledged rows (conversion
+// checks the count), so the next stage can start at the acknowledged end
+// and the failed batch's positions go to its retry. If the rescue cannot be
+// finished in place (the conversion fails, or an abandoned stage without
+// rows cannot be removed), the sink stops instead: every Commit fails
+// transient and Health is Down until the sink is reopened and recovery
+// settles the stage. A stage whose conversion fails after an ordinary roll
+// holds only acknowledged rows and stays pending, readable, as outside raw
+// mode.
+//
+// ReadFrom finds the file holding a position by name, reads a stage by
+// scanning its frames (resuming where the previous read stopped) and a
+// Parquet file through parquet-go's row seeking, keeping the last one open
+// at its next row so that consecutive reads decode nothing twice. Rows at
+// or past the next file's first position, and positions between a file's
+// last row and the next file, hold nothing and are skipped (this writer
+// leaves neither, but readers do not rely on it); a listing that shows
+// such a gap, or a stage that was turned into Parquet under the read, is
+// taken again before believing it. Positions below the oldest file are
+// gone (sink.ErrPositionGone). OpenRawReader reads a directory another
+// process writes, without writing or locking anything.
+//
+// An identical batch committed again into the current stage is answered
+// with the positions it was given the first time: its records are durable
+// there already.
 //
 // # Duplicates
 //
@@ -69,6 +114,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parquet-go/parquet-go/compress/zstd"
@@ -132,6 +178,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Positions turns on raw mode (see the package documentation): every
+	// committed record gets a position and the sink implements sink.Raw.
+	// A raw-mode directory has exactly one writer.
+	Positions bool
 }
 
 // Sink writes records to Parquet files. It implements sink.Sink.
@@ -153,6 +203,12 @@ type Sink struct {
 	lastNs  int64
 	closed  bool
 	rollErr error // last failed conversion, while pending is not empty
+	// broken (raw mode) stops every commit until the sink is reopened:
+	// an abandoned stage could not be settled in place.
+	broken error
+
+	raw *rawDir       // raw mode: reads by position
+	end atomic.Uint64 // raw mode: one past the last acknowledged position
 
 	healthM sync.Mutex
 	health  sink.Health
@@ -165,12 +221,22 @@ type stage struct {
 	size    int64 // bytes committed (synced)
 	rows    int64
 	created time.Time
-	// tokens holds the batches committed into this stage, with the
-	// rejections they were answered with.
-	tokens map[sink.DedupToken][]sink.Rejection
+	// tokens holds the batches committed into this stage, with what they
+	// were answered with.
+	tokens map[sink.DedupToken]answer
 }
 
-var _ sink.Sink = (*Sink)(nil)
+// answer is what a committed batch was answered with: its rejections and,
+// in raw mode, the position of its first committed record.
+type answer struct {
+	rejected []sink.Rejection
+	first    uint64
+}
+
+var (
+	_ sink.Sink = (*Sink)(nil)
+	_ sink.Raw  = (*Sink)(nil)
+)
 
 // New opens a Parquet sink on opts.Dir, settling whatever a crashed writer
 // left behind.
@@ -222,6 +288,9 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	if err := s.fs.MkdirAll(dir, dirPerm); err != nil {
 		return nil, fmt.Errorf("parquetsink: create %s: %w", dir, err)
 	}
+	if opts.Positions {
+		return s.openRaw(ctx)
+	}
 	if err := s.takeWriterID(); err != nil {
 		return nil, err
 	}
@@ -257,7 +326,12 @@ func (s *Sink) releaseLock() error {
 	if s.lock == nil {
 		return nil
 	}
-	_ = s.fs.Remove(filepath.Join(s.dir, lockName(s.writer)))
+	if !s.opts.Positions {
+		// A writer id's lock file is never used again. The raw-mode
+		// lock file stays: removing a lock file another process may have
+		// opened would let two processes lock two different files.
+		_ = s.fs.Remove(filepath.Join(s.dir, lockName(s.writer)))
+	}
 	err := s.lock.Close()
 	s.lock = nil
 	return err
@@ -269,7 +343,8 @@ func (s *Sink) Name() string { return "parquet" }
 // MaxBatchSize implements sink.Sink.
 func (s *Sink) MaxBatchSize() int { return s.opts.MaxBatchSize }
 
-// WriterID is the id this sink puts in its file names.
+// WriterID is the id this sink puts in its file names; empty in raw mode,
+// whose names carry positions instead.
 func (s *Sink) WriterID() string { return s.writer }
 
 // Health implements sink.Sink: Degraded, with the reason, from a failure
@@ -291,40 +366,58 @@ func (s *Sink) setHealth(h sink.Health) {
 // error, none may be assumed committed. All I/O errors are transient:
 // nothing about a batch makes it unwritable.
 func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, error) {
+	res, _, err := s.commitLocked(ctx, b)
+	return res, err
+}
+
+// commitLocked is Commit, also returning (in raw mode) the position of the
+// batch's first committed record.
+func (s *Sink) commitLocked(ctx context.Context, b sink.Batch) (sink.CommitResult, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return sink.CommitResult{}, sink.Permanent(ErrClosed)
+		return sink.CommitResult{}, 0, sink.Permanent(ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return sink.CommitResult{}, sink.Transient(fmt.Errorf("parquetsink: commit: %w", err))
+		return sink.CommitResult{}, 0, sink.Transient(fmt.Errorf("parquetsink: commit: %w", err))
+	}
+	if s.broken != nil {
+		return sink.CommitResult{}, 0, sink.Transient(s.broken)
 	}
 	s.settle()
-	res, err := s.commit(b)
+	res, first, err := s.commit(b)
 	if err != nil {
-		s.setHealth(sink.Health{State: sink.Degraded, Reason: err.Error()})
-		return sink.CommitResult{}, sink.Transient(err)
+		if s.broken != nil {
+			s.setHealth(sink.Health{State: sink.Down, Reason: s.broken.Error()})
+		} else {
+			s.setHealth(sink.Health{State: sink.Degraded, Reason: err.Error()})
+		}
+		return sink.CommitResult{}, 0, sink.Transient(err)
 	}
 	if len(s.pending) > 0 {
 		s.setHealth(sink.Health{State: sink.Degraded, Reason: s.rollErr.Error()})
 	} else {
 		s.setHealth(sink.Health{State: sink.Healthy})
 	}
-	return res, nil
+	return res, first, nil
 }
 
-func (s *Sink) commit(b sink.Batch) (sink.CommitResult, error) {
+func (s *Sink) commit(b sink.Batch) (sink.CommitResult, uint64, error) {
 	now := s.now()
 	if s.cur != nil && now.Sub(s.cur.created) >= s.opts.MaxAge {
 		s.roll("age")
 	}
+	// In raw mode the current stage (if any) ends at end: it holds every
+	// position from its first up to end, and the batch goes right after.
+	first := s.end.Load()
 	if len(b.Records) == 0 {
-		return sink.CommitResult{}, nil
+		return sink.CommitResult{}, first, nil
 	}
 	if s.cur != nil {
-		if rej, ok := s.cur.tokens[b.Token]; ok {
-			// The same batch is already durable in this stage.
-			return sink.CommitResult{Rejected: rej}, nil
+		if a, ok := s.cur.tokens[b.Token]; ok {
+			// The same batch is already durable in this stage, at the
+			// positions it was given then.
+			return sink.CommitResult{Rejected: a.rejected}, a.first, nil
 		}
 	}
 	var res sink.CommitResult
@@ -340,7 +433,7 @@ func (s *Sink) commit(b sink.Batch) (sink.CommitResult, error) {
 		}
 	}
 	if len(skip) == len(b.Records) {
-		return res, nil
+		return res, first, nil
 	}
 	s.buf = appendFrame(s.buf[:0], now, b.Token, b.Records, skip)
 	if s.cur != nil && s.cur.size > stageHeaderLen && s.cur.size+int64(len(s.buf)) > s.opts.MaxBytes {
@@ -349,55 +442,68 @@ func (s *Sink) commit(b sink.Batch) (sink.CommitResult, error) {
 	created := false
 	if s.cur == nil {
 		if err := s.create(now); err != nil {
-			return sink.CommitResult{}, err
+			return sink.CommitResult{}, 0, err
 		}
 		created = true
 	}
 	cur := s.cur
 	if _, err := cur.f.Write(s.buf); err != nil {
 		s.abandon(err)
-		return sink.CommitResult{}, fmt.Errorf("parquetsink: write %s: %w", cur.base+SuffixStage, err)
+		return sink.CommitResult{}, 0, fmt.Errorf("parquetsink: write %s: %w", cur.base+SuffixStage, err)
 	}
 	if err := cur.f.Sync(); err != nil {
 		s.abandon(err)
-		return sink.CommitResult{}, fmt.Errorf("parquetsink: fdatasync %s: %w", cur.base+SuffixStage, err)
+		return sink.CommitResult{}, 0, fmt.Errorf("parquetsink: fdatasync %s: %w", cur.base+SuffixStage, err)
 	}
 	if created {
 		if err := s.fs.SyncDir(s.dir); err != nil {
 			// The data is synced but the name may not be: the batch is
 			// not durable. Start over in a new stage.
 			s.abandon(err)
-			return sink.CommitResult{}, fmt.Errorf("parquetsink: sync directory after creating %s: %w", cur.base+SuffixStage, err)
+			return sink.CommitResult{}, 0, fmt.Errorf("parquetsink: sync directory after creating %s: %w", cur.base+SuffixStage, err)
 		}
 	}
+	n := len(b.Records) - len(skip)
 	cur.size += int64(len(s.buf))
-	cur.rows += int64(len(b.Records) - len(skip))
-	cur.tokens[b.Token] = res.Rejected
+	cur.rows += int64(n)
+	cur.tokens[b.Token] = answer{rejected: res.Rejected, first: first}
+	if s.opts.Positions {
+		s.end.Add(uint64(n))
+	}
 	if cur.size >= s.opts.MaxBytes {
 		s.roll("size")
 	}
-	return res, nil
+	return res, first, nil
 }
 
 // create starts a new stage as the current one. Its header is synced with
 // the first frame, and its directory entry by the commit that creates it.
 func (s *Sink) create(now time.Time) error {
+	if s.broken != nil {
+		return s.broken
+	}
 	ns := max(now.UnixNano(), s.lastNs) // names sort in creation order, whatever the clock does
 	base := baseName(ns, s.seq, s.writer)
+	if s.opts.Positions {
+		base = rawBase(s.end.Load())
+	}
 	f, err := s.fs.Create(filepath.Join(s.dir, base+SuffixStage), filePerm)
 	if err != nil {
 		return fmt.Errorf("parquetsink: create stage: %w", err)
 	}
-	s.lastNs = ns
-	s.seq = (s.seq + 1) % maxSeq
+	if !s.opts.Positions {
+		s.lastNs = ns
+		s.seq = (s.seq + 1) % maxSeq
+	}
 	if _, err := f.Write([]byte(stageMagic)); err != nil {
 		_ = f.Close()
 		if rerr := s.fs.Remove(filepath.Join(s.dir, base+SuffixStage)); rerr != nil {
 			s.logger.Warn("could not remove stage after a failed write", "file", base+SuffixStage, "err", rerr)
+			s.stopRaw(rerr) // raw mode would create it again under the same name
 		}
 		return fmt.Errorf("parquetsink: write %s: %w", base+SuffixStage, err)
 	}
-	s.cur = &stage{f: f, base: base, size: stageHeaderLen, created: now, tokens: map[sink.DedupToken][]sink.Rejection{}}
+	s.cur = &stage{f: f, base: base, size: stageHeaderLen, created: now, tokens: map[sink.DedupToken]answer{}}
 	s.logger.Debug("stage started", "file", base+SuffixStage)
 	return nil
 }
@@ -409,7 +515,9 @@ func (s *Sink) roll(why string) {
 	st := s.cur
 	s.cur = nil
 	if st.rows == 0 {
-		s.drop(st)
+		if err := s.drop(st); err != nil {
+			s.stopRaw(err)
+		}
 		return
 	}
 	if err := s.finish(st); err != nil {
@@ -423,30 +531,29 @@ func (s *Sink) roll(why string) {
 
 // finish converts a frozen stage, then closes and removes it.
 func (s *Sink) finish(st *stage) error {
-	rows, n, err := s.conv.convert(st.f, st.base+SuffixStage, st.size, st.base)
+	n, err := s.conv.convert(st.f, st.base+SuffixStage, st.size, st.base, st.rows)
 	if err != nil {
 		return err
 	}
-	if rows != st.rows {
-		s.logger.Error("Parquet file row count differs from the stage's", "file", st.base+SuffixParquet, "rows", rows, "staged", st.rows)
-	}
-	s.logger.Debug("parquet file written", "file", st.base+SuffixParquet, "rows", rows, "bytes", n)
-	s.drop(st)
+	s.logger.Debug("parquet file written", "file", st.base+SuffixParquet, "rows", st.rows, "bytes", n)
+	_ = s.drop(st) // the Parquet file is complete: a stage left behind is harmless
 	return nil
 }
 
 // drop closes a stage whose records are all in its Parquet file (or that
 // has none) and removes it. A stage left behind by a failure here is
-// removed by recovery, which sees the Parquet file.
-func (s *Sink) drop(st *stage) {
+// removed by recovery, which sees the Parquet file (or no rows). The error
+// is the failed removal's.
+func (s *Sink) drop(st *stage) error {
 	_ = st.f.Close()
 	if err := s.fs.Remove(filepath.Join(s.dir, st.base+SuffixStage)); err != nil {
 		s.logger.Warn("could not remove finished stage", "file", st.base+SuffixStage, "err", err)
-		return
+		return fmt.Errorf("parquetsink: remove %s: %w", st.base+SuffixStage, err)
 	}
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		s.logger.Warn("could not sync directory after removing stage", "file", st.base+SuffixStage, "err", err)
 	}
+	return nil
 }
 
 // settle retries the conversion of pending stages.
@@ -477,10 +584,19 @@ func (s *Sink) abandon(cause error) {
 	s.logger.Error("stage abandoned after an I/O error; the batch will be retried into a new stage",
 		"file", st.base+SuffixStage, "committed_rows", st.rows, "err", cause)
 	if st.rows == 0 {
-		s.drop(st)
+		if err := s.drop(st); err != nil {
+			s.stopRaw(err)
+		}
 		return
 	}
 	if err := s.finish(st); err != nil {
+		if s.opts.Positions {
+			// Its Parquet file must hold exactly the acknowledged rows
+			// before a new stage may start at the end position.
+			_ = st.f.Close()
+			s.stopRaw(fmt.Errorf("parquetsink: committed records of abandoned %s not written as Parquet: %w", st.base+SuffixStage, err))
+			return
+		}
 		s.rollErr = fmt.Errorf("parquetsink: committed records of abandoned %s not yet in Parquet: %w", st.base+SuffixStage, err)
 		s.pending = append(s.pending, st)
 		s.logger.Error("could not rescue committed records of abandoned stage; retrying at the next commit", "file", st.base+SuffixStage, "err", err)
@@ -509,5 +625,8 @@ func (s *Sink) Close() error {
 		err = errors.Join(err, fmt.Errorf("parquetsink: %s left for recovery: %w", st.base+SuffixStage, s.rollErr))
 	}
 	s.pending = nil
+	if s.raw != nil {
+		err = errors.Join(err, s.raw.close())
+	}
 	return errors.Join(err, s.releaseLock())
 }

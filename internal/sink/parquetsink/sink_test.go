@@ -515,3 +515,23 @@ func TestBadOptions(t *testing.T) {
 		t.Fatal("bad compression accepted")
 	}
 }
+
+// TestConvertRefusesShortReadBack: a stage that reads back fewer rows than
+// were committed (a frame damaged after its commit) is never replaced by a
+// Parquet file lacking them.
+func TestConvertRefusesShortReadBack(t *testing.T) {
+	dir := t.TempDir()
+	data := append([]byte(stageMagic), appendFrame(nil, t0, sink.DedupToken{}, mkRecords("short", 4), nil)...)
+	c := converter{fs: vfs.OS, dir: dir}
+	base := baseName(1, 0, "0123abcd")
+	if _, err := c.convert(bytes.NewReader(data), base+SuffixStage, int64(len(data)), base, 5); err == nil {
+		t.Fatal("conversion of 4 rows accepted when 5 were committed")
+	}
+	if n := names(t, dir, ""); len(n) != 0 {
+		t.Fatalf("files left visible: %v", n)
+	}
+	if _, err := c.convert(bytes.NewReader(data), base+SuffixStage, int64(len(data)), base, 4); err != nil {
+		t.Fatal(err)
+	}
+	checkAll(t, dir, mkRecords("short", 4))
+}
