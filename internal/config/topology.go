@@ -429,7 +429,11 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 				for _, other := range []struct{ what, dir string }{
 					{"wab_dir", c.WABDir},
 					{"sink.file.dir (primary raw)", c.Sink.File.Dir},
+					{"sink.parquet.dir (primary raw)", c.Sink.Parquet.Dir},
 				} {
+					if other.what == "sink.parquet.dir (primary raw)" && c.Sink.Type != "parquet" {
+						continue
+					}
 					if *dir == other.dir {
 						errs = append(errs, topoErr(path, where, key, fmt.Sprintf("%q", *dir), "must differ from "+other.what))
 					}
@@ -612,7 +616,7 @@ func checkOwnRaw(ks []knob, c *Config, path string) []error {
 
 // RawSinkTypes are the sink types with a raw (position-numbered,
 // replayable) mode: the only ones that may be primary raw.
-var RawSinkTypes = []string{"file", "postgres"}
+var RawSinkTypes = []string{"file", "parquet", "postgres"}
 
 // checkPrimaryRaw checks the [sink] when it is primary raw — when
 // [[secondary]] sinks are configured, or on a recovery node: it must be

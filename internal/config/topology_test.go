@@ -256,7 +256,7 @@ type = "mysql"
 dsn = "x"
 [[secondary]]
 name = "a"
-type = "file"`, []string{`sink.type = "mysql": must be one of ["file" "postgres"] when [[secondary]] sinks are configured`}},
+type = "file"`, []string{`sink.type = "mysql": must be one of ["file" "parquet" "postgres"] when [[secondary]] sinks are configured`}},
 		{"postgres raw as jsonb", `
 [sink]
 type = "postgres"

@@ -187,7 +187,7 @@ func openSink(ctx context.Context, sc config.SinkConfig, fs vfs.FS, log *slog.Lo
 		pc := sc.Parquet
 		s, err := parquetsink.New(ctx, parquetsink.Options{
 			FS: fs, Dir: pc.Dir, MaxBytes: pc.MaxBytes, MaxAge: pc.MaxAge, MaxBatchSize: pc.BatchRecords,
-			MaxPayloadBytes: int(pc.MaxPayloadBytes), Compression: pc.Compression,
+			MaxPayloadBytes: int(pc.MaxPayloadBytes), Compression: pc.Compression, Positions: raw,
 			Logger: log,
 		})
 		if err != nil {

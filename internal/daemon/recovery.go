@@ -10,6 +10,7 @@ import (
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/sink/parquetsink"
 	"github.com/weir-io/weir/internal/sink/pgsink"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
@@ -17,7 +18,7 @@ import (
 
 // runRecoveryNode runs a recovery-only node (role = "recovery"): it reads
 // the primary raw another process (the ingest node) writes — sink.file.dir
-// read-only, or a Postgres raw table — and replays into each [[secondary]] what the
+// or sink.parquet.dir read-only, or a Postgres raw table — and replays into each [[secondary]] what the
 // offset store says it lacks. It has no write-ahead buffer, listener,
 // source or drain, so it locks nothing of its own in data_dir and runs
 // beside the ingest node on the same raw directory; the offset store there
@@ -104,6 +105,17 @@ func openRawReader(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog
 			return nil, nil, nil, fmt.Errorf("recovery node: open offset store: %w", err)
 		}
 		return reader, store, func() error { return nil }, nil
+	case "parquet":
+		dir := cfg.Sink.Parquet.Dir
+		reader, err := parquetsink.OpenRawReader(fs, dir)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("recovery node: open primary raw read-only (sink.parquet.dir): %w", err)
+		}
+		store, err := engine.OpenOffsetStore(ctx, fs, dir)
+		if err != nil {
+			return nil, nil, nil, errors.Join(fmt.Errorf("recovery node: open offset store: %w", err), reader.Close())
+		}
+		return reader, store, reader.Close, nil
 	case "postgres":
 		s, err := openSink(ctx, cfg.Sink, fs, log, true)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/quarantine"
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/sink/parquetsink"
 	"github.com/weir-io/weir/internal/sink/pgsink"
 	"github.com/weir-io/weir/internal/source/filesrc"
 	"github.com/weir-io/weir/internal/source/kafkasrc"
@@ -154,6 +155,9 @@ func openRaw(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logge
 	case *filesink.Sink:
 		raw = r
 		st, err = engine.OpenOffsetStore(ctx, fs, cfg.Sink.File.Dir)
+	case *parquetsink.Sink:
+		raw = r
+		st, err = engine.OpenOffsetStore(ctx, fs, cfg.Sink.Parquet.Dir)
 	case *pgsink.Sink:
 		raw = r
 		st, err = r.OffsetStore(ctx)
