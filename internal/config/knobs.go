@@ -616,7 +616,7 @@ func knobs() []knob {
 		durationKnob("sink_health_interval", DefaultHealthInterval, 100*time.Millisecond, time.Hour, "How often the sink's health is polled, also while idle or blocked (the weir_sink_health gauge).",
 			func(p *partial) **time.Duration { return &p.SinkHealthInterval }, func(c *Config) *time.Duration { return &c.SinkHealthInterval }),
 
-		enumKnob("sink.type", DefaultSinkType, []string{"file", "parquet", "postgres", "mysql"}, "Which sink the drain delivers to. With [[secondary]] sinks it is primary raw and must have a raw mode (file or postgres).",
+		enumKnob("sink.type", DefaultSinkType, []string{"file", "parquet", "postgres", "mysql"}, "Which sink the drain delivers to. With [[secondary]] sinks it is primary raw and must have a raw mode (file, parquet or postgres).",
 			func(p *partial) **string { return &p.SinkType }, func(c *Config) *string { return &c.Sink.Type }),
 		boolKnob("sink.durable", true, "The [sink] acknowledges only what is on stable storage. It is the pipeline's primary raw (its system of record), so false is refused.",
 			func(p *partial) **bool { return &p.SinkDurable }, func(c *Config) *bool { return &c.Sink.Durable }),
