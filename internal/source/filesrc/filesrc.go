@@ -53,6 +53,7 @@
 package filesrc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,6 +69,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
 
@@ -124,11 +126,21 @@ var _ source.Source = (*Source)(nil)
 
 // New checks opts and returns a source.
 func New(opts Options) (*Source, error) {
+	opts, err := withDefaults(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{opts: opts, log: opts.Logger.With("component", "source", "source", opts.Name), dir: globDir(opts.Glob)}
+	return s, nil
+}
+
+// withDefaults checks opts and fills in the defaults.
+func withDefaults(opts Options) (Options, error) {
 	if opts.Name == "" || opts.Glob == "" {
-		return nil, errors.New("filesrc: Name and Glob are required")
+		return opts, errors.New("filesrc: Name and Glob are required")
 	}
 	if _, err := filepath.Match(opts.Glob, ""); err != nil {
-		return nil, fmt.Errorf("filesrc: bad glob %q: %w", opts.Glob, err)
+		return opts, fmt.Errorf("filesrc: bad glob %q: %w", opts.Glob, err)
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
@@ -151,11 +163,16 @@ func New(opts Options) (*Source, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Source{opts: opts, log: opts.Logger.With("component", "source", "source", opts.Name)}
-	if d := filepath.Dir(opts.Glob); !strings.ContainsAny(d, `*?[\`) {
-		s.dir = d
+	return opts, nil
+}
+
+// globDir is where rotated files are looked for: the glob's directory, or
+// "" if the directory part has wildcards.
+func globDir(glob string) string {
+	if d := filepath.Dir(glob); !strings.ContainsAny(d, `*?[\`) {
+		return d
 	}
-	return s, nil
+	return ""
 }
 
 // Name implements source.Source.
@@ -259,6 +276,7 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.Curso
 type move struct {
 	f    *file
 	next int64
+	n    int  // records read from f in this batch
 	drop bool // the file is done (rotated away and finished)
 }
 
@@ -472,35 +490,27 @@ func (s *Source) collect() ([]source.Record, []move) {
 			continue
 		}
 		final := !f.matched && now.Sub(f.lastGrow) >= s.opts.RotateGrace
-		off := f.Offset
+		off, n := f.Offset, 0
 		for off < f.size && len(recs) < s.opts.MaxBatchRecords && budget > 0 {
-			n := int(min(f.size-off, int64(min(budget, s.opts.MaxLineBytes)+1)))
-			buf := make([]byte, n)
+			buf := make([]byte, int(min(f.size-off, int64(min(budget, s.opts.MaxLineBytes)+1))))
 			m, err := f.f.ReadAt(buf, off)
 			if m == 0 && err != nil {
 				break
 			}
 			buf = buf[:m]
+			atEnd := final && int64(len(buf)) == f.size-off
 			consumed := 0
 			for len(recs) < s.opts.MaxBatchRecords {
-				i := slices.Index(buf[consumed:], '\n')
-				if i < 0 {
+				line, k, cut := nextLine(buf[consumed:], s.opts.MaxLineBytes, atEnd)
+				if k == 0 {
 					break
 				}
-				recs = append(recs, s.record(f, off+int64(consumed), buf[consumed:consumed+i]))
-				consumed += i + 1
-			}
-			if consumed == 0 {
-				rest := f.size - off
-				switch {
-				case len(buf) > s.opts.MaxLineBytes:
-					s.log.Warn("line longer than MaxLineBytes; cut", "file", f.key(), "offset", off, "limit", s.opts.MaxLineBytes)
-					recs = append(recs, s.record(f, off, buf[:s.opts.MaxLineBytes]))
-					consumed = s.opts.MaxLineBytes
-				case final && int64(len(buf)) == rest:
-					recs = append(recs, s.record(f, off, buf))
-					consumed = len(buf)
+				if cut {
+					s.log.Warn("line longer than MaxLineBytes; cut", "file", f.key(), "offset", off+int64(consumed), "limit", s.opts.MaxLineBytes)
 				}
+				recs = append(recs, s.record(f, off+int64(consumed), line, now))
+				consumed += k
+				n++
 			}
 			if consumed == 0 {
 				break
@@ -510,7 +520,7 @@ func (s *Source) collect() ([]source.Record, []move) {
 		}
 		done := final && off >= f.size
 		if off != f.Offset || done {
-			moves = append(moves, move{f: f, next: off, drop: done})
+			moves = append(moves, move{f: f, next: off, n: n, drop: done})
 		}
 	}
 	if len(recs) == 0 {
@@ -526,13 +536,41 @@ func (s *Source) collect() ([]source.Record, []move) {
 	return recs, moves
 }
 
-func (s *Source) record(f *file, off int64, line []byte) source.Record {
+// nextLine cuts the record at the start of buf, the one way lines are cut
+// (the source and OriginRaw's re-reads share it): up to the first newline
+// within maxLine+1 bytes; else, if buf holds more than maxLine bytes, a
+// piece of maxLine bytes (cut); else, if atEnd (buf reaches the end of what
+// may be read: a dropped rotated file's end), all of buf. It returns the
+// record's bytes and how many bytes it consumes, 0 when no record can be
+// cut yet.
+func nextLine(buf []byte, maxLine int, atEnd bool) (line []byte, consumed int, cut bool) {
+	if i := bytes.IndexByte(buf[:min(len(buf), maxLine+1)], '\n'); i >= 0 {
+		return buf[:i], i + 1, false
+	}
+	if len(buf) > maxLine {
+		return buf[:maxLine], maxLine, true
+	}
+	if atEnd && len(buf) > 0 {
+		return buf, len(buf), false
+	}
+	return nil, 0, false
+}
+
+// record makes the record of a line read at off; every record of a batch
+// gets the batch's read time.
+func (s *Source) record(f *file, off int64, line []byte, now time.Time) source.Record {
 	p := slices.Clone(line)
 	return source.Record{
-		ID: source.ID([]byte(s.opts.Name), source.Uint64(f.Dev), source.Uint64(f.Ino),
-			source.Uint64(uint64(f.Gen)), source.Uint64(uint64(off)), p),
+		ID:      recordID(s.opts.Name, f.Dev, f.Ino, f.Gen, off, p),
 		Payload: p,
 		Source:  s.opts.Name,
-		Time:    time.Now(),
+		Time:    now,
 	}
+}
+
+// recordID is a line's id: source.ID(name, device, inode, generation,
+// offset, payload).
+func recordID(name string, dev, ino uint64, gen uint32, off int64, payload []byte) sink.RecordID {
+	return source.ID([]byte(name), source.Uint64(dev), source.Uint64(ino),
+		source.Uint64(uint64(gen)), source.Uint64(uint64(off)), payload)
 }
