@@ -50,6 +50,35 @@
 // longer than MaxLineBytes is cut into pieces of MaxLineBytes (each a
 // record) and a warning logged: nothing is lost, but the pieces are
 // separate records.
+//
+// # Its own raw
+//
+// Usually the gate makes a batch durable: the write-ahead buffer, and a
+// primary-raw sink that keeps a copy of every record so that lagging sinks
+// can be recovered from it. A file source can be its own raw instead
+// (Options.Origin): the files it tails are the system of record, and an
+// OriginRaw numbers their lines — a position is a line of a file
+// generation, and no copy is kept. Only a replayable origin can play that
+// part: a raw must give back every position after any crash, and a file
+// still holds the line where it was read, while a socket feed that has
+// been acknowledged is gone.
+//
+// Durable then means on the disk of the origin files. For each batch weir
+// fdatasyncs every file the batch read from — whoever writes a log rarely
+// syncs it — and, the first time it sees a file, its directory; then it
+// appends to an index (OriginOptions.Dir) which byte ranges of which file
+// generations hold the batch's positions, and fdatasyncs the index. Only
+// then is the batch acknowledged: OnDurable sees it, and the cursor is
+// saved. The index is authoritative: a restart first moves the cursor up
+// to what the index holds, so a crash between the index append and the
+// cursor save never gives the same lines a second set of positions.
+//
+// Retention is the origin's. A position can be read back (to recover a
+// lagging secondary sink) as long as its file still holds the line, under
+// any name in the glob's directory. Once rotation deletes a file, or
+// copytruncate empties it, its positions are gone: OriginRaw.ReadFrom
+// returns a GoneError, which wraps sink.ErrPositionGone. Keep rotated files
+// at least as long as the longest outage of a secondary sink.
 package filesrc
 
 import (
@@ -112,6 +141,14 @@ type Options struct {
 	// whose offset moved, with FileKey of the file and the new offset
 	// (every line starting before it is claimed durable).
 	OnCommit func(file string, next int64)
+	// Origin, if set, makes the source its own raw (see "Its own raw"):
+	// each batch is appended to Origin instead of being written through a
+	// gate, which Run then does not need.
+	Origin *OriginRaw
+	// OnDurable, in origin mode, is called with each batch once Origin
+	// has made it durable, before the cursor is saved, with the position
+	// of recs[0]. It runs on Run's goroutine; the next batch waits for it.
+	OnDurable func(first uint64, recs []source.Record)
 }
 
 // Source is a file-tailing source.
@@ -129,6 +166,11 @@ func New(opts Options) (*Source, error) {
 	opts, err := withDefaults(opts)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Origin != nil {
+		if err := checkOrigin(opts); err != nil {
+			return nil, err
+		}
 	}
 	s := &Source{opts: opts, log: opts.Logger.With("component", "source", "source", opts.Name), dir: globDir(opts.Glob)}
 	return s, nil
@@ -225,11 +267,15 @@ type cursor struct {
 
 func (f *file) key() string { return FileKey(f.Dev, f.Ino, f.Gen) }
 
-// Run tails until ctx ends (then it returns nil) or the gate or the cursor
-// store fails.
+// Run tails until ctx ends (then it returns nil) or the gate (in origin
+// mode: the origin raw) or the cursor store fails. In origin mode gate may
+// be nil.
 func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.CursorStore) error {
 	if cursors == nil {
 		return errors.New("filesrc: a cursor store is required")
+	}
+	if gate == nil && s.opts.Origin == nil {
+		return errors.New("filesrc: a gate is required")
 	}
 	defer s.closeAll()
 	c, err := cursors.Load(ctx, s.opts.Name)
@@ -243,6 +289,13 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.Curso
 			return fmt.Errorf("filesrc: %s: unreadable cursor (%v): refusing to guess a position", s.opts.Name, err)
 		}
 		s.files = cur.Files
+	}
+	if s.opts.Origin != nil {
+		if moves := s.catchUp(); len(moves) > 0 {
+			if err := s.commit(ctx, cursors, moves); err != nil {
+				return err
+			}
+		}
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -260,11 +313,11 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.Curso
 			}
 			continue
 		}
-		if err := gate.Write(ctx, recs); err != nil {
+		if err := s.durable(ctx, gate, recs, moves); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("filesrc: %s: gate: %w", s.opts.Name, err)
+			return err
 		}
 		if err := s.commit(ctx, cursors, moves); err != nil {
 			return err
