@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -76,16 +75,15 @@ func (e *GoneError) Unwrap() error { return sink.ErrPositionGone }
 // Append is called by the source only; ReadFrom and End may be called
 // concurrently with it.
 type OriginRaw struct {
-	fs       vfs.FS
-	dir      string
-	path     string // the index file
-	name     string
-	glob     string
-	globDir  string
-	maxLine  int
-	fpBytes  int
-	log      *slog.Logger
-	openedAt time.Time
+	fs      vfs.FS
+	dir     string
+	path    string // the index file
+	name    string
+	glob    string
+	globDir string
+	maxLine int
+	fpBytes int
+	log     *slog.Logger
 
 	wmu    sync.Mutex // Append, Close
 	w      vfs.File   // the index, open for appending; nil once closed
@@ -309,6 +307,9 @@ func (o *OriginRaw) Close() error {
 // On error nothing of the batch is acknowledged. A failed write or
 // fdatasync of the index stops it: the index's state on disk is unknown,
 // the sync is never retried, every later Append fails; reopening recovers.
+// A failed fdatasync of an origin file fails the batch only: the next
+// batch reads the file again, and a re-read that no longer matches what
+// was read shows as a GoneError rather than as other records.
 func (o *OriginRaw) Append(ctx context.Context, extents []Extent, recs []source.Record) (uint64, error) {
 	o.wmu.Lock()
 	defer o.wmu.Unlock()
