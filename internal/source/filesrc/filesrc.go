@@ -50,9 +50,39 @@
 // longer than MaxLineBytes is cut into pieces of MaxLineBytes (each a
 // record) and a warning logged: nothing is lost, but the pieces are
 // separate records.
+//
+// # Its own raw
+//
+// Usually the gate makes a batch durable: the write-ahead buffer, and a
+// primary-raw sink that keeps a copy of every record so that lagging sinks
+// can be recovered from it. A file source can be its own raw instead
+// (Options.Origin): the files it tails are the system of record, and an
+// OriginRaw numbers their lines — a position is a line of a file
+// generation, and no copy is kept. Only a replayable origin can play that
+// part: a raw must give back every position after any crash, and a file
+// still holds the line where it was read, while a socket feed that has
+// been acknowledged is gone.
+//
+// Durable then means on the disk of the origin files. For each batch weir
+// fdatasyncs every file the batch read from — whoever writes a log rarely
+// syncs it — and, the first time it sees a file, its directory; then it
+// appends to an index (OriginOptions.Dir) which byte ranges of which file
+// generations hold the batch's positions, and fdatasyncs the index. Only
+// then is the batch acknowledged: OnDurable sees it, and the cursor is
+// saved. The index is authoritative: a restart first moves the cursor up
+// to what the index holds, so a crash between the index append and the
+// cursor save never gives the same lines a second set of positions.
+//
+// Retention is the origin's. A position can be read back (to recover a
+// lagging secondary sink) as long as its file still holds the line, under
+// any name in the glob's directory. Once rotation deletes a file, or
+// copytruncate empties it, its positions are gone: OriginRaw.ReadFrom
+// returns a GoneError, which wraps sink.ErrPositionGone. Keep rotated files
+// at least as long as the longest outage of a secondary sink.
 package filesrc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,6 +98,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
 
@@ -110,6 +141,14 @@ type Options struct {
 	// whose offset moved, with FileKey of the file and the new offset
 	// (every line starting before it is claimed durable).
 	OnCommit func(file string, next int64)
+	// Origin, if set, makes the source its own raw (see "Its own raw"):
+	// each batch is appended to Origin instead of being written through a
+	// gate, which Run then does not need.
+	Origin *OriginRaw
+	// OnDurable, in origin mode, is called with each batch once Origin
+	// has made it durable, before the cursor is saved, with the position
+	// of recs[0]. It runs on Run's goroutine; the next batch waits for it.
+	OnDurable func(first uint64, recs []source.Record)
 }
 
 // Source is a file-tailing source.
@@ -124,11 +163,26 @@ var _ source.Source = (*Source)(nil)
 
 // New checks opts and returns a source.
 func New(opts Options) (*Source, error) {
+	opts, err := withDefaults(opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Origin != nil {
+		if err := checkOrigin(opts); err != nil {
+			return nil, err
+		}
+	}
+	s := &Source{opts: opts, log: opts.Logger.With("component", "source", "source", opts.Name), dir: globDir(opts.Glob)}
+	return s, nil
+}
+
+// withDefaults checks opts and fills in the defaults.
+func withDefaults(opts Options) (Options, error) {
 	if opts.Name == "" || opts.Glob == "" {
-		return nil, errors.New("filesrc: Name and Glob are required")
+		return opts, errors.New("filesrc: Name and Glob are required")
 	}
 	if _, err := filepath.Match(opts.Glob, ""); err != nil {
-		return nil, fmt.Errorf("filesrc: bad glob %q: %w", opts.Glob, err)
+		return opts, fmt.Errorf("filesrc: bad glob %q: %w", opts.Glob, err)
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
@@ -151,11 +205,16 @@ func New(opts Options) (*Source, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Source{opts: opts, log: opts.Logger.With("component", "source", "source", opts.Name)}
-	if d := filepath.Dir(opts.Glob); !strings.ContainsAny(d, `*?[\`) {
-		s.dir = d
+	return opts, nil
+}
+
+// globDir is where rotated files are looked for: the glob's directory, or
+// "" if the directory part has wildcards.
+func globDir(glob string) string {
+	if d := filepath.Dir(glob); !strings.ContainsAny(d, `*?[\`) {
+		return d
 	}
-	return s, nil
+	return ""
 }
 
 // Name implements source.Source.
@@ -208,11 +267,15 @@ type cursor struct {
 
 func (f *file) key() string { return FileKey(f.Dev, f.Ino, f.Gen) }
 
-// Run tails until ctx ends (then it returns nil) or the gate or the cursor
-// store fails.
+// Run tails until ctx ends (then it returns nil) or the gate (in origin
+// mode: the origin raw) or the cursor store fails. In origin mode gate may
+// be nil.
 func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.CursorStore) error {
 	if cursors == nil {
 		return errors.New("filesrc: a cursor store is required")
+	}
+	if gate == nil && s.opts.Origin == nil {
+		return errors.New("filesrc: a gate is required")
 	}
 	defer s.closeAll()
 	c, err := cursors.Load(ctx, s.opts.Name)
@@ -226,6 +289,13 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.Curso
 			return fmt.Errorf("filesrc: %s: unreadable cursor (%v): refusing to guess a position", s.opts.Name, err)
 		}
 		s.files = cur.Files
+	}
+	if s.opts.Origin != nil {
+		if moves := s.catchUp(); len(moves) > 0 {
+			if err := s.commit(ctx, cursors, moves); err != nil {
+				return err
+			}
+		}
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -243,11 +313,11 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.Curso
 			}
 			continue
 		}
-		if err := gate.Write(ctx, recs); err != nil {
+		if err := s.durable(ctx, gate, recs, moves); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("filesrc: %s: gate: %w", s.opts.Name, err)
+			return err
 		}
 		if err := s.commit(ctx, cursors, moves); err != nil {
 			return err
@@ -259,6 +329,7 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.Curso
 type move struct {
 	f    *file
 	next int64
+	n    int  // records read from f in this batch
 	drop bool // the file is done (rotated away and finished)
 }
 
@@ -472,35 +543,27 @@ func (s *Source) collect() ([]source.Record, []move) {
 			continue
 		}
 		final := !f.matched && now.Sub(f.lastGrow) >= s.opts.RotateGrace
-		off := f.Offset
+		off, n := f.Offset, 0
 		for off < f.size && len(recs) < s.opts.MaxBatchRecords && budget > 0 {
-			n := int(min(f.size-off, int64(min(budget, s.opts.MaxLineBytes)+1)))
-			buf := make([]byte, n)
+			buf := make([]byte, int(min(f.size-off, int64(min(budget, s.opts.MaxLineBytes)+1))))
 			m, err := f.f.ReadAt(buf, off)
 			if m == 0 && err != nil {
 				break
 			}
 			buf = buf[:m]
+			atEnd := final && int64(len(buf)) == f.size-off
 			consumed := 0
 			for len(recs) < s.opts.MaxBatchRecords {
-				i := slices.Index(buf[consumed:], '\n')
-				if i < 0 {
+				line, k, cut := nextLine(buf[consumed:], s.opts.MaxLineBytes, atEnd)
+				if k == 0 {
 					break
 				}
-				recs = append(recs, s.record(f, off+int64(consumed), buf[consumed:consumed+i]))
-				consumed += i + 1
-			}
-			if consumed == 0 {
-				rest := f.size - off
-				switch {
-				case len(buf) > s.opts.MaxLineBytes:
-					s.log.Warn("line longer than MaxLineBytes; cut", "file", f.key(), "offset", off, "limit", s.opts.MaxLineBytes)
-					recs = append(recs, s.record(f, off, buf[:s.opts.MaxLineBytes]))
-					consumed = s.opts.MaxLineBytes
-				case final && int64(len(buf)) == rest:
-					recs = append(recs, s.record(f, off, buf))
-					consumed = len(buf)
+				if cut {
+					s.log.Warn("line longer than MaxLineBytes; cut", "file", f.key(), "offset", off+int64(consumed), "limit", s.opts.MaxLineBytes)
 				}
+				recs = append(recs, s.record(f, off+int64(consumed), line, now))
+				consumed += k
+				n++
 			}
 			if consumed == 0 {
 				break
@@ -510,7 +573,7 @@ func (s *Source) collect() ([]source.Record, []move) {
 		}
 		done := final && off >= f.size
 		if off != f.Offset || done {
-			moves = append(moves, move{f: f, next: off, drop: done})
+			moves = append(moves, move{f: f, next: off, n: n, drop: done})
 		}
 	}
 	if len(recs) == 0 {
@@ -526,13 +589,41 @@ func (s *Source) collect() ([]source.Record, []move) {
 	return recs, moves
 }
 
-func (s *Source) record(f *file, off int64, line []byte) source.Record {
+// nextLine cuts the record at the start of buf, the one way lines are cut
+// (the source and OriginRaw's re-reads share it): up to the first newline
+// within maxLine+1 bytes; else, if buf holds more than maxLine bytes, a
+// piece of maxLine bytes (cut); else, if atEnd (buf reaches the end of what
+// may be read: a dropped rotated file's end), all of buf. It returns the
+// record's bytes and how many bytes it consumes, 0 when no record can be
+// cut yet.
+func nextLine(buf []byte, maxLine int, atEnd bool) (line []byte, consumed int, cut bool) {
+	if i := bytes.IndexByte(buf[:min(len(buf), maxLine+1)], '\n'); i >= 0 {
+		return buf[:i], i + 1, false
+	}
+	if len(buf) > maxLine {
+		return buf[:maxLine], maxLine, true
+	}
+	if atEnd && len(buf) > 0 {
+		return buf, len(buf), false
+	}
+	return nil, 0, false
+}
+
+// record makes the record of a line read at off; every record of a batch
+// gets the batch's read time.
+func (s *Source) record(f *file, off int64, line []byte, now time.Time) source.Record {
 	p := slices.Clone(line)
 	return source.Record{
-		ID: source.ID([]byte(s.opts.Name), source.Uint64(f.Dev), source.Uint64(f.Ino),
-			source.Uint64(uint64(f.Gen)), source.Uint64(uint64(off)), p),
+		ID:      recordID(s.opts.Name, f.Dev, f.Ino, f.Gen, off, p),
 		Payload: p,
 		Source:  s.opts.Name,
-		Time:    time.Now(),
+		Time:    now,
 	}
+}
+
+// recordID is a line's id: source.ID(name, device, inode, generation,
+// offset, payload).
+func recordID(name string, dev, ino uint64, gen uint32, off int64, payload []byte) sink.RecordID {
+	return source.ID([]byte(name), source.Uint64(dev), source.Uint64(ino),
+		source.Uint64(uint64(gen)), source.Uint64(uint64(off)), payload)
 }
