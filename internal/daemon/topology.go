@@ -217,15 +217,20 @@ func newSource(sc config.SourceConfig, log *slog.Logger, topo *metrics.Topology)
 			OnAck:  func(string, uint64) { committed() },
 		})
 	case config.SourceFile:
-		f := sc.File
-		return filesrc.New(filesrc.Options{
-			Name: sc.Name, Glob: f.Glob, PollInterval: f.PollInterval, MaxBatchRecords: f.MaxBatchRecords,
-			MaxLineBytes: f.MaxLineBytes, RotateGrace: f.RotateGrace,
-			Logger:   log,
-			OnCommit: func(string, int64) { committed() },
-		})
+		return filesrc.New(fileSourceOptions(sc, log, topo))
 	}
 	return nil, fmt.Errorf("source %q: unknown type %q", sc.Name, sc.Type)
+}
+
+// fileSourceOptions are a file source's options from its [[source]].
+func fileSourceOptions(sc config.SourceConfig, log *slog.Logger, topo *metrics.Topology) filesrc.Options {
+	f := sc.File
+	return filesrc.Options{
+		Name: sc.Name, Glob: f.Glob, PollInterval: f.PollInterval, MaxBatchRecords: f.MaxBatchRecords,
+		MaxLineBytes: f.MaxLineBytes, RotateGrace: f.RotateGrace,
+		Logger:   log,
+		OnCommit: func(string, int64) { topo.SourceCommitted(sc.Name) },
+	}
 }
 
 // startSources starts every source: the producer listeners (already

@@ -1,0 +1,122 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/weir-io/weir/internal/config"
+	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/source/filesrc"
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/source"
+)
+
+// originIndexDir is the index's directory under the source's raw_dir; the
+// offset store is raw_dir itself.
+const originIndexDir = "index"
+
+// runOriginNode runs a node whose primary raw is a file source's own files
+// ([[source]] own_raw = true). There is no write-ahead buffer, listener,
+// drain or [sink]: the gate of the source is its origin — each batch's
+// files are fdatasynced and the batch's positions appended to the
+// durable index in raw_dir/index before the cursor is saved — and each
+// durable batch is offered to the secondaries, which are recovered from
+// the origin files when they lag. The offset store (coverage and the
+// source's cursor) is raw_dir/weir-offsets. It stops when ctx is
+// cancelled: the source first, then the fan-out, which writes the
+// coverage recorded so far.
+func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConfig, log *slog.Logger) error {
+	fs, err := faultFS(vfs.OS)
+	if err != nil {
+		return err
+	}
+	tel, err := startTelemetry(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer tel.stop()
+	tel.h.NotReady("opening the origin raw and the secondaries")
+	topo := tel.m.Topology()
+	srcLog := log.With("component", "source", "source", sc.Name)
+	srcOpts := fileSourceOptions(sc, srcLog, topo)
+	origin, err := filesrc.OpenOriginRaw(ctx, filesrc.OriginOptions{
+		FS: fs, Dir: filepath.Join(sc.RawDir, originIndexDir), Source: srcOpts, Logger: srcLog,
+	})
+	if err != nil {
+		return fmt.Errorf("source %q: open its origin raw (own_raw): %w", sc.Name, err)
+	}
+	fan, store, err := openOriginFanout(ctx, cfg, sc, fs, origin, log, tel)
+	if err != nil {
+		return errors.Join(err, origin.Close())
+	}
+	srcOpts.Origin = origin
+	srcOpts.OnDurable = func(first uint64, recs []source.Record) {
+		topo.SourceWritten(sc.Name, len(recs))
+		fan.Appended(first, sinkRecords(recs))
+	}
+	src, err := filesrc.New(srcOpts)
+	if err != nil {
+		return errors.Join(fmt.Errorf("source %q: %w", sc.Name, err), fan.Close(), origin.Close())
+	}
+	srcCtx, stopSource := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runSource(srcCtx, src, nil, store, topo, srcLog) }()
+	tel.h.Ready()
+	log.Info("weir ready: a source is its own raw", "source", sc.Name, "glob", sc.File.Glob, "raw_dir", sc.RawDir,
+		"offset_store", store.Where(), "secondaries", len(cfg.Secondaries))
+
+	<-ctx.Done()
+	tel.h.NotReady("shutting down")
+	log.Info("shutting down")
+	stopSource()
+	errs := []error{<-done}
+	if err := fan.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close fan-out: %w", err))
+	}
+	if err := origin.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close origin raw: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	log.Info("shutdown complete")
+	return nil
+}
+
+// openOriginFanout starts the fan-out over an origin raw: it reads the
+// origin for recovery and is told of each durable batch by the source.
+func openOriginFanout(ctx context.Context, cfg *config.Config, sc config.SourceConfig, fs vfs.FS, origin *filesrc.OriginRaw, log *slog.Logger, tel *telemetry) (*engine.Fanout, *engine.OffsetStore, error) {
+	store, err := engine.OpenOffsetStore(ctx, fs, sc.RawDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open offset store: %w", err)
+	}
+	opts, err := topologyOptions(cfg, log, tel.m.Topology())
+	if err != nil {
+		return nil, nil, err
+	}
+	secs, err := openSecondaries(ctx, cfg, fs, log, tel.m.Topology())
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.Reader, opts.ExternalRaw, opts.Store, opts.Secondaries = origin, true, store, secs
+	fan, err := engine.NewFanout(ctx, opts)
+	if err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("start fan-out: %w", err), closeSecondaries(secs))
+	}
+	return fan, store, nil
+}
+
+// sinkRecords turns a source's durable batch into the records a
+// secondary receives — the same the origin raw returns when the batch is
+// read back (Received is the record's read time).
+func sinkRecords(recs []source.Record) []sink.Record {
+	out := make([]sink.Record, len(recs))
+	for i, r := range recs {
+		out[i] = sink.Record{ID: r.ID, Payload: r.Payload, Source: r.Source, Durability: sink.Durable, Received: r.Time}
+	}
+	return out
+}
