@@ -177,26 +177,42 @@ func readWABPayloads(dir string) (map[string]int, error) {
 		if err != nil || e.IsDir() {
 			return nil
 		}
-		r, err := wab.OpenSegment(vfs.OS, p)
+		m, err := segmentPayloads(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-		if err != nil {
-			return nil // not a segment (LOCK, sidecars), or no header yet
+		for payload, n := range m {
+			out[payload] += n
 		}
-		defer r.Close()
-		for {
-			rec, err := r.Next()
-			if err != nil {
-				return nil
-			}
-			out[string(rec.Payload)]++
-		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// segmentPayloads counts the records of one buffer segment up to its end
+// or its first torn or half-written record. A file that is not a segment
+// (LOCK, sidecars) or has no header yet has none; a file that is gone is
+// an error wrapping fs.ErrNotExist.
+func segmentPayloads(path string) (map[string]int, error) {
+	r, err := wab.OpenSegment(vfs.OS, path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, nil
+	}
+	defer r.Close()
+	out := map[string]int{}
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			return out, nil
+		}
+		out[string(rec.Payload)]++
+	}
 }
 
 // durableNow is what a crash has left on disk: raw plus the buffer.
