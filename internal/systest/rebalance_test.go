@@ -320,7 +320,11 @@ func partitionMoves(produced map[string]kafkaPos, raws []map[string]int) map[int
 // and forth. Throughout, a checker reads the group's committed offsets from
 // the broker and then what is durable in both daemons (raw and buffer, read
 // from disk while they run): every produced record below a committed offset
-// must be durable in one of them. At the end every produced record is in
+// must be durable in one of them. Every OffsetCommit request is also
+// checked the same way when it reaches the broker, before it is applied
+// (commitCheck), which catches a commit sent before its write; the polling
+// checker catches records that were committed and never, or no longer,
+// durable. At the end every produced record is in
 // one of the raws; duplicates are counted and allowed; at least one
 // partition must have moved between the daemons. Replay a schedule with
 // WEIR_KILL_SEED.
