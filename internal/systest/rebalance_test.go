@@ -451,11 +451,22 @@ func TestKafkaRebalanceTwoDaemons(t *testing.T) {
 		failIfViolated()
 	}
 
+	// Group trouble the daemons logged, over all their runs: members that
+	// lost their partitions (e.g. a JoinGroup that timed out).
+	var trouble []string
+	scanTrouble := func(i int) {
+		for _, line := range strings.Split(ds[i].log.String(), "\n") {
+			if strings.Contains(line, `msg="partitions lost"`) || strings.Contains(line, "unable to join group") {
+				trouble = append(trouble, fmt.Sprintf("%c: %s", 'A'+i, line))
+			}
+		}
+	}
+
 	for i, s := range schedule {
 		wait(s.after)
 		// A stop during a rebalance waits for it (up to the rebalance
 		// timeout): keep the whole test within about a minute.
-		if since() > 35 {
+		if since() > 30 {
 			t.Logf("%5.1fs: time budget spent, disruptions %d to %d skipped", since(), i+1, len(schedule))
 			break
 		}
@@ -472,6 +483,7 @@ func TestKafkaRebalanceTwoDaemons(t *testing.T) {
 		t.Logf("%5.1fs disruption %d: %v (stopped in %v); %d produced, committed %v", since(), i+1, s,
 			stopped.Round(time.Millisecond), len(l.snapshot()), committedOffsets(t, cl, group, topic))
 		wait(s.down)
+		scanTrouble(s.daemon)
 		t0 = time.Now()
 		d.start()
 		t.Logf("%5.1fs daemon %c restarted (ready in %v)", since(), 'A'+s.daemon, time.Since(t0).Round(time.Millisecond))
@@ -530,6 +542,12 @@ func TestKafkaRebalanceTwoDaemons(t *testing.T) {
 		}
 	}
 	checkCommittedBehindDurable(t, 0, committedOffsets(t, cl, group, topic), prod, readDurableUnion(t, ds))
+	for i := range ds {
+		scanTrouble(i)
+	}
+	for _, line := range trouble {
+		t.Logf("group trouble: %s", tail(line, 400))
+	}
 
 	raws := make([]map[string]int, len(ds))
 	for i, d := range ds {
@@ -557,9 +575,9 @@ func TestKafkaRebalanceTwoDaemons(t *testing.T) {
 		total += m
 	}
 	t.Logf("%5.1fs: %d records, %d missing, %d duplicates (%d records in both raws); daemon A wrote %d distinct, B %d; "+
-		"%d group generations; %d partition moves between the daemons %v; polling checker: %d rounds, %d skipped; "+
+		"%d group generations; %d partition moves between the daemons %v; %d group trouble lines; polling checker: %d rounds, %d skipped; "+
 		"commits checked at the broker: %d partition offsets, %d requests skipped, %v reading the disk (longest %v)",
-		since(), n, missing, dups, both, len(raws[0]), len(raws[1]), gens.count(), total, moves, rounds, skipped,
+		since(), n, missing, dups, both, len(raws[0]), len(raws[1]), gens.count(), total, moves, len(trouble), rounds, skipped,
 		checked, cskipped, spent.Round(time.Millisecond), longest.Round(time.Millisecond))
 	if total == 0 {
 		t.Errorf("no partition moved between the daemons (WEIR_KILL_SEED=%d)", seed)
