@@ -40,15 +40,7 @@ func killCycles(t *testing.T) int {
 // seed is logged so a failing schedule can be replayed with
 // WEIR_KILL_SEED.
 func TestKill9UnderLoad(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("WEIR_KILL_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 0, 64); err != nil {
-			t.Fatalf("WEIR_KILL_SEED=%q: %v", s, err)
-		}
-	}
-	t.Logf("kill schedule seed: WEIR_KILL_SEED=%d", seed)
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	rng, _ := killRand(t)
 
 	cycles := killCycles(t)
 	const producers = 16
@@ -94,6 +86,22 @@ func TestKill9UnderLoad(t *testing.T) {
 	if err := d.stop(30 * time.Second); err != nil {
 		t.Fatalf("final graceful stop: %v", err)
 	}
+}
+
+// killRand returns the PRNG a kill schedule is drawn from, seeded from
+// $WEIR_KILL_SEED or else the clock; the seed is logged, so a failing
+// schedule can be replayed. The seed is returned too, for failure messages.
+func killRand(t *testing.T) (*rand.Rand, uint64) {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("WEIR_KILL_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 0, 64); err != nil {
+			t.Fatalf("WEIR_KILL_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("kill schedule seed: WEIR_KILL_SEED=%d", seed)
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), seed
 }
 
 func logDuplicates(t *testing.T, cycle int, got map[string]int) {

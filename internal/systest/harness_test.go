@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -157,7 +158,7 @@ func (d *daemon) startNoSocket() {
 func (d *daemon) launch() error {
 	d.log = &syncBuffer{}
 	d.cmd = exec.Command(weirBin, d.args...)
-	d.cmd.Env = append(os.Environ(), d.env...)
+	d.cmd.Env = append(childEnv(os.Environ()), d.env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
 		return fmt.Errorf("start weir: %w", err)
@@ -176,6 +177,22 @@ func (d *daemon) launch() error {
 		}
 	})
 	return nil
+}
+
+// childEnv is environ without the variables that steer the tests
+// themselves: they are WEIR_* names the daemon does not know, and it would
+// warn about each.
+func childEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "WEIR_KILL_SEED", "WEIR_KILL_CYCLES", "WEIR_BENCH_RECORDS", "WEIR_REQUIRE_SERVICES":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 func (d *daemon) waitReady(timeout time.Duration) error {
@@ -232,6 +249,16 @@ func (d *daemon) exited() bool {
 // and counts each payload.
 func sinkPayloads(t testing.TB, dir string) map[string]int {
 	t.Helper()
+	out, err := readSinkPayloads(dir)
+	if err != nil {
+		t.Fatalf("read file sink: %v", err)
+	}
+	return out
+}
+
+// readSinkPayloads is sinkPayloads for any goroutine: it returns the error
+// instead of failing the test.
+func readSinkPayloads(dir string) (map[string]int, error) {
 	var lines []filesink.Line
 	var err error
 	for range 20 { // a running daemon may rename a file while it is read
@@ -241,13 +268,13 @@ func sinkPayloads(t testing.TB, dir string) map[string]int {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err != nil {
-		t.Fatalf("read file sink: %v", err)
+		return nil, err
 	}
 	out := make(map[string]int, len(lines))
 	for _, l := range lines {
 		out[string(l.Payload)]++
 	}
-	return out
+	return out, nil
 }
 
 // waitDelivered waits until every payload in want is in the sink.

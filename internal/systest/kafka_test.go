@@ -1,16 +1,20 @@
 package systest
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -93,6 +97,16 @@ func produceKafka(ctx context.Context, t *testing.T, cl *kgo.Client, prefix stri
 // committedOffsets asks the cluster for the group's committed offsets.
 func committedOffsets(t *testing.T, cl *kgo.Client, group, topic string) map[int32]int64 {
 	t.Helper()
+	out, err := fetchCommitted(cl, group, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// fetchCommitted is committedOffsets for any goroutine: it returns the
+// error instead of failing the test.
+func fetchCommitted(cl *kgo.Client, group, topic string) (map[int32]int64, error) {
 	req := kmsg.NewPtrOffsetFetchRequest()
 	req.Group = group
 	rt := kmsg.NewOffsetFetchRequestTopic()
@@ -103,17 +117,23 @@ func committedOffsets(t *testing.T, cl *kgo.Client, group, topic string) map[int
 	defer cancel()
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		t.Fatalf("offset fetch: %v", err)
+		return nil, fmt.Errorf("offset fetch: %w", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, fmt.Errorf("offset fetch: %w", err)
 	}
 	out := map[int32]int64{}
 	for _, tp := range resp.Topics {
 		for _, p := range tp.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+				return nil, fmt.Errorf("offset fetch: partition %d: %w", p.Partition, err)
+			}
 			if p.Offset >= 0 {
 				out[p.Partition] = p.Offset
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // waitCommitted waits until the group's committed offsets sum past
@@ -140,34 +160,95 @@ func waitCommitted(t *testing.T, cl *kgo.Client, group, topic string, before int
 // segments (open and sealed).
 func wabPayloads(t *testing.T, dir string) map[string]int {
 	t.Helper()
+	out, err := readWABPayloads(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// readWABPayloads is wabPayloads for any goroutine, and for the buffer of a
+// running daemon: a torn or half-written tail ends a segment's records, and
+// a listed segment that is gone when opened (sealed, i.e. renamed, or
+// removed) is an error wrapping fs.ErrNotExist, so the caller reads again.
+func readWABPayloads(dir string) (map[string]int, error) {
 	out := map[string]int{}
-	filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
 			return nil
 		}
-		r, err := wab.OpenSegment(vfs.OS, p)
-		if err != nil {
-			return nil
+		m, err := segmentPayloads(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return err
 		}
-		defer r.Close()
-		for {
-			rec, err := r.Next()
-			if err != nil {
-				return nil
-			}
-			out[string(rec.Payload)]++
+		for payload, n := range m {
+			out[payload] += n
 		}
+		return nil
 	})
-	return out
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// segmentPayloads counts the records of one buffer segment up to its end
+// or its first torn or half-written record. A file that is not a segment
+// (LOCK, sidecars) or has no header yet has none; a file that is gone is
+// an error wrapping fs.ErrNotExist.
+func segmentPayloads(path string) (map[string]int, error) {
+	r, err := wab.OpenSegment(vfs.OS, path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, nil
+	}
+	defer r.Close()
+	out := map[string]int{}
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			return out, nil
+		}
+		out[string(rec.Payload)]++
+	}
 }
 
 // durableNow is what a crash has left on disk: raw plus the buffer.
 func durableNow(t *testing.T, d *daemon) map[string]int {
-	got := sinkPayloads(t, d.outDir())
-	for p, n := range wabPayloads(t, d.wabDir()) {
-		got[p] += n
+	t.Helper()
+	got, err := readDurable(d)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return got
+}
+
+// readDurable counts what is durable in d's data directory, raw plus the
+// buffer, and may run while d does. The buffer is read first: a record
+// that leaves it (the drain delivered it and removed its segment) is in
+// raw before that, so reading raw second cannot miss it. A segment sealed
+// or removed under the read makes it read the buffer again.
+func readDurable(d *daemon) (map[string]int, error) {
+	var got map[string]int
+	var err error
+	for range 20 {
+		if got, err = readWABPayloads(d.wabDir()); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read buffer %s: %w", d.wabDir(), err)
+	}
+	raw, err := readSinkPayloads(d.outDir())
+	if err != nil {
+		return nil, fmt.Errorf("read raw %s: %w", d.outDir(), err)
+	}
+	for p, n := range raw {
+		got[p] += n
+	}
+	return got, nil
 }
 
 func writeConfig(t *testing.T, body string) string {
@@ -179,7 +260,9 @@ func writeConfig(t *testing.T, body string) string {
 	return p
 }
 
-func kafkaSourceTOML(name, group, topic string, brokers []string) string {
+// kafkaSourceTOML is a [[source]] of type kafka; extra lines are added to
+// its [source.kafka] table.
+func kafkaSourceTOML(name, group, topic string, brokers []string, extra ...string) string {
 	return fmt.Sprintf(`
 [[source]]
 name = %q
@@ -193,7 +276,7 @@ max_poll_records = 200
 # A killed member holds its partitions until its session expires.
 session_timeout = "6s"
 rebalance_timeout = "8s"
-`, name, strings.Join(brokers, `", "`), topic, group)
+`, name, strings.Join(brokers, `", "`), topic, group) + strings.Join(append(extra, ""), "\n")
 }
 
 // checkCommittedBehindDurable: after a kill, every record below the
@@ -201,19 +284,34 @@ rebalance_timeout = "8s"
 // buffer. A committed offset ahead of that would be silent loss.
 func checkCommittedBehindDurable(t *testing.T, cycle int, committed map[int32]int64, produced map[string]kafkaPos, durable map[string]int) {
 	t.Helper()
-	bad := 0
+	bad := committedNotDurable(committed, produced, durable)
+	for _, payload := range bad[:min(5, len(bad))] {
+		pos := produced[payload]
+		t.Errorf("cycle %d: %q (partition %d offset %d) is below the committed offset %d but in neither raw nor the buffer",
+			cycle, payload, pos.partition, pos.offset, committed[pos.partition])
+	}
+	if len(bad) > 0 {
+		t.Fatalf("cycle %d: %d committed records not durable", cycle, len(bad))
+	}
+}
+
+// committedNotDurable lists, by partition and offset, the produced records
+// below their partition's committed offset that durable lacks.
+func committedNotDurable(committed map[int32]int64, produced map[string]kafkaPos, durable map[string]int) []string {
+	var bad []string
 	for payload, pos := range produced {
 		if pos.offset < committed[pos.partition] && durable[payload] == 0 {
-			if bad < 5 {
-				t.Errorf("cycle %d: %q (partition %d offset %d) is below the committed offset %d but in neither raw nor the buffer",
-					cycle, payload, pos.partition, pos.offset, committed[pos.partition])
-			}
-			bad++
+			bad = append(bad, payload)
 		}
 	}
-	if bad > 0 {
-		t.Fatalf("cycle %d: %d committed records not durable", cycle, bad)
-	}
+	slices.SortFunc(bad, func(a, b string) int {
+		pa, pb := produced[a], produced[b]
+		if c := cmp.Compare(pa.partition, pb.partition); c != 0 {
+			return c
+		}
+		return cmp.Compare(pa.offset, pb.offset)
+	})
+	return bad
 }
 
 // TestKafkaSourceKill9: a Kafka source under the daemon, killed -9 again
