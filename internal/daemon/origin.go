@@ -42,9 +42,9 @@ func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConf
 	tel.h.NotReady("opening the origin raw and the secondaries")
 	topo := tel.m.Topology()
 	srcLog := log.With("component", "source", "source", sc.Name)
-	srcOpts := fileSourceOptions(sc, srcLog, topo)
+	srcOpts := fileSourceOptions(sc, log, topo) // the source and the origin raw name themselves
 	origin, err := filesrc.OpenOriginRaw(ctx, filesrc.OriginOptions{
-		FS: fs, Dir: filepath.Join(sc.RawDir, originIndexDir), Source: srcOpts, Logger: srcLog,
+		FS: fs, Dir: filepath.Join(sc.RawDir, originIndexDir), Source: srcOpts, Logger: log,
 	})
 	if err != nil {
 		return fmt.Errorf("source %q: open its origin raw (own_raw): %w", sc.Name, err)

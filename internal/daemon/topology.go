@@ -244,7 +244,7 @@ func startSources(cfg *config.Config, fs vfs.FS, gate *engine.WABGate, ingress s
 	topo := m.Topology()
 	srcs := []source.Source{ingress}
 	for _, sc := range cfg.Sources {
-		src, err := newSource(sc, log.With("component", "source", "source", sc.Name), topo)
+		src, err := newSource(sc, log, topo) // each source names itself in its logs
 		if err != nil {
 			return nil, fmt.Errorf("source %q: %w", sc.Name, err)
 		}
