@@ -56,33 +56,8 @@ create_table = true`))
 	sec.proxy.Cut()
 	d.startNoSocket()
 
-	want := map[string]bool{}
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	line := 0
-	write := func(k int) {
-		for range k {
-			p := fmt.Sprintf("own-%06d", line)
-			line++
-			if _, err := fmt.Fprintln(f, p); err != nil {
-				t.Fatal(err)
-			}
-			want[p] = true
-		}
-	}
-	rotate := func() {
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(logPath, logPath+"."+fmt.Sprint(line)); err != nil {
-			t.Fatal(err)
-		}
-		if f, err = os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lg := newGrowingLog(t, logPath, "own")
+	write, rotate := lg.write, lg.rotate
 	steps := []func(){
 		func() { write(2000) },
 		func() { time.Sleep(150 * time.Millisecond); d.kill(); write(500); d.startNoSocket() }, // kill -9 mid-file
@@ -111,7 +86,8 @@ create_table = true`))
 		s()
 		time.Sleep(300 * time.Millisecond)
 	}
-	f.Close()
+	lg.close()
+	want := lg.want
 
 	deadline := time.Now().Add(60 * time.Second)
 	for {

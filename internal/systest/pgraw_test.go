@@ -28,9 +28,9 @@ func pgRaw(t *testing.T, conn *pgx.Conn) string {
 	return table
 }
 
-// rawTable reads the raw table: its ids, how often each payload is
-// there, and its row count.
-func rawTable(t *testing.T, conn *pgx.Conn, table string) (ids map[sink.RecordID]bool, payloads map[string]int, rows int) {
+// rawTable reads the raw table: its ids and how often each payload is
+// there.
+func rawTable(t *testing.T, conn *pgx.Conn, table string) (ids map[sink.RecordID]bool, payloads map[string]int) {
 	t.Helper()
 	r, err := conn.Query(context.Background(), "SELECT weir_record_id, payload FROM "+pgx.Identifier{table}.Sanitize()+" ORDER BY weir_position")
 	if err != nil {
@@ -46,12 +46,11 @@ func rawTable(t *testing.T, conn *pgx.Conn, table string) (ids map[sink.RecordID
 		}
 		ids[sink.RecordID(id)] = true
 		payloads[string(p)]++
-		rows++
 	}
 	if err := r.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return ids, payloads, rows
+	return ids, payloads
 }
 
 // TestPostgresRawWithSecondary: primary raw is a Postgres table (positions
@@ -75,15 +74,40 @@ batch_records = 200
 `, sec.dsn, raw)+pgSecondaryTOML(sec.via, sec.table, "queue_batches = 2", `timeout = "2s"
 create_table = true`))
 	d := newDaemon(t, "--config", cfg, "--recovery-window-records", "100", "--coverage-flush-interval", "50ms")
+	acked := pushKillRecover(t, d, sec, "pr", 6000, 3000)
+	waitRawAndSecondary(t, d, sec.conn, sec.table, acked, func() (map[sink.RecordID]bool, map[string]int) {
+		return rawTable(t, sec.conn, raw)
+	}, 90*time.Second)
+	d.waitScrape("backlog 0", 30*time.Second, func(m map[string]float64) bool { return m["weir_recovery_backlog"] == 0 })
+
+	// The offset store lives in raw's database: the secondary's coverage
+	// row reaches raw's end.
+	var cov []byte
+	var end int64
+	name := pgx.Identifier{raw}.Sanitize()
+	err := sec.conn.QueryRow(context.Background(), "SELECT (SELECT value FROM "+pgsink.OffsetsTable+
+		" WHERE raw_table = $1 AND kind = 'coverage' AND name = 'pg'), (SELECT position FROM "+pgsink.OffsetsTable+
+		" WHERE raw_table = $1 AND kind = 'raw_end')", name).Scan(&cov, &end)
+	if err != nil || len(cov) == 0 || end < int64(len(acked)) {
+		t.Fatalf("offset store rows: coverage %x, raw end %d, %v", cov, end, err)
+	}
+}
+
+// pushKillRecover is the raw tests' scenario on d, whose secondary sec is
+// cut off: n1 records are pushed and the daemon killed -9 at once (raw
+// anywhere behind the buffer); after the restart n2 more are pushed, the
+// secondary is restored and, once recovery from raw has delivered
+// something, the daemon is killed again and restarted. It returns the
+// acked payloads.
+func pushKillRecover(t *testing.T, d *daemon, sec *pgTable, prefix string, n1, n2 int) map[string]bool {
+	t.Helper()
 	sec.proxy.Cut()
 	d.start()
-
 	l := newLedger()
-	const n1, n2 = 6000, 3000
-	produce(ctxTimeout(t, 30*time.Second), t, d.socket, "pr1", n1, 100, client.Durable, l, 10*time.Second)
+	produce(ctxTimeout(t, 30*time.Second), t, d.socket, prefix+"1", n1, 100, client.Durable, l, 10*time.Second)
 	d.kill() // acked = durable in the buffer; raw may be anywhere behind
 	d.start()
-	produce(ctxTimeout(t, 30*time.Second), t, d.socket, "pr2", n2, 100, client.Durable, l, 10*time.Second)
+	produce(ctxTimeout(t, 30*time.Second), t, d.socket, prefix+"2", n2, 100, client.Durable, l, 10*time.Second)
 	if got := l.ackedCount(); got != n1+n2 {
 		t.Fatalf("%d of %d records acked", got, n1+n2)
 	}
@@ -95,44 +119,33 @@ create_table = true`))
 	// (TestKill9DuringRecovery pins a kill inside a recovery).
 	m := d.waitScrape("recovery under way", 60*time.Second, func(m map[string]float64) bool { return recovered(m) > 0 })
 	d.kill()
-	t.Logf("killed with the recovery backlog at %.0f", m["weir_recovery_backlog"])
-	inTable := len(tableIDs(t, sec.conn, sec.table))
-	t.Logf("killed during recovery: secondary holds %d of %d", inTable, n1+n2)
+	t.Logf("killed with the recovery backlog at %.0f; the secondary holds %d of %d",
+		m["weir_recovery_backlog"], len(tableIDs(t, sec.conn, sec.table)), n1+n2)
 	d.start()
-
-	waitPGRawAndSecondary(t, d, sec.conn, raw, sec.table, l.snapshot(), 90*time.Second)
-	d.waitScrape("backlog 0", 30*time.Second, func(m map[string]float64) bool { return m["weir_recovery_backlog"] == 0 })
-
-	// The offset store lives in raw's database: the secondary's coverage
-	// row reaches raw's end.
-	var cov []byte
-	var end int64
-	name := pgx.Identifier{raw}.Sanitize()
-	err := sec.conn.QueryRow(context.Background(), "SELECT (SELECT value FROM "+pgsink.OffsetsTable+
-		" WHERE raw_table = $1 AND kind = 'coverage' AND name = 'pg'), (SELECT position FROM "+pgsink.OffsetsTable+
-		" WHERE raw_table = $1 AND kind = 'raw_end')", name).Scan(&cov, &end)
-	if err != nil || len(cov) == 0 || end < n1+n2 {
-		t.Fatalf("offset store rows: coverage %x, raw end %d, %v", cov, end, err)
-	}
+	return l.snapshot()
 }
 
-// waitPGRawAndSecondary waits until the raw table holds every acked
-// payload and the secondary table every raw record id, and nothing else.
-func waitPGRawAndSecondary(t *testing.T, d *daemon, conn *pgx.Conn, raw, secondary string, acked map[string]bool, timeout time.Duration) {
+// waitRawAndSecondary waits until raw (read by readRaw: its ids and how
+// often each payload is there) holds every acked payload and the
+// secondary table every raw record id, and nothing else.
+func waitRawAndSecondary(t *testing.T, d *daemon, conn *pgx.Conn, secondary string, acked map[string]bool,
+	readRaw func() (map[sink.RecordID]bool, map[string]int), timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		// The secondary first: what it holds was in raw before, so a
 		// raw read after it can only hold more.
 		tbl := tableIDs(t, conn, secondary)
-		ids, payloads, rows := rawTable(t, conn, raw)
-		missingRaw := 0
+		ids, payloads := readRaw()
+		missingRaw, missingSec, extra, dup := 0, 0, 0, 0
 		for p := range acked {
 			if payloads[p] == 0 {
 				missingRaw++
 			}
 		}
-		missingSec, extra := 0, 0
+		for _, c := range payloads {
+			dup += c - 1
+		}
 		for id := range ids {
 			if !tbl[id] {
 				missingSec++
@@ -147,12 +160,8 @@ func waitPGRawAndSecondary(t *testing.T, d *daemon, conn *pgx.Conn, raw, seconda
 			t.Fatalf("the secondary holds %d ids raw does not", extra)
 		}
 		if missingRaw == 0 && missingSec == 0 {
-			dup := 0
-			for _, c := range payloads {
-				dup += c - 1
-			}
-			t.Logf("raw holds all %d acked records (%d rows, %d resent by a reconnecting producer); the secondary equals raw by weir_record_id",
-				len(acked), rows, dup)
+			t.Logf("raw holds all %d acked records (%d ids, %d payloads resent by a reconnecting producer); the secondary equals raw by weir_record_id",
+				len(acked), len(ids), dup)
 			return
 		}
 		if time.Now().After(deadline) {
@@ -192,7 +201,9 @@ create_table = true`))
 	rec := newDaemon(t, "--config", cfg(sec.dsn), "--role", "recovery", "--recovery-window-records", "200",
 		"--coverage-flush-interval", "50ms")
 	rec.startNoSocket()
-	waitPGRawAndSecondary(t, ing, sec.conn, raw, sec.table, l.snapshot(), 60*time.Second)
+	waitRawAndSecondary(t, ing, sec.conn, sec.table, l.snapshot(), func() (map[sink.RecordID]bool, map[string]int) {
+		return rawTable(t, sec.conn, raw)
+	}, 60*time.Second)
 	rec.waitScrape("backlog 0 on the recovery node", 30*time.Second, func(m map[string]float64) bool {
 		return m["weir_recovery_backlog"] == 0 && recovered(m) > 0
 	})

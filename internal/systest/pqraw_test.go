@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weir-io/weir/client"
 	"github.com/weir-io/weir/internal/sink/parquetsink"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
@@ -52,60 +51,9 @@ max_bytes = 65536
 batch_records = 100
 `+pgSecondaryTOML(sec.via, sec.table, "queue_batches = 2", `timeout = "2s"
 create_table = true`)), "--recovery-window-records", "100", "--coverage-flush-interval", "50ms")
-	rawDir := filepath.Join(d.dir, "parquet")
-	sec.proxy.Cut()
-	d.start()
-	l := newLedger()
-	const n1, n2 = 4000, 2000
-	produce(ctxTimeout(t, 30*time.Second), t, d.socket, "pq1", n1, 100, client.Durable, l, 10*time.Second)
-	d.kill()
-	d.start()
-	produce(ctxTimeout(t, 30*time.Second), t, d.socket, "pq2", n2, 100, client.Durable, l, 10*time.Second)
-	if got := l.ackedCount(); got != n1+n2 {
-		t.Fatalf("%d of %d records acked", got, n1+n2)
-	}
-	d.waitScrape("the secondary behind", 30*time.Second, func(m map[string]float64) bool { return m["weir_recovery_backlog"] > 0 })
-	if err := sec.proxy.Restore(); err != nil {
-		t.Fatal(err)
-	}
-	// Recovery from raw is fast; the kill lands in it or just after it
-	// (TestKill9DuringRecovery pins a kill inside a recovery).
-	m := d.waitScrape("recovery under way", 60*time.Second, func(m map[string]float64) bool { return recovered(m) > 0 })
-	d.kill()
-	t.Logf("killed with the recovery backlog at %.0f", m["weir_recovery_backlog"])
-	d.start()
-	acked := l.snapshot()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		tbl := tableIDs(t, sec.conn, sec.table) // before raw: raw only grows
-		ids, payloads := parquetRaw(t, rawDir)
-		missingRaw, missingSec, extra := 0, 0, 0
-		for p := range acked {
-			if payloads[p] == 0 {
-				missingRaw++
-			}
-		}
-		for id := range ids {
-			if !tbl[id] {
-				missingSec++
-			}
-		}
-		for id := range tbl {
-			if !ids[id] {
-				extra++
-			}
-		}
-		if extra != 0 {
-			t.Fatalf("the secondary holds %d ids raw does not", extra)
-		}
-		if missingRaw == 0 && missingSec == 0 {
-			t.Logf("Parquet raw holds all %d acked records (%d ids); the secondary equals raw by weir_record_id", len(acked), len(ids))
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("raw misses %d acked records, the secondary misses %d raw records\n%s", missingRaw, missingSec, tail(d.log.String(), 4000))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	acked := pushKillRecover(t, d, sec, "pq", 4000, 2000)
+	waitRawAndSecondary(t, d, sec.conn, sec.table, acked, func() (map[sink.RecordID]bool, map[string]int) {
+		return parquetRaw(t, filepath.Join(d.dir, "parquet"))
+	}, 90*time.Second)
 	d.waitScrape("backlog 0", 30*time.Second, func(m map[string]float64) bool { return m["weir_recovery_backlog"] == 0 })
 }

@@ -129,33 +129,8 @@ max_batch_records = 100
 	d := newDaemon(t, "--config", cfg)
 	d.start()
 
-	want := map[string]bool{}
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	line := 0
-	write := func(k int) {
-		for range k {
-			p := fmt.Sprintf("line-%06d", line)
-			line++
-			if _, err := fmt.Fprintln(f, p); err != nil {
-				t.Fatal(err)
-			}
-			want[p] = true
-		}
-	}
-	rotate := func() {
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(logPath, logPath+"."+fmt.Sprint(line)); err != nil {
-			t.Fatal(err)
-		}
-		if f, err = os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lg := newGrowingLog(t, logPath, "line")
+	write, rotate := lg.write, lg.rotate
 	steps := []func(){
 		func() { write(2000) },
 		func() { time.Sleep(150 * time.Millisecond); d.kill(); write(500); d.start() }, // kill -9 mid-file
@@ -183,7 +158,8 @@ max_batch_records = 100
 		s()
 		time.Sleep(300 * time.Millisecond)
 	}
-	f.Close()
+	lg.close()
+	want := lg.want
 	got := waitDelivered(t, d, want, 60*time.Second)
 	dups := 0
 	for _, c := range got {
@@ -191,3 +167,53 @@ max_batch_records = 100
 	}
 	t.Logf("all %d lines in raw after rotations, a stop and two kills (%d duplicates)", len(want), dups)
 }
+
+// growingLog is an application's log file that the file-source tests
+// append numbered lines to and rotate by rename.
+type growingLog struct {
+	t      *testing.T
+	path   string
+	prefix string
+	f      *os.File
+	line   int
+	want   map[string]bool // every line written
+}
+
+func newGrowingLog(t *testing.T, path, prefix string) *growingLog {
+	g := &growingLog{t: t, path: path, prefix: prefix, want: map[string]bool{}}
+	g.open()
+	return g
+}
+
+func (g *growingLog) open() {
+	f, err := os.OpenFile(g.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.f = f
+}
+
+// write appends k lines.
+func (g *growingLog) write(k int) {
+	for range k {
+		p := fmt.Sprintf("%s-%06d", g.prefix, g.line)
+		g.line++
+		if _, err := fmt.Fprintln(g.f, p); err != nil {
+			g.t.Fatal(err)
+		}
+		g.want[p] = true
+	}
+}
+
+// rotate renames the file to path.<lines so far> and starts a new one.
+func (g *growingLog) rotate() {
+	if err := g.f.Close(); err != nil {
+		g.t.Fatal(err)
+	}
+	if err := os.Rename(g.path, g.path+"."+fmt.Sprint(g.line)); err != nil {
+		g.t.Fatal(err)
+	}
+	g.open()
+}
+
+func (g *growingLog) close() { g.f.Close() }
