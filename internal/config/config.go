@@ -74,6 +74,7 @@ type Config struct {
 	Secondaries           []SecondaryConfig // [[secondary]]
 	Sources               []SourceConfig    // [[source]]
 	Role                  string            // role: both|ingest|recovery
+	Gate                  string            // gate: buffer|raw
 	RecoveryMode          string            // recovery_mode: rehydrate|skip-quarantine
 	RecoveryWindowRecords int               // recovery_window_records
 	RecoveryWindowTime    time.Duration     // recovery_window_time

@@ -103,6 +103,7 @@ func TestDefaults(t *testing.T) {
 		DeadLetterCheckInterval: 5 * time.Second,
 		SinkHealthInterval:      30 * time.Second,
 		Role:                    "both",
+		Gate:                    "buffer",
 		RecoveryMode:            "rehydrate",
 		RecoveryWindowRecords:   4096,
 		RecoveryWindowTime:      10 * time.Second,
@@ -203,7 +204,8 @@ var samples = map[string][2]string{
 	"log_level":                      {"debug", "error"},
 	"log_format":                     {"json", "text"},
 	"sink.durable":                   {"true", "true"},
-	"role":                           {"ingest", "both"}, // "recovery" needs [[secondary]] tables (TOML only): TestRecoveryNodeConfig,
+	"gate":                           {"buffer", "buffer"}, // "raw" needs [[source]] tables (TOML only): TestRawGateConfig
+	"role":                           {"ingest", "both"},   // "recovery" needs [[secondary]] tables (TOML only): TestRecoveryNodeConfig,
 	"recovery_mode":                  {"skip-quarantine", "skip-quarantine"},
 	"recovery_window_records":        {"1", "100000"},
 	"recovery_window_time":           {"1s", "1m"},

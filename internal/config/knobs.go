@@ -70,6 +70,7 @@ const (
 	DefaultLogFormat        = "text"
 	DefaultTLSReload        = 30 * time.Second
 	DefaultRole             = "both"
+	DefaultGate             = "buffer"
 	DefaultRecoveryMode     = "rehydrate"
 	DefaultWindowRecords    = engine.DefaultWindowRecords
 	DefaultWindowTime       = engine.DefaultWindowTime
@@ -668,6 +669,8 @@ func knobs() []knob {
 		durationKnob("sink.mysql.timeout", DefaultMySQLTimeout, time.Second, time.Hour, "Time allowed for one commit (a timeout is retried).",
 			func(p *partial) **time.Duration { return &p.MySQLTimeout }, func(c *Config) *time.Duration { return &c.Sink.MySQL.Timeout }),
 
+		enumKnob("gate", DefaultGate, []string{"buffer", "raw"}, "What a [[source]] waits for before it commits its position: the write-ahead buffer's durable write (buffer), or the [sink]'s own durable commit with no write-ahead buffer at all (raw: no producers, no drain; records the sink refuses go to <data_dir>/quarantine/raw).",
+			func(p *partial) **string { return &p.Gate }, func(c *Config) *string { return &c.Gate }),
 		enumKnob("role", DefaultRole, []string{"both", "ingest", "recovery"}, "What this node does for [[secondary]] sinks: deliver live batches and recover gaps (both), only deliver live (ingest), or only recover (recovery): a recovery-only node reads another node's raw in sink.file.dir read-only and runs no buffer, listener or source.",
 			func(p *partial) **string { return &p.Role }, func(c *Config) *string { return &c.Role }),
 		enumKnob("recovery_mode", DefaultRecoveryMode, []string{"rehydrate", "skip-quarantine"}, "Whether records a secondary rejects during recovery go to its quarantine lane again (rehydrate) or are only counted (skip-quarantine).",
@@ -750,6 +753,7 @@ type partial struct {
 	DebugPprof       *bool
 
 	Role, RecoveryMode    *string
+	Gate                  *string
 	RecoveryWindowRecords *int
 	RecoveryWindowTime    *time.Duration
 	CoverageFlushInterval *time.Duration

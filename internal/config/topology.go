@@ -556,6 +556,7 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 		c.Sources = append(c.Sources, sc)
 	}
 	errs = append(errs, checkOwnRaw(ks, c, path)...)
+	errs = append(errs, checkRawGate(ks, c)...)
 	return append(errs, checkRecoveryNode(ks, c, path)...)
 }
 
@@ -634,6 +635,33 @@ func checkPrimaryRaw(ks []knob, c *Config) []error {
 			`must be "bytea" when the [sink] is primary raw: raw gives every payload back byte for byte, which jsonb does not`)}
 	}
 	return nil
+}
+
+// checkRawGate checks gate = "raw": sources write straight into the
+// [sink] (primary raw), so there must be sources to run, and nothing that
+// needs the write-ahead buffer — producers over the socket or TCP — or
+// has no gate of this kind (a recovery node, a source that is its own
+// raw).
+func checkRawGate(ks []knob, c *Config) []error {
+	if c.Gate != "raw" {
+		return nil
+	}
+	k := knobByKey(ks, "gate")
+	var errs []error
+	if len(c.Sources) == 0 {
+		errs = append(errs, invalid(k, `"raw"`, "needs [[source]] tables: without the write-ahead buffer there are no producers, so sources are all this node runs"))
+	}
+	if c.TCPListen != "" {
+		errs = append(errs, invalid(knobByKey(ks, "tcp_listen"), fmt.Sprintf("%q", c.TCPListen),
+			`must be empty with gate = "raw": producers need the write-ahead buffer`))
+	}
+	if c.Role == "recovery" {
+		errs = append(errs, invalid(k, `"raw"`, `has no meaning with role = "recovery": a recovery node runs no source`))
+	}
+	if _, ok := c.OwnRawSource(); ok {
+		errs = append(errs, invalid(k, `"raw"`, "has no meaning with own_raw: that source's gate is its own origin"))
+	}
+	return errs
 }
 
 // checkRecoveryNode checks what role = "recovery" implies: the node only

@@ -158,6 +158,33 @@ dsn = "postgres://u@h/db"
 	}
 }
 
+// TestRawGateConfig: gate = "raw" with a source and a Postgres primary raw.
+func TestRawGateConfig(t *testing.T) {
+	c, err, warns := loadTOML(t, `
+gate = "raw"
+[sink]
+type = "postgres"
+[sink.postgres]
+dsn = "postgres://u@h/db"
+[[source]]
+name = "orders"
+type = "kafka"
+[source.kafka]
+brokers = ["k:9092"]
+topics = ["orders"]
+group = "weir"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 0 {
+		t.Errorf("warnings: %v", warns)
+	}
+	if c.Gate != "raw" || len(c.Sources) != 1 {
+		t.Errorf("gate %q, %d sources", c.Gate, len(c.Sources))
+	}
+}
+
 func TestTopologyUnknownKeysWarn(t *testing.T) {
 	_, err, warns := loadTOML(t, `
 [[secondary]]
@@ -266,6 +293,27 @@ payload_type = "jsonb"
 [[secondary]]
 name = "a"
 type = "file"`, []string{`sink.postgres.payload_type = "jsonb": must be "bytea" when the [sink] is primary raw`}},
+		{"raw gate without sources", `
+gate = "raw"`, []string{`gate = "raw": needs [[source]] tables`}},
+		{"raw gate with tcp", `
+gate = "raw"
+tcp_listen = "127.0.0.1:7000"
+[[source]]
+name = "f"
+type = "file"
+[source.file]
+glob = "/x/*"`, []string{`tcp_listen = "127.0.0.1:7000": must be empty with gate = "raw"`}},
+		{"raw gate with own raw", `
+gate = "raw"
+[[source]]
+name = "f"
+type = "file"
+own_raw = true
+[source.file]
+glob = "/x/*"
+[[secondary]]
+name = "a"
+type = "file"`, []string{`gate = "raw": has no meaning with own_raw`}},
 		{"own raw not replayable", `
 [[source]]
 name = "k"

@@ -27,14 +27,18 @@ import (
 // down in order: stop accepting and answer every accepted request, seal the
 // write-ahead buffer, stop the drain, close the sink. The whole shutdown is
 // bounded by cfg.ShutdownTimeout. With role = "recovery" it runs a
-// recovery-only node instead (runRecoveryNode), and with a source that is
-// its own raw an origin node (runOriginNode).
+// recovery-only node instead (runRecoveryNode), with a source that is its
+// own raw an origin node (runOriginNode), and with gate = "raw" a node
+// whose sources write straight into the [sink] (runRawGateNode).
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if cfg.Role == "recovery" {
 		return runRecoveryNode(ctx, cfg, log) // recovery.go: no buffer, listeners or sources
 	}
 	if sc, ok := cfg.OwnRawSource(); ok {
 		return runOriginNode(ctx, cfg, sc, log) // origin.go: a file source that is its own raw
+	}
+	if cfg.Gate == "raw" {
+		return runRawGateNode(ctx, cfg, log) // rawgate.go: sources straight into the [sink]
 	}
 	fs, err := faultFS(vfs.OS)
 	if err != nil {

@@ -234,15 +234,19 @@ func fileSourceOptions(sc config.SourceConfig, log *slog.Logger, topo *metrics.T
 }
 
 // startSources starts every source: the producer listeners (already
-// bound) and the [[source]] entries. Each writes through the write-ahead
-// buffer's gate (a position is committed only after the buffer's durable
-// write) and is restarted with backoff when it stops with an error.
+// bound; nil when there are none) and the [[source]] entries. Each writes
+// through gate — the write-ahead buffer's, or with gate = "raw" the
+// sink's — so a position is committed only after the gate's durable
+// write, and is restarted with backoff when it stops with an error.
 // Store-managed sources keep their cursors in d.cursors, opened here in
 // data_dir when there is no offset store.
-func startSources(cfg *config.Config, fs vfs.FS, gate *engine.WABGate, ingress source.Source, d *delivery, m *metrics.Metrics, log *slog.Logger) (*sources, error) {
+func startSources(cfg *config.Config, fs vfs.FS, gate source.Gate, ingress source.Source, d *delivery, m *metrics.Metrics, log *slog.Logger) (*sources, error) {
 	s := &sources{}
 	topo := m.Topology()
-	srcs := []source.Source{ingress}
+	var srcs []source.Source
+	if ingress != nil {
+		srcs = append(srcs, ingress)
+	}
 	for _, sc := range cfg.Sources {
 		src, err := newSource(sc, log, topo) // each source names itself in its logs
 		if err != nil {

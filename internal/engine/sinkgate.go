@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/source"
+)
+
+// ErrRejectedAtGate is returned (wrapped) by SinkGate.Write when the sink
+// refused records and there is no quarantine to keep them: the source
+// must not move past a record that is nowhere.
+var ErrRejectedAtGate = errors.New("engine: the sink refused records at the gate and there is no quarantine")
+
+// SinkGateObserver sees every commit a SinkGate makes, for metrics (the
+// drain's Commit has the same shape).
+type SinkGateObserver interface {
+	Commit(records, rejected int, d time.Duration, err error)
+}
+
+// SinkGateOptions configure NewSinkGate.
+type SinkGateOptions struct {
+	// Name labels the gate's quarantined records ("raw").
+	Name string
+	// Quarantine keeps records the sink refused; Write returns only after
+	// it has stored them. Nil makes a refusal fail Write.
+	Quarantine Quarantine
+	// Observer sees every commit; nil discards.
+	Observer SinkGateObserver
+}
+
+// SinkGate is the gate of a pipeline without a write-ahead buffer
+// (gate = "raw"): Write commits the records straight to the sink — primary
+// raw, or the fan-out in front of it — and returns nil only after the
+// sink's durable ack, so a source commits its position only once its
+// records are in the system of record. Records the sink refuses are
+// stored in the quarantine (with the sink's reason) before Write returns;
+// a quarantine that cannot take them fails Write, and the source stops
+// short of them.
+//
+// Commits are serialised: one batch at a time reaches the sink, as from
+// the drain. A record's Received is when Write was called.
+type SinkGate struct {
+	snk  sink.Sink
+	opts SinkGateOptions
+	mu   sync.Mutex
+}
+
+var _ source.Gate = (*SinkGate)(nil)
+
+// NewSinkGate returns a gate writing to snk.
+func NewSinkGate(snk sink.Sink, opts SinkGateOptions) *SinkGate {
+	if opts.Name == "" {
+		opts.Name = snk.Name()
+	}
+	return &SinkGate{snk: snk, opts: opts}
+}
+
+// Write implements source.Gate.
+func (g *SinkGate) Write(ctx context.Context, recs []source.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	now := time.Now()
+	records := make([]sink.Record, len(recs))
+	for i, r := range recs {
+		records[i] = sink.Record{ID: r.ID, Payload: r.Payload, Source: r.Source, Durability: sink.Durable, Received: now}
+	}
+	step := g.snk.MaxBatchSize()
+	if step <= 0 {
+		step = len(records)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for lo := 0; lo < len(records); lo += step {
+		if err := g.commit(ctx, records[lo:min(lo+step, len(records))]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g *SinkGate) commit(ctx context.Context, records []sink.Record) error {
+	start := time.Now()
+	res, err := g.snk.Commit(ctx, sink.NewBatch(records))
+	if g.opts.Observer != nil {
+		g.opts.Observer.Commit(len(records), len(res.Rejected), time.Since(start), err)
+	}
+	if err != nil {
+		return fmt.Errorf("engine: gate: commit to %s: %w", g.snk.Name(), err)
+	}
+	if len(res.Rejected) == 0 {
+		return nil
+	}
+	if g.opts.Quarantine == nil {
+		return fmt.Errorf("%w: %s refused %d records (first: %s)", ErrRejectedAtGate, g.snk.Name(), len(res.Rejected), res.Rejected[0].Reason)
+	}
+	qs := make([]QuarantinedRecord, 0, len(res.Rejected))
+	for _, r := range res.Rejected {
+		if r.Index < 0 || r.Index >= len(records) {
+			return fmt.Errorf("engine: gate: %s rejected index %d of a batch of %d", g.snk.Name(), r.Index, len(records))
+		}
+		qs = append(qs, QuarantinedRecord{Sink: g.opts.Name, Record: records[r.Index], Reason: r.Reason})
+	}
+	if err := g.opts.Quarantine.Quarantine(ctx, qs); err != nil {
+		return fmt.Errorf("engine: gate: quarantine %d records %s refused: %w", len(qs), g.snk.Name(), err)
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/source"
+)
+
+type gateCommits struct {
+	mu                sync.Mutex
+	batches, rejected int
+	errs              int
+}
+
+func (o *gateCommits) Commit(records, rejected int, _ time.Duration, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.batches++
+	o.rejected += rejected
+	if err != nil {
+		o.errs++
+	}
+}
+
+func sourceRecords(n int) []source.Record {
+	out := make([]source.Record, n)
+	for i := range out {
+		p := []byte(fmt.Sprintf("g-%05d", i))
+		out[i] = source.Record{ID: source.ID([]byte("gate"), p), Payload: p, Source: "test", Time: time.Unix(1, 0)}
+	}
+	return out
+}
+
+func TestSinkGate(t *testing.T) {
+	ctx := context.Background()
+	recs := sourceRecords(2500)
+	for _, tc := range []struct {
+		name       string
+		poison     []int
+		down       bool
+		quarantine bool
+		quarFails  bool
+		wantErr    error // nil: Write succeeds
+		wantQuar   int
+	}{
+		{name: "commits in sink-sized batches"},
+		{name: "refused records quarantined", poison: []int{3, 1500, 2499}, quarantine: true, wantQuar: 3},
+		{name: "refused without a quarantine", poison: []int{7}, wantErr: engine.ErrRejectedAtGate},
+		{name: "quarantine fails", poison: []int{7}, quarantine: true, quarFails: true, wantErr: errQuarFull},
+		{name: "sink down", down: true, wantErr: errMemDown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMemSink("raw")
+			for _, i := range tc.poison {
+				m.poison[recs[i].ID] = true
+			}
+			m.down.Store(tc.down)
+			var quarantined []engine.QuarantinedRecord
+			obs := &gateCommits{}
+			opts := engine.SinkGateOptions{Observer: obs}
+			if tc.quarantine {
+				opts.Quarantine = engine.QuarantineFunc(func(_ context.Context, qs []engine.QuarantinedRecord) error {
+					if tc.quarFails {
+						return errQuarFull
+					}
+					quarantined = append(quarantined, qs...)
+					return nil
+				})
+			}
+			err := engine.NewSinkGate(m, opts).Write(ctx, recs)
+			if tc.wantErr != nil {
+				if tc.wantErr == errMemDown {
+					if err == nil || !sink.IsTransient(err) {
+						t.Fatalf("Write with the sink down: %v, want a transient error", err)
+					}
+					return
+				}
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("Write: %v, want %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if obs.batches != 3 || m.calls.Load() != 3 {
+				t.Errorf("%d commits observed, %d made; want 3 of at most MaxBatchSize", obs.batches, m.calls.Load())
+			}
+			if got := m.count(); got != len(recs)-len(tc.poison) {
+				t.Errorf("sink holds %d records, want %d", got, len(recs)-len(tc.poison))
+			}
+			if len(quarantined) != tc.wantQuar || obs.rejected != tc.wantQuar {
+				t.Fatalf("quarantined %d (observed %d), want %d", len(quarantined), obs.rejected, tc.wantQuar)
+			}
+			for k, q := range quarantined {
+				if q.Record.ID != recs[tc.poison[k]].ID || q.Reason != "poison" || q.Sink != "raw" {
+					t.Errorf("quarantined %d: %+v", k, q)
+				}
+			}
+		})
+	}
+}
+
+var (
+	errQuarFull = errors.New("quarantine full")
+	errMemDown  = errors.New("memsink: down")
+)
