@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-io/weir/internal/sink/pgsink"
 	"github.com/weir-io/weir/internal/testenv"
 )
 
@@ -27,12 +28,19 @@ func BenchmarkKafkaToPostgres(b *testing.B) {
 		fmt.Sscan(s, &records)
 	}
 	const wait = 5 * time.Minute
-	for range b.N {
-		kafkaPostgresOnce(b, records, wait)
+	for _, raw := range []string{"file", "postgres"} {
+		b.Run("raw="+raw, func(b *testing.B) {
+			for range b.N {
+				kafkaPostgresOnce(b, records, wait, raw)
+			}
+		})
 	}
 }
 
-func kafkaPostgresOnce(b *testing.B, n int, wait time.Duration) {
+// kafkaPostgresOnce runs the benchmark once with primary raw of the given
+// sink type: "file" (NDJSON in data_dir/out) or "postgres" (a raw table
+// in the same database as the secondary).
+func kafkaPostgresOnce(b *testing.B, n int, wait time.Duration, raw string) {
 	b.StopTimer()
 	const topic, group = "bench", "weir-bench"
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
@@ -88,7 +96,17 @@ func kafkaPostgresOnce(b *testing.B, n int, wait time.Duration) {
 	}
 	produceN("live")
 
-	cfg := writeConfigTB(b, kafkaSourceTOML("orders", group, topic, c.ListenAddrs())+pgSecondaryTOML(via, table, "", `timeout = "2s"`))
+	rawTOML := ""
+	if raw == "postgres" {
+		rawTable := table + "_raw"
+		rawTOML = fmt.Sprintf("[sink]\ntype = \"postgres\"\n[sink.postgres]\ndsn = %q\ntable = %q\n", dsn, rawTable)
+		defer func() {
+			name := pgx.Identifier{rawTable}.Sanitize()
+			conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+name)
+			conn.Exec(context.Background(), "DELETE FROM "+pgsink.OffsetsTable+" WHERE raw_table = $1", name)
+		}()
+	}
+	cfg := writeConfigTB(b, rawTOML+kafkaSourceTOML("orders", group, topic, c.ListenAddrs())+pgSecondaryTOML(via, table, "", `timeout = "2s"`))
 	d := newDaemon(b, "--config", cfg, "--log-level", "warn")
 
 	var maxBacklog float64
@@ -175,7 +193,11 @@ func kafkaPostgresOnce(b *testing.B, n int, wait time.Duration) {
 	live := float64(n) / liveDur.Seconds()
 	recovery := float64(n) / recoveryDur.Seconds()
 	lag := (tableDone - rawDone).Seconds()
-	benchLine(b, map[string]any{"name": "e2e/kafka_raw_postgres", "records": n, "record_bytes": benchRecordBytes,
+	name := "e2e/kafka_raw_postgres"
+	if raw != "file" {
+		name = "e2e/kafka_" + raw + "raw_postgres"
+	}
+	benchLine(b, map[string]any{"name": name, "raw": raw, "records": n, "record_bytes": benchRecordBytes,
 		"partitions": 3, "ingest_records_per_s": ingest, "records_per_s": e2e, "lag_s": lag,
 		"live_records_per_s": live, "recovery_records_per_s": recovery, "recovery_s": recoveryDur.Seconds(),
 		"max_recovery_backlog": maxBacklog, "rows_at_restore": cutRows,
