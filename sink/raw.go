@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Positioned is a record with its position in a raw sink's total order.
@@ -62,3 +63,30 @@ type Raw interface {
 // ErrPositionGone is returned (wrapped) by ReadFrom when from is below the
 // oldest position the sink still keeps (retention removed it).
 var ErrPositionGone = errors.New("sink: position no longer kept by raw")
+
+// PositionsGone is implemented by a ReadFrom error that names the span of
+// positions raw no longer keeps, [from, to), starting at or before the
+// position asked for. A reader that knows the span should return one (with
+// ErrPositionGone in its chain), so that a caller recovering a lagging
+// sink steps over what is gone — counting it as unrecoverable — instead of
+// asking for it forever.
+type PositionsGone interface {
+	error
+	GonePositions() (from, to uint64)
+}
+
+// GoneError is a PositionsGone for [From, To); it wraps ErrPositionGone.
+type GoneError struct {
+	From, To uint64
+	Why      string // what removed them, for the log
+}
+
+func (e *GoneError) Error() string {
+	return fmt.Sprintf("positions [%d, %d): %s: %v", e.From, e.To, e.Why, ErrPositionGone)
+}
+
+// Unwrap returns ErrPositionGone.
+func (e *GoneError) Unwrap() error { return ErrPositionGone }
+
+// GonePositions implements PositionsGone.
+func (e *GoneError) GonePositions() (from, to uint64) { return e.From, e.To }

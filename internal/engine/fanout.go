@@ -154,6 +154,10 @@ type Observer interface {
 	// (missing: only recovery will deliver them). Reported every flush
 	// interval.
 	Coverage(sinkName string, prefix, lag, missing uint64)
+	// Unrecoverable: positions the sink lacked that raw no longer keeps
+	// (sink.PositionsGone): recovery stepped over them, and the sink will
+	// never hold their records.
+	Unrecoverable(sinkName string, positions uint64)
 	// RecoveryBacklog: the largest lag over all secondaries — raw
 	// positions the furthest-behind one has not durably received; 0 when
 	// every secondary holds all of raw. Reported every flush interval.
@@ -170,6 +174,7 @@ func (NopObserver) Quarantined(string, int, bool)           {}
 func (NopObserver) QuarantineShed(string, int)              {}
 func (NopObserver) QuarantineSkipped(string, int)           {}
 func (NopObserver) Coverage(string, uint64, uint64, uint64) {}
+func (NopObserver) Unrecoverable(string, uint64)            {}
 func (NopObserver) RecoveryBacklog(uint64)                  {}
 
 // SecondaryConfig is one secondary sink.
@@ -274,7 +279,7 @@ type secondary struct {
 
 	window int // current recovery window, records
 
-	dropped, delivered, recovered, quarantined, shed, skipped, failures atomic.Int64
+	dropped, delivered, recovered, quarantined, shed, skipped, failures, unrecoverable atomic.Int64
 }
 
 var _ sink.Sink = (*Fanout)(nil)
@@ -721,6 +726,10 @@ func (s *secondary) recoverWindow(ctx context.Context) (bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.f.opts.WindowTime)
 	recs, err := s.f.reader.ReadFrom(rctx, gap.Lo, want)
 	cancel()
+	var gone sink.PositionsGone
+	if errors.As(err, &gone) && errors.Is(err, sink.ErrPositionGone) {
+		return s.stepOver(gap, gone)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return false, ctx.Err()
@@ -754,6 +763,24 @@ func (s *secondary) recoverWindow(ctx context.Context) (bool, error) {
 	if s.window < s.f.opts.WindowRecords {
 		s.window = min(s.f.opts.WindowRecords, s.window*2)
 	}
+	return true, nil
+}
+
+// stepOver records that the part of gap raw reports gone will never
+// reach the sink: it is covered — there is nothing left to deliver — and
+// counted and logged as unrecoverable, so that recovery goes on with what
+// raw still keeps instead of asking for the lost span forever.
+func (s *secondary) stepOver(gap Span, gone sink.PositionsGone) (bool, error) {
+	lo, hi := gone.GonePositions()
+	if lo > gap.Lo || hi <= gap.Lo {
+		return false, fmt.Errorf("raw reported positions [%d, %d) gone when asked for %d: %w", lo, hi, gap.Lo, gone)
+	}
+	hi = min(hi, gap.Hi)
+	s.f.store.Cover(s.name, gap.Lo, hi)
+	s.unrecoverable.Add(int64(hi - gap.Lo))
+	s.f.obs.Unrecoverable(s.name, hi-gap.Lo)
+	s.f.log.Error("positions the secondary lacks are no longer kept by raw; they cannot be recovered into it",
+		"sink", s.name, "from", gap.Lo, "to", hi, "err", gone)
 	return true, nil
 }
 
@@ -820,6 +847,9 @@ type SinkStats struct {
 	Queued uint64
 	// Counters since start.
 	LiveDelivered, Recovered, LiveDropped, Quarantined, QuarantineShed, QuarantineSkipped, CommitFailures int64
+	// Unrecoverable counts positions stepped over because raw no longer
+	// keeps them.
+	Unrecoverable int64
 }
 
 // FanoutStats is the fan-out's state.
@@ -843,7 +873,7 @@ func (f *Fanout) Stats() FanoutStats {
 		ss := SinkStats{Name: s.name, CoveredPrefix: cov.Prefix(), Lag: cov.Missing(st.RawEnd), Missing: all.Missing(st.RawEnd), Queued: queued,
 			LiveDelivered: s.delivered.Load(), Recovered: s.recovered.Load(), LiveDropped: s.dropped.Load(),
 			Quarantined: s.quarantined.Load(), QuarantineShed: s.shed.Load(), QuarantineSkipped: s.skipped.Load(),
-			CommitFailures: s.failures.Load()}
+			CommitFailures: s.failures.Load(), Unrecoverable: s.unrecoverable.Load()}
 		st.Backlog = max(st.Backlog, ss.Lag)
 		st.Sinks = append(st.Sinks, ss)
 	}

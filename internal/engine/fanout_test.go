@@ -576,7 +576,7 @@ func TestFanoutRoles(t *testing.T) {
 	recovery, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
 		Raw: nil, Reader: raw, Store: openStore(t, rawDir), Role: engine.RoleRecovery,
 		FlushInterval: 10 * time.Millisecond, RecoveryInterval: 10 * time.Millisecond,
-		Observer:    backlogObserver{&backlog},
+		Observer:    backlogObserver{v: &backlog},
 		Secondaries: []engine.SecondaryConfig{{Sink: rec, Name: "mem"}},
 	})
 	if err != nil {
@@ -598,16 +598,12 @@ func TestFanoutRoles(t *testing.T) {
 	}
 }
 
-type backlogObserver struct{ v *atomic.Uint64 }
+type backlogObserver struct {
+	engine.NopObserver
+	v *atomic.Uint64
+}
 
-func (o backlogObserver) LiveDropped(string, int)                 {}
-func (o backlogObserver) Delivered(string, int, bool)             {}
-func (o backlogObserver) CommitFailed(string, error, bool)        {}
-func (o backlogObserver) Quarantined(string, int, bool)           {}
-func (o backlogObserver) QuarantineShed(string, int)              {}
-func (o backlogObserver) QuarantineSkipped(string, int)           {}
-func (o backlogObserver) Coverage(string, uint64, uint64, uint64) {}
-func (o backlogObserver) RecoveryBacklog(n uint64)                { o.v.Store(n) }
+func (o backlogObserver) RecoveryBacklog(n uint64) { o.v.Store(n) }
 
 func TestFanoutRejectsBadTopology(t *testing.T) {
 	dir := t.TempDir()
@@ -650,7 +646,7 @@ func TestFanoutBacklogCountsQueued(t *testing.T) {
 		Raw: raw, Store: openStore(t, rawDir), FlushInterval: 10 * time.Millisecond,
 		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
 		Secondaries: []engine.SecondaryConfig{{Sink: mem, QueueBatches: 1024}},
-		Observer:    backlogObserver{&backlog},
+		Observer:    backlogObserver{v: &backlog},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -740,5 +736,55 @@ func TestFanoutExternalRaw(t *testing.T) {
 	}
 	if _, err := engine.NewFanout(ctx, engine.FanoutOptions{Raw: raw, Reader: raw, ExternalRaw: true, Store: openStore(t, rawDir)}); err == nil {
 		t.Fatal("ExternalRaw with a Raw sink accepted")
+	}
+}
+
+// goneReader reports every position below goneBelow as no longer kept.
+type goneReader struct {
+	sink.RawReader
+	goneBelow uint64
+}
+
+func (g goneReader) ReadFrom(ctx context.Context, from uint64, max int) ([]sink.Positioned, error) {
+	if from < g.goneBelow {
+		return nil, fmt.Errorf("test raw: %w", &sink.GoneError{From: from, To: g.goneBelow, Why: "removed by the test"})
+	}
+	return g.RawReader.ReadFrom(ctx, from, max)
+}
+
+// Positions raw no longer keeps are stepped over, counted as
+// unrecoverable, and recovery goes on with what raw still holds (it used
+// to ask for the lost span forever and never recover anything after it).
+func TestFanoutStepsOverGonePositions(t *testing.T) {
+	ctx := context.Background()
+	rawDir := t.TempDir()
+	raw := openRaw(t, rawDir)
+	var later []sink.Record
+	for i := 0; i < 3; i++ {
+		b := mkBatch(10)
+		if _, _, err := raw.CommitRaw(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			later = b.Records
+		}
+	}
+	mem := newMemSink("mem")
+	f, err := engine.NewFanout(ctx, engine.FanoutOptions{
+		Reader: goneReader{raw, 20}, ExternalRaw: true, Store: openStore(t, rawDir), FlushInterval: 20 * time.Millisecond,
+		Secondaries: []engine.SecondaryConfig{{Sink: mem}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st := waitCaughtUp(t, f, 10*time.Second)
+	for _, r := range later {
+		if !mem.has(r.ID) {
+			t.Fatalf("a record raw still keeps (after the gone span) was not recovered")
+		}
+	}
+	if got := st.Sinks[0]; got.Unrecoverable != 20 || mem.count() != 10 || st.Backlog != 0 {
+		t.Fatalf("unrecoverable %d, delivered %d, backlog %d; want 20, 10, 0", got.Unrecoverable, mem.count(), st.Backlog)
 	}
 }

@@ -20,6 +20,7 @@ type Topology struct {
 	quarantined *prometheus.CounterVec
 	shed        *prometheus.CounterVec
 	skipped     *prometheus.CounterVec
+	gone        *prometheus.CounterVec
 	coverage    *prometheus.GaugeVec
 	lag         *prometheus.GaugeVec
 	missing     *prometheus.GaugeVec
@@ -46,6 +47,7 @@ func (m *Metrics) Topology() *Topology {
 		t.quarantined = f.counterVec("weir_secondary_quarantined_records_total", "Records a secondary refused, handed to its quarantine lane, by path.", "sink", "path")
 		t.shed = f.counterVec("weir_secondary_quarantine_shed_records_total", "Quarantine records dropped because the lane was full or its writer failed (the records remain in raw).", "sink")
 		t.skipped = f.counterVec("weir_secondary_quarantine_skipped_records_total", "Records refused during recovery and not quarantined again (recovery_mode skip-quarantine).", "sink")
+		t.gone = f.counterVec("weir_secondary_unrecoverable_positions_total", "Raw positions a secondary lacked that raw no longer keeps (retention, a deleted origin file): recovery stepped over them and the secondary will never hold those records.", "sink")
 		t.coverage = f.gaugeVec("weir_secondary_coverage_end", "End of the contiguous prefix of raw positions the secondary has durably received.", "sink")
 		t.lag = f.gaugeVec("weir_secondary_lag_positions", "Raw positions below raw's end the secondary has not durably received: queued for live delivery or missing.", "sink")
 		t.missing = f.gaugeVec("weir_secondary_missing_positions", "Raw positions below raw's end the secondary has not received (not counting those queued live).", "sink")
@@ -69,6 +71,7 @@ func (t *Topology) Secondary(name string) {
 	}
 	t.shed.WithLabelValues(name)
 	t.skipped.WithLabelValues(name)
+	t.gone.WithLabelValues(name)
 	t.coverage.WithLabelValues(name)
 	t.lag.WithLabelValues(name)
 	t.missing.WithLabelValues(name)
@@ -110,6 +113,11 @@ func (t *Topology) QuarantineShed(sinkName string, records int) {
 // QuarantineSkipped implements engine.Observer.
 func (t *Topology) QuarantineSkipped(sinkName string, records int) {
 	t.skipped.WithLabelValues(sinkName).Add(float64(records))
+}
+
+// Unrecoverable implements engine.Observer.
+func (t *Topology) Unrecoverable(sinkName string, positions uint64) {
+	t.gone.WithLabelValues(sinkName).Add(float64(positions))
 }
 
 // Coverage implements engine.Observer.

@@ -131,7 +131,11 @@ func (d *rawDir) readFrom(ctx context.Context, from, end uint64, n int, final bo
 		if !final {
 			return nil, errRelist
 		}
-		return nil, fmt.Errorf("parquetsink: %s: position %d: %w", d.dir, from, sink.ErrPositionGone)
+		to, why := end, "no raw file is left"
+		if len(files) > 0 {
+			to, why = files[0].first, "below the oldest raw file "+files[0].name
+		}
+		return nil, fmt.Errorf("parquetsink: %s: %w", d.dir, &sink.GoneError{From: from, To: to, Why: why})
 	}
 	// The file holding from is the last one starting at or before it.
 	i := sort.Search(len(files), func(i int) bool { return files[i].first > from }) - 1

@@ -67,6 +67,11 @@ func (e *GoneError) Error() string {
 
 func (e *GoneError) Unwrap() error { return sink.ErrPositionGone }
 
+// GonePositions implements sink.PositionsGone.
+func (e *GoneError) GonePositions() (from, to uint64) { return e.First, e.End }
+
+var _ sink.PositionsGone = (*GoneError)(nil)
+
 // OriginRaw is the raw system of record of a file source that is its own
 // raw (see the package doc, "Its own raw"): positions address lines in the
 // origin files, and a durable index in Dir maps positions to byte ranges
