@@ -89,8 +89,8 @@ func (s *Sink) allocate(ctx context.Context, tx pgx.Tx, n int) (uint64, error) {
 }
 
 // CommitRaw implements sink.Raw: the batch's rows and the raw end that
-// numbers them commit in one transaction. A record whose id raw already
-// holds (a replay) keeps its earlier row; its new position holds nothing.
+// numbers them commit in one transaction. A replayed record is kept again
+// at its new position.
 func (s *Sink) CommitRaw(ctx context.Context, b sink.Batch) (sink.CommitResult, uint64, error) {
 	if !s.opts.Positions {
 		return sink.CommitResult{}, 0, sink.Permanent(ErrNotRaw)

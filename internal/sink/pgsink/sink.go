@@ -73,15 +73,17 @@
 // With Options.Positions the table is primary raw (sink.Raw), the
 // pipeline's system of record, and gains a column
 //
-//	weir_position  bigint NOT NULL UNIQUE  -- the record's raw position
+//	weir_position  bigint PRIMARY KEY  -- the record's raw position
+//	                                   -- (weir_record_id is then not unique)
 //
 // Positions come from the raw end row of the offsets table (OffsetsTable,
 // beside the raw table): each commit's transaction raises that row by the
 // number of rows it inserts and numbers them from its old value, so the
 // rows and the end that counts them commit together, the row lock
-// serialises writers, and an aborted transaction hands out nothing. A
-// record whose id the table already holds (a replay) keeps its first row;
-// the position the replay gave it holds nothing and readers skip it. Rows
+// serialises writers, and an aborted transaction hands out nothing. Like
+// the other raws the table is a log: the position is its primary key, and
+// a replayed record is kept again at its new position (readers deduplicate
+// on weir_record_id), so every position below the end holds a row. Rows
 // the server refuses are found by bisection as above and the rest are
 // inserted again with contiguous positions, because raw numbers only
 // what it keeps. The payload must be bytea: raw returns every payload
@@ -259,9 +261,13 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 		s.readSQL = fmt.Sprintf(`SELECT weir_position, weir_record_id, payload, source, durability, received_at
 FROM %s WHERE weir_position >= $1 ORDER BY weir_position LIMIT $2`, s.table)
 	}
+	conflict := "\nON CONFLICT (weir_record_id) DO NOTHING"
+	if opts.Positions {
+		conflict = "" // raw keeps a replayed record again, at its new position
+	}
 	s.insertSQL = fmt.Sprintf(`INSERT INTO %s (%s)
-SELECT * FROM unnest($1::uuid[], $2::%s[], $3::text[], $4::text[], $5::timestamptz[]%s)
-ON CONFLICT (weir_record_id) DO NOTHING`, s.table, cols, opts.PayloadType, arrays)
+SELECT * FROM unnest($1::uuid[], $2::%s[], $3::text[], $4::text[], $5::timestamptz[]%s)%s`,
+		s.table, cols, opts.PayloadType, arrays, conflict)
 
 	cfg, err := pgxpool.ParseConfig(opts.DSN)
 	if err != nil {
@@ -524,9 +530,13 @@ func columnsOf(recs []sink.Record, idx []int) (ids [][16]byte, payloads [][]byte
 
 func (s *Sink) insertUnnest(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) error {
 	// Rows in key order: the primary-key index is then filled in one
-	// ascending pass instead of at random places (ids are hashes).
-	sorted := slices.Clone(idx)
-	slices.SortFunc(sorted, func(a, b int) int { return bytes.Compare(recs[a].ID[:], recs[b].ID[:]) })
+	// ascending pass instead of at random places (ids are hashes). A raw
+	// table's key is the position, which idx is already in order of.
+	sorted := idx
+	if pos == nil {
+		sorted = slices.Clone(idx)
+		slices.SortFunc(sorted, func(a, b int) int { return bytes.Compare(recs[a].ID[:], recs[b].ID[:]) })
+	}
 	ids, payloads, sources, durs, recv := columnsOf(recs, sorted)
 	s.core.Statements.Add(1)
 	if pos == nil {

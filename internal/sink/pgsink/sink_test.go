@@ -185,9 +185,10 @@ func TestConformance(t *testing.T) {
 					)
 				}
 				h := &sinktest.Harness{
-					Sink:           s,
-					BinaryPayloads: pt == PayloadBytea,
-					ReadBack:       func(ctx context.Context) ([]sinktest.Stored, error) { return e.readBack(ctx, pt == PayloadJSONB) },
+					Sink:            s,
+					BinaryPayloads:  pt == PayloadBytea,
+					KeepsDuplicates: v.raw,
+					ReadBack:        func(ctx context.Context) ([]sinktest.Stored, error) { return e.readBack(ctx, pt == PayloadJSONB) },
 					Poison: func(k int) (sink.Record, bool) {
 						if k >= len(poisons) {
 							return sink.Record{}, false

@@ -53,29 +53,35 @@ func (s *Sink) columns() []column {
 }
 
 func (s *Sink) createSQL() string {
+	if s.opts.Positions {
+		// Raw is a log in position order: the position is the key, and a
+		// replayed record is kept again (readers deduplicate on the id),
+		// so no position ever holds nothing.
+		return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	weir_position bigint PRIMARY KEY,
+	weir_record_id uuid NOT NULL,
+	payload %s NOT NULL,
+	source text NOT NULL,
+	durability text NOT NULL,
+	received_at timestamptz NOT NULL,
+	committed_at timestamptz NOT NULL DEFAULT now()
+)`, s.table, s.opts.PayloadType)
+	}
 	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	weir_record_id uuid PRIMARY KEY,
 	payload %s NOT NULL,
 	source text NOT NULL,
 	durability text NOT NULL,
 	received_at timestamptz NOT NULL,
-	committed_at timestamptz NOT NULL DEFAULT now()%s
-)`, s.table, s.opts.PayloadType, s.positionColumn())
-}
-
-// positionColumn is the raw table's extra column, unique so that raw
-// reads by position use its index.
-func (s *Sink) positionColumn() string {
-	if !s.opts.Positions {
-		return ""
-	}
-	return ",\n\tweir_position bigint NOT NULL UNIQUE"
+	committed_at timestamptz NOT NULL DEFAULT now()
+)`, s.table, s.opts.PayloadType)
 }
 
 // prepareTable creates the table when it is missing (and CreateTable is
 // set), then checks that it has every column the sink needs, with the
-// right type, a primary key or unique index on weir_record_id alone, and
-// no other column that an insert could not fill.
+// right type, a primary key or unique index on weir_record_id alone (on
+// weir_position alone for a raw table), and no other column that an
+// insert could not fill.
 func (s *Sink) prepareTable(ctx context.Context, pool *pgxpool.Pool) error {
 	var exists bool
 	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.table).Scan(&exists); err != nil {
@@ -158,7 +164,7 @@ func (s *Sink) validateTable(ctx context.Context, pool *pgxpool.Pool) error {
 			problems = append(problems, fmt.Sprintf("column %q is NOT NULL without a default, and the sink does not write it", name))
 		}
 	}
-	if len(problems) == 0 {
+	if len(problems) == 0 && !s.opts.Positions {
 		unique, err := s.uniqueOn(ctx, pool, "weir_record_id")
 		if err != nil {
 			return err
@@ -173,7 +179,13 @@ func (s *Sink) validateTable(ctx context.Context, pool *pgxpool.Pool) error {
 			return err
 		}
 		if !unique {
-			problems = append(problems, `column "weir_position" is not alone in a unique index; raw reads by position need one`)
+			problems = append(problems, `column "weir_position" is not the primary key (or alone in a unique index); raw reads by position need it`)
+		}
+		if unique, err = s.uniqueOn(ctx, pool, "weir_record_id"); err != nil {
+			return err
+		}
+		if unique {
+			problems = append(problems, `column "weir_record_id" is unique, but a raw table keeps a replayed record again at its new position`)
 		}
 	}
 	if len(problems) > 0 {
