@@ -69,9 +69,14 @@
 // appends to an index (OriginOptions.Dir) which byte ranges of which file
 // generations hold the batch's positions, and fdatasyncs the index. Only
 // then is the batch acknowledged: OnDurable sees it, and the cursor is
-// saved. The index is authoritative: a restart first moves the cursor up
-// to what the index holds, so a crash between the index append and the
-// cursor save never gives the same lines a second set of positions.
+// saved. A failed fdatasync — of an origin file, its directory or the
+// index — is never retried: the batch is not acknowledged, and the
+// OriginRaw refuses every later batch until it is reopened (after a
+// failed writeback Linux may mark the dirty pages clean, and a second
+// fdatasync succeed although the lines never reached the disk). The index
+// is authoritative: a restart first moves the cursor up to what the index
+// holds, so a crash between the index append and the cursor save never
+// gives the same lines a second set of positions.
 //
 // Retention is the origin's. A position can be read back (to recover a
 // lagging secondary sink) as long as its file still holds the line, under

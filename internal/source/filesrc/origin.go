@@ -309,12 +309,14 @@ func (o *OriginRaw) Close() error {
 // per extent, in recs' order — to the index and fdatasyncs it. It returns
 // the position of recs[0]; the batch holds [first, first+len(recs)).
 //
-// On error nothing of the batch is acknowledged. A failed write or
-// fdatasync of the index stops it: the index's state on disk is unknown,
-// the sync is never retried, every later Append fails; reopening recovers.
-// A failed fdatasync of an origin file fails the batch only: the next
-// batch reads the file again, and a re-read that no longer matches what
-// was read shows as a GoneError rather than as other records.
+// On error nothing of the batch is acknowledged. A failed fdatasync of an
+// origin file or of its directory, or a failed write or fdatasync of the
+// index, stops the OriginRaw: every later Append fails at once, and
+// nothing is synced again until it is reopened. The sync is never
+// retried: after a failed writeback Linux may mark the file's dirty pages
+// clean, and a second fdatasync would then succeed although the lines
+// never reached the disk (the index's state on disk is unknown likewise).
+// Reopening recovers — the index being authoritative for what survived.
 func (o *OriginRaw) Append(ctx context.Context, extents []Extent, recs []source.Record) (uint64, error) {
 	o.wmu.Lock()
 	defer o.wmu.Unlock()
@@ -349,7 +351,7 @@ func (o *OriginRaw) Append(ctx context.Context, extents []Extent, recs []source.
 	for i, x := range extents {
 		fpLen, fp, err := o.syncOrigin(x)
 		if err != nil {
-			return 0, fmt.Errorf("filesrc: origin raw: batch not made durable: %w", err)
+			return 0, err
 		}
 		e := &es[i]
 		*e = entry{
@@ -377,9 +379,10 @@ func (o *OriginRaw) Append(ctx context.Context, extents []Extent, recs []source.
 	return first, nil
 }
 
+// stop makes err sticky: every later Append returns it.
 func (o *OriginRaw) stop(err error) error {
 	o.broken = err
-	o.log.Error("origin index stopped; reopen to recover", "index", o.path, "err", err)
+	o.log.Error("origin raw stopped; reopen to recover", "index", o.path, "err", err)
 	return err
 }
 
@@ -388,6 +391,7 @@ func (o *OriginRaw) stop(err error) error {
 // file's directory the first time the file is seen, so that a crash cannot
 // take away a file the index points into. It returns the file's
 // fingerprint over what has been read, as the source's cursor keeps it.
+// A failed fdatasync or directory fsync stops the OriginRaw (see Append).
 func (o *OriginRaw) syncOrigin(x Extent) (uint32, uint64, error) {
 	var r io.ReaderAt
 	var sync func() error
@@ -396,32 +400,32 @@ func (o *OriginRaw) syncOrigin(x Extent) (uint32, uint64, error) {
 	} else {
 		f, err := o.fs.Open(x.Path)
 		if err != nil {
-			return 0, 0, fmt.Errorf("open %s: %w", x.Path, err)
+			return 0, 0, fmt.Errorf("filesrc: origin raw: batch not made durable: open %s: %w", x.Path, err)
 		}
 		defer f.Close()
 		fi, err := f.Stat()
 		if err != nil {
-			return 0, 0, fmt.Errorf("stat %s: %w", x.Path, err)
+			return 0, 0, fmt.Errorf("filesrc: origin raw: batch not made durable: stat %s: %w", x.Path, err)
 		}
 		if dev, ino, ok := statIdentity(fi); !ok || dev != x.Dev || ino != x.Ino {
-			return 0, 0, fmt.Errorf("%s is no longer file %s", x.Path, FileKey(x.Dev, x.Ino, x.Gen))
+			return 0, 0, fmt.Errorf("filesrc: origin raw: batch not made durable: %s is no longer file %s", x.Path, FileKey(x.Dev, x.Ino, x.Gen))
 		}
 		r, sync = f, f.Sync
 	}
 	if err := sync(); err != nil {
-		return 0, 0, fmt.Errorf("fdatasync origin %s: %w", x.Path, err)
+		return 0, 0, o.stop(fmt.Errorf("filesrc: origin raw: fdatasync origin %s (origin raw stopped): %w", x.Path, err))
 	}
 	id := inode{x.Dev, x.Ino}
 	if !o.synced[id] {
 		if err := o.fs.SyncDir(filepath.Dir(x.Path)); err != nil {
-			return 0, 0, fmt.Errorf("origin directory: %w", err)
+			return 0, 0, o.stop(fmt.Errorf("filesrc: origin raw: origin directory of %s (origin raw stopped): %w", x.Path, err))
 		}
 		o.synced[id] = true
 	}
 	n := int(min(int64(o.fpBytes), x.End))
 	fp, ok := hashPrefix(r, n)
 	if !ok {
-		return 0, 0, fmt.Errorf("read %s: cannot fingerprint its first %d bytes", x.Path, n)
+		return 0, 0, fmt.Errorf("filesrc: origin raw: batch not made durable: read %s: cannot fingerprint its first %d bytes", x.Path, n)
 	}
 	return uint32(n), fp, nil
 }

@@ -632,40 +632,75 @@ func TestOriginIndexSyncFailureIsSticky(t *testing.T) {
 	}
 }
 
-// A failed fdatasync of an origin file fails the batch before the index
-// is touched.
-func TestOriginFileSyncFailureFailsTheBatch(t *testing.T) {
-	e := newOriginEnv(t, nil)
-	path := filepath.Join(e.dir, "app.log")
-	write(t, e.create("app.log"), "a\nb\n")
-	dev, ino, err := filesrc.Identify(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := []filesrc.Extent{{Dev: dev, Ino: ino, Path: path, Start: 0, End: 4, Count: 2}}
-	recs := []source.Record{{Payload: []byte("a"), Source: srcName}, {Payload: []byte("b"), Source: srcName}}
-	e.o.Close()
-	efs := errorfs.New(nil, errorfs.Rule{Op: errorfs.OpSync, Path: path, Once: true})
-	e.fs = efs
-	e.open()
-	idx := filepath.Join(e.idx, "origin.index")
-	before, _ := os.Stat(idx)
-	ctx := context.Background()
-	if _, err := e.o.Append(ctx, x, recs); !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), path) {
-		t.Fatalf("Append = %v, want the origin's fdatasync failure naming %s", err, path)
-	}
-	if after, _ := os.Stat(idx); after.Size() != before.Size() || efs.CallsOn(errorfs.OpSync, idx) != 0 {
-		t.Fatal("the index was written after the origin's fdatasync failed")
-	}
-	if end, _ := e.o.End(ctx); end != 0 {
-		t.Fatalf("End = %d, want 0", end)
-	}
-	// Not sticky: the origin is not the index.
-	if first, err := e.o.Append(ctx, x, recs); err != nil || first != 0 {
-		t.Fatalf("Append = %d, %v; want 0, nil", first, err)
-	}
-	if end, _ := e.o.End(ctx); end != 2 {
-		t.Fatalf("End = %d, want 2", end)
+// A failed fdatasync of an origin file, or of its directory, fails the
+// batch before the index is touched and stops the origin raw: the sync is
+// never retried (after a failed writeback Linux may mark the pages clean,
+// and a second fdatasync succeed although the lines never reached the
+// disk — the injected failure fires once, as such a kernel would), every
+// later Append fails at once, and reopening recovers.
+func TestOriginFileSyncFailureIsSticky(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rule func(e *originEnv, path string) (errorfs.Rule, string)
+	}{
+		{"file", func(_ *originEnv, path string) (errorfs.Rule, string) {
+			return errorfs.Rule{Op: errorfs.OpSync, Path: path, Once: true}, path
+		}},
+		{"directory", func(e *originEnv, _ string) (errorfs.Rule, string) {
+			return errorfs.Rule{Op: errorfs.OpSyncDir, Path: e.dir, Once: true}, e.dir
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newOriginEnv(t, nil)
+			path := filepath.Join(e.dir, "app.log")
+			write(t, e.create("app.log"), "a\nb\n")
+			dev, ino, err := filesrc.Identify(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := []filesrc.Extent{{Dev: dev, Ino: ino, Path: path, Start: 0, End: 4, Count: 2}}
+			recs := []source.Record{{Payload: []byte("a"), Source: srcName}, {Payload: []byte("b"), Source: srcName}}
+			e.o.Close()
+			rule, failing := tc.rule(e, path)
+			efs := errorfs.New(nil, rule)
+			e.fs = efs
+			e.open()
+			op := rule.Op
+			idx := filepath.Join(e.idx, "origin.index")
+			before, _ := os.Stat(idx)
+			ctx := context.Background()
+			if _, err := e.o.Append(ctx, x, recs); !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), failing) {
+				t.Fatalf("Append = %v, want the injected failure naming %s", err, failing)
+			}
+			unchanged := func() {
+				t.Helper()
+				if after, _ := os.Stat(idx); after.Size() != before.Size() || efs.CallsOn(errorfs.OpSync, idx) != 0 {
+					t.Fatal("the index was written after the origin's sync failed")
+				}
+				if end, _ := e.o.End(ctx); end != 0 {
+					t.Fatalf("End = %d, want 0", end)
+				}
+			}
+			unchanged()
+			syncs := efs.CallsOn(op, failing)
+			// Sticky: the next Append fails at once, syncing nothing again
+			// (a retried sync would succeed here).
+			if _, err := e.o.Append(ctx, x, recs); err == nil || !strings.Contains(err.Error(), "origin raw stopped") {
+				t.Fatalf("second Append = %v, want the sticky error", err)
+			}
+			if n := efs.CallsOn(op, failing); n != syncs {
+				t.Fatalf("%s synced %d more times after its sync failed", failing, n-syncs)
+			}
+			unchanged()
+			// Reopening recovers.
+			e.reopen()
+			if first, err := e.o.Append(ctx, x, recs); err != nil || first != 0 {
+				t.Fatalf("Append after reopen = %d, %v; want 0, nil", first, err)
+			}
+			if end, _ := e.o.End(ctx); end != 2 {
+				t.Fatalf("End = %d, want 2", end)
+			}
+		})
 	}
 }
 
