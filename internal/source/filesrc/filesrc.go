@@ -83,7 +83,13 @@
 // any name in the glob's directory. Once rotation deletes a file, or
 // copytruncate empties it, its positions are gone: OriginRaw.ReadFrom
 // returns a GoneError, which wraps sink.ErrPositionGone. Keep rotated files
-// at least as long as the longest outage of a secondary sink.
+// at least as long as the longest outage of a secondary sink. For the same
+// reason a file deleted while the source reads it is not read on through
+// the source's descriptor, as it is otherwise: its lines could be given
+// only positions that are gone at once (OriginRaw.Append refuses a file
+// that has no name left). The source drops it with a warning; its lines
+// not yet acknowledged get no positions — deleting the origin deletes
+// them.
 package filesrc
 
 import (
@@ -322,6 +328,14 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.Curso
 			if ctx.Err() != nil {
 				return nil
 			}
+			// A file deleted since scan: drop it and collect the batch
+			// again without it (nothing of this one was acknowledged).
+			var de *deletedError
+			if errors.As(err, &de) {
+				if f := s.find(de.dev, de.ino); f != nil && f.f != nil && s.deleted(f) {
+					continue
+				}
+			}
 			return err
 		}
 		if err := s.commit(ctx, cursors, moves); err != nil {
@@ -445,9 +459,28 @@ func (s *Source) scan() {
 			s.dropFile(f)
 			continue
 		}
-		// Deleted, but still readable through the descriptor.
+		if s.opts.Origin != nil && s.deleted(f) {
+			continue
+		}
+		// Deleted (or moved out of the glob's directory), but still
+		// readable through the descriptor.
 		s.refresh(f)
 	}
+}
+
+// deleted drops f, in origin mode, if it has been deleted: its lines
+// could not be given positions that can be read back (OriginRaw.Append
+// refuses them), and with the origin as raw the application's deleting
+// the file deletes its lines, those not yet read too.
+func (s *Source) deleted(f *file) bool {
+	fi, err := f.f.Stat()
+	if err != nil || !unlinked(fi) {
+		return false
+	}
+	s.log.Warn("tracked file deleted; dropping it, its unread lines with it (the source is its own raw)",
+		"file", f.key(), "path", f.Path, "offset", f.Offset, "size", fi.Size())
+	s.dropFile(f)
+	return true
 }
 
 // track looks at the file at path: starts tracking a new one, reopens a

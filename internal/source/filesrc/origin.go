@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -317,6 +318,9 @@ func (o *OriginRaw) Close() error {
 // clean, and a second fdatasync would then succeed although the lines
 // never reached the disk (the index's state on disk is unknown likewise).
 // Reopening recovers — the index being authoritative for what survived.
+// An extent whose file has been deleted (no name left, read through an
+// open descriptor) is refused, not stickily: positions given to its lines
+// could never be read back.
 func (o *OriginRaw) Append(ctx context.Context, extents []Extent, recs []source.Record) (uint64, error) {
 	o.wmu.Lock()
 	defer o.wmu.Unlock()
@@ -386,17 +390,34 @@ func (o *OriginRaw) stop(err error) error {
 	return err
 }
 
+// deletedError is Append's refusal of an extent whose file has been
+// deleted: its lines cannot be given positions, which could never be read
+// back.
+type deletedError struct {
+	dev, ino uint64
+	gen      uint32
+	path     string
+}
+
+func (e *deletedError) Error() string {
+	return fmt.Sprintf("filesrc: origin raw: batch not made durable: %s (file %s) has been deleted: its lines cannot be given positions",
+		e.path, FileKey(e.dev, e.ino, e.gen))
+}
+
 // syncOrigin fdatasyncs the file an extent read from — the writer of a log
 // file rarely syncs it, and a position must not outlive its line — and the
 // file's directory the first time the file is seen, so that a crash cannot
 // take away a file the index points into. It returns the file's
 // fingerprint over what has been read, as the source's cursor keeps it.
 // A failed fdatasync or directory fsync stops the OriginRaw (see Append).
+// A file that has been deleted (no link left: the source may still read
+// it through its descriptor) is refused with a *deletedError.
 func (o *OriginRaw) syncOrigin(x Extent) (uint32, uint64, error) {
 	var r io.ReaderAt
 	var sync func() error
+	var stat func() (os.FileInfo, error)
 	if x.File != nil {
-		r, sync = x.File, func() error { return fdatasync(x.File) }
+		r, sync, stat = x.File, func() error { return fdatasync(x.File) }, x.File.Stat
 	} else {
 		f, err := o.fs.Open(x.Path)
 		if err != nil {
@@ -410,7 +431,7 @@ func (o *OriginRaw) syncOrigin(x Extent) (uint32, uint64, error) {
 		if dev, ino, ok := statIdentity(fi); !ok || dev != x.Dev || ino != x.Ino {
 			return 0, 0, fmt.Errorf("filesrc: origin raw: batch not made durable: %s is no longer file %s", x.Path, FileKey(x.Dev, x.Ino, x.Gen))
 		}
-		r, sync = f, f.Sync
+		r, sync, stat = f, f.Sync, f.Stat
 	}
 	if err := sync(); err != nil {
 		return 0, 0, o.stop(fmt.Errorf("filesrc: origin raw: fdatasync origin %s (origin raw stopped): %w", x.Path, err))
@@ -422,12 +443,27 @@ func (o *OriginRaw) syncOrigin(x Extent) (uint32, uint64, error) {
 		}
 		o.synced[id] = true
 	}
+	// Checked after the syncs, as late as can be before the index append.
+	fi, err := stat()
+	if err != nil {
+		return 0, 0, fmt.Errorf("filesrc: origin raw: batch not made durable: stat %s: %w", x.Path, err)
+	}
+	if unlinked(fi) {
+		return 0, 0, &deletedError{dev: x.Dev, ino: x.Ino, gen: x.Gen, path: x.Path}
+	}
 	n := int(min(int64(o.fpBytes), x.End))
 	fp, ok := hashPrefix(r, n)
 	if !ok {
 		return 0, 0, fmt.Errorf("filesrc: origin raw: batch not made durable: read %s: cannot fingerprint its first %d bytes", x.Path, n)
 	}
 	return uint32(n), fp, nil
+}
+
+// unlinked reports whether an open file has no name left (st_nlink 0):
+// it has been deleted, and can be read only through open descriptors.
+func unlinked(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink == 0
 }
 
 func fdatasync(f *os.File) error {

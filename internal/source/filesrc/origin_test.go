@@ -68,8 +68,9 @@ type originEnv struct {
 	cursors *memCursors
 	o       *filesrc.OriginRaw
 
-	mu      sync.Mutex
-	batches [][]sink.Positioned // as offered to OnDurable
+	mu        sync.Mutex
+	batches   [][]sink.Positioned // as offered to OnDurable
+	onDurable func()              // if set, called first in OnDurable
 }
 
 func newOriginEnv(t *testing.T, mod func(*filesrc.Options)) *originEnv {
@@ -122,6 +123,9 @@ func (e *originEnv) source() *filesrc.Source {
 	o := e.options()
 	o.Origin = e.o
 	o.OnDurable = func(first uint64, recs []source.Record) {
+		if e.onDurable != nil {
+			e.onDurable()
+		}
 		b := make([]sink.Positioned, len(recs))
 		for i, r := range recs {
 			b[i] = sink.Positioned{Pos: first + uint64(i), Record: sink.Record{
@@ -732,6 +736,112 @@ func TestOriginDeletedRotatedFileIsGone(t *testing.T) {
 		}
 	}
 	e.readBack(e.durable(), func(p string) bool { return strings.HasPrefix(p, "old") })
+}
+
+// Append refuses an extent whose file has been deleted (the source can
+// still read it through its descriptor): its positions could never be
+// read back. Nothing is indexed; the refusal is not sticky.
+func TestOriginAppendRefusesDeletedFile(t *testing.T) {
+	e := newOriginEnv(t, nil)
+	ctx := context.Background()
+	extent := func(name string) []filesrc.Extent {
+		path := filepath.Join(e.dir, name)
+		write(t, e.create(name), "a\nb\n")
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		dev, ino, err := filesrc.Identify(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []filesrc.Extent{{Dev: dev, Ino: ino, Path: path, Start: 0, End: 4, Count: 2, File: f}}
+	}
+	recs := []source.Record{{Payload: []byte("a"), Source: srcName}, {Payload: []byte("b"), Source: srcName}}
+	x := extent("gone.log")
+	if err := os.Remove(x[0].Path); err != nil {
+		t.Fatal(err)
+	}
+	idx := filepath.Join(e.idx, "origin.index")
+	before, _ := os.Stat(idx)
+	if _, err := e.o.Append(ctx, x, recs); err == nil || !strings.Contains(err.Error(), "deleted") || !strings.Contains(err.Error(), x[0].Path) {
+		t.Fatalf("Append of a deleted file's lines = %v, want it refused naming the file", err)
+	}
+	if after, _ := os.Stat(idx); after.Size() != before.Size() {
+		t.Fatal("the index was written for a deleted file")
+	}
+	if end, _ := e.o.End(ctx); end != 0 {
+		t.Fatalf("End = %d, want 0", end)
+	}
+	if first, err := e.o.Append(ctx, extent("live.log"), recs); err != nil || first != 0 {
+		t.Fatalf("Append of a live file after the refusal = %d, %v; want 0, nil", first, err)
+	}
+}
+
+// In origin mode the source drops a file deleted under it instead of
+// reading on through its descriptor: lines already acknowledged stay
+// (reported gone), the unread ones are not given positions, and the source
+// goes on with the other files — whether it sees the deletion when it
+// looks at the files, or only through Append's refusal.
+func TestOriginDeletedFileIsDropped(t *testing.T) {
+	t.Run("seen by scan", func(t *testing.T) {
+		e := newOriginEnv(t, func(o *filesrc.Options) { o.MaxBatchRecords = 10 })
+		all := lines(t, e.create("app.log"), "x", 30)[:10]
+		release := make(chan struct{})
+		var once sync.Once
+		e.onDurable = func() { once.Do(func() { <-release }) } // hold the first batch
+		r := e.start()
+		e.waitRecords(0)
+		time.Sleep(100 * time.Millisecond) // the first batch is appended and held
+		if err := os.Remove(filepath.Join(e.dir, "app.log")); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		e.waitRecords(10)
+		e.waitSaves()
+		all = append(all, lines(t, e.create("new.log"), "new", 5)...)
+		e.waitRecords(15)
+		time.Sleep(100 * time.Millisecond) // more lines of the deleted file would show by now
+		r.Stop(t)
+		e.checkPositions(all)
+		e.readBack(e.durable(), func(p string) bool { return strings.HasPrefix(p, "x-") })
+	})
+	t.Run("refused by Append", func(t *testing.T) {
+		e := newOriginEnv(t, nil)
+		e.o.Close()
+		efs := errorfs.New(nil)
+		e.fs = efs
+		e.open()
+		path := filepath.Join(e.dir, "app.log")
+		var once sync.Once
+		efs.SetHook(func(ev errorfs.Event) {
+			// The first batch's directory sync: delete the file between
+			// the source's look at it and the index append.
+			if ev.Op == errorfs.OpSyncDir && ev.Path == e.dir {
+				once.Do(func() {
+					if err := os.Remove(path); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+		})
+		lines(t, e.create("app.log"), "x", 30)
+		r := e.start()
+		deadline := time.Now().Add(10 * time.Second)
+		for efs.CallsOn(errorfs.OpSyncDir, e.dir) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("no batch was appended")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		all := lines(t, e.create("new.log"), "new", 5)
+		e.waitRecords(5)
+		time.Sleep(100 * time.Millisecond)
+		r.Stop(t) // no error: the source went on
+		e.checkPositions(all)
+		e.readBack(e.durable(), nil)
+	})
 }
 
 // The origin raw must have been opened with the source's options.
