@@ -94,8 +94,15 @@ type OriginRaw struct {
 	wmu    sync.Mutex // Append, Close
 	w      vfs.File   // the index, open for appending; nil once closed
 	lock   io.Closer
-	broken error          // a failed write or fdatasync: sticky
-	synced map[inode]bool // files whose directory entry is known durable
+	broken error // a failed write, fdatasync or directory fsync: sticky
+	// synced is, for each file whose directory entry is known durable,
+	// the descriptor it was read through when its directory was fsynced.
+	// An inode is reused only once every descriptor of the file that had
+	// it is closed, so a new file on a reused inode comes with another
+	// descriptor, and its directory is fsynced again. (A file seen again
+	// through a new descriptor — after a restart of the source — costs one
+	// more directory fsync.)
+	synced map[inode]*os.File
 
 	mu        sync.Mutex // the acknowledged index
 	entries   []entry
@@ -132,7 +139,7 @@ func OpenOriginRaw(ctx context.Context, opts OriginOptions) (*OriginRaw, error) 
 		name: src.Name, glob: src.Glob, globDir: globDir(src.Glob),
 		maxLine: src.MaxLineBytes, fpBytes: src.FingerprintBytes,
 		log:    opts.Logger.With("component", "origin-raw", "source", src.Name),
-		synced: map[inode]bool{}, latest: map[inode]int{}, where: map[inode]string{},
+		synced: map[inode]*os.File{}, latest: map[inode]int{}, where: map[inode]string{},
 	}
 	if err := o.fs.MkdirAll(o.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("filesrc: origin raw: create %s: %w", o.dir, err)
@@ -201,9 +208,6 @@ func (o *OriginRaw) open(ctx context.Context) error {
 		return fmt.Errorf("filesrc: origin raw: seek %s: %w", o.path, err)
 	}
 	o.publish(es)
-	for i := range es {
-		o.synced[es[i].inode()] = true // synced by the Append that wrote it
-	}
 	end, _ := o.End(ctx)
 	o.log.Info("origin index open", "index", o.path, "entries", len(es), "end", end)
 	return nil
@@ -406,8 +410,9 @@ func (e *deletedError) Error() string {
 
 // syncOrigin fdatasyncs the file an extent read from — the writer of a log
 // file rarely syncs it, and a position must not outlive its line — and the
-// file's directory the first time the file is seen, so that a crash cannot
-// take away a file the index points into. It returns the file's
+// file's directory the first time the file is seen (through this
+// descriptor: see OriginRaw.synced), so that a crash cannot take away a
+// file the index points into. It returns the file's
 // fingerprint over what has been read, as the source's cursor keeps it.
 // A failed fdatasync or directory fsync stops the OriginRaw (see Append).
 // A file that has been deleted (no link left: the source may still read
@@ -437,11 +442,13 @@ func (o *OriginRaw) syncOrigin(x Extent) (uint32, uint64, error) {
 		return 0, 0, o.stop(fmt.Errorf("filesrc: origin raw: fdatasync origin %s (origin raw stopped): %w", x.Path, err))
 	}
 	id := inode{x.Dev, x.Ino}
-	if !o.synced[id] {
+	if x.File == nil || o.synced[id] != x.File {
 		if err := o.fs.SyncDir(filepath.Dir(x.Path)); err != nil {
 			return 0, 0, o.stop(fmt.Errorf("filesrc: origin raw: origin directory of %s (origin raw stopped): %w", x.Path, err))
 		}
-		o.synced[id] = true
+		if x.File != nil {
+			o.synced[id] = x.File
+		}
 	}
 	// Checked after the syncs, as late as can be before the index append.
 	fi, err := stat()

@@ -738,6 +738,73 @@ func TestOriginDeletedRotatedFileIsGone(t *testing.T) {
 	e.readBack(e.durable(), func(p string) bool { return strings.HasPrefix(p, "old") })
 }
 
+// A new file that reuses the inode of a deleted one (ext4 hands a freed
+// inode out again at once: logrotate deletes app.log.N, then the
+// application creates app.log) gets its directory fsynced before its lines
+// are acknowledged, as every new file does; a file already synced through
+// the same descriptor does not.
+func TestOriginDirSyncedForNewFileOnReusedInode(t *testing.T) {
+	e := newOriginEnv(t, nil)
+	e.o.Close()
+	efs := errorfs.New(nil)
+	e.fs = efs
+	e.open()
+	ctx := context.Background()
+	path := filepath.Join(e.dir, "app.log")
+	var off int64
+	appendLine := func(f *os.File, line string) (ino uint64) {
+		t.Helper()
+		if _, err := f.WriteString(line + "\n"); err != nil {
+			t.Fatal(err)
+		}
+		dev, ino, err := filesrc.Identify(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := []filesrc.Extent{{Dev: dev, Ino: ino, Path: path, Start: off, End: off + int64(len(line)+1), Count: 1, File: f}}
+		if _, err := e.o.Append(ctx, x, []source.Record{{Payload: []byte(line), Source: srcName, Time: time.Now()}}); err != nil {
+			t.Fatal(err)
+		}
+		off += int64(len(line) + 1)
+		return ino
+	}
+	open := func() *os.File {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	f := open()
+	ino1 := appendLine(f, "first")
+	appendLine(f, "more")
+	if n := efs.CallsOn(errorfs.OpSyncDir, e.dir); n != 1 {
+		t.Fatalf("directory synced %d times for two batches of one file, want 1", n)
+	}
+	f.Close()
+	if err := os.Remove(path); err != nil { // rotated away and deleted
+		t.Fatal(err)
+	}
+	off = 0
+	f = open() // a new file, created after the directory sync
+	defer f.Close()
+	ino2 := appendLine(f, "second")
+	if ino1 != ino2 {
+		t.Skipf("the file system did not reuse the inode (%d, %d)", ino1, ino2)
+	}
+	if n := efs.CallsOn(errorfs.OpSyncDir, e.dir); n != 2 {
+		t.Fatalf("a new file (reused inode %d) was acknowledged with its directory synced %d times in all, want 2 (once for each file)", ino2, n)
+	}
+	// A restarted process does not take the inodes in the index for
+	// synced: one of them may be a new file's by now.
+	e.reopen()
+	appendLine(f, "after restart")
+	if n := efs.CallsOn(errorfs.OpSyncDir, e.dir); n != 3 {
+		t.Fatalf("after reopen the directory was synced %d times in all, want 3", n)
+	}
+}
+
 // Append refuses an extent whose file has been deleted (the source can
 // still read it through its descriptor): its positions could never be
 // read back. Nothing is indexed; the refusal is not sticky.
