@@ -74,9 +74,11 @@
 // OriginRaw refuses every later batch until it is reopened (after a
 // failed writeback Linux may mark the dirty pages clean, and a second
 // fdatasync succeed although the lines never reached the disk). The index
-// is authoritative: a restart first moves the cursor up to what the index
-// holds, so a crash between the index append and the cursor save never
-// gives the same lines a second set of positions.
+// is authoritative: the cursor records how much of the index it reflects,
+// and a restart first moves the cursor up to every entry past that, so
+// neither a crash between the index append and the cursor save nor a
+// cursor store that failed for several batches ever gives the same lines
+// a second set of positions.
 //
 // Retention is the origin's. A position can be read back (to recover a
 // lagging secondary sink) as long as its file still holds the line, under
@@ -274,6 +276,9 @@ type file struct {
 type cursor struct {
 	Version int     `json:"v"`
 	Files   []*file `json:"files"`
+	// Origin, in origin mode, is the origin raw's End when the cursor was
+	// saved: the index entries below it are in Files (see catchUp).
+	Origin *uint64 `json:"origin,omitempty"`
 }
 
 func (f *file) key() string { return FileKey(f.Dev, f.Ino, f.Gen) }
@@ -294,15 +299,15 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.Curso
 		return fmt.Errorf("filesrc: %s: load cursor: %w", s.opts.Name, err)
 	}
 	s.files = nil
+	var cur cursor
 	if len(c) > 0 {
-		var cur cursor
 		if err := json.Unmarshal(c, &cur); err != nil || cur.Version != 1 {
 			return fmt.Errorf("filesrc: %s: unreadable cursor (%v): refusing to guess a position", s.opts.Name, err)
 		}
 		s.files = cur.Files
 	}
 	if s.opts.Origin != nil {
-		if moves := s.catchUp(); len(moves) > 0 {
+		if moves, save := s.catchUp(cur.Origin); save {
 			if err := s.commit(ctx, cursors, moves); err != nil {
 				return err
 			}
@@ -367,7 +372,15 @@ func (s *Source) commit(ctx context.Context, cursors source.CursorStore, moves [
 			s.dropFile(m.f)
 		}
 	}
-	b, err := json.Marshal(cursor{Version: 1, Files: s.files})
+	cur := cursor{Version: 1, Files: s.files}
+	if s.opts.Origin != nil {
+		end, err := s.opts.Origin.End(ctx)
+		if err != nil {
+			return fmt.Errorf("filesrc: %s: origin raw end: %w", s.opts.Name, err)
+		}
+		cur.Origin = &end
+	}
+	b, err := json.Marshal(cur)
 	if err != nil {
 		return fmt.Errorf("filesrc: %s: encode cursor: %w", s.opts.Name, err)
 	}

@@ -7,9 +7,9 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"syscall"
 
@@ -104,10 +104,8 @@ type OriginRaw struct {
 	// more directory fsync.)
 	synced map[inode]*os.File
 
-	mu        sync.Mutex // the acknowledged index
-	entries   []entry
-	latest    map[inode]int // the last entry of each inode
-	lastBatch int           // where the last Append's entries start
+	mu      sync.Mutex // the acknowledged index
+	entries []entry
 
 	rmu   sync.Mutex // ReadFrom
 	cache readCache
@@ -139,7 +137,7 @@ func OpenOriginRaw(ctx context.Context, opts OriginOptions) (*OriginRaw, error) 
 		name: src.Name, glob: src.Glob, globDir: globDir(src.Glob),
 		maxLine: src.MaxLineBytes, fpBytes: src.FingerprintBytes,
 		log:    opts.Logger.With("component", "origin-raw", "source", src.Name),
-		synced: map[inode]*os.File{}, latest: map[inode]int{}, where: map[inode]string{},
+		synced: map[inode]*os.File{}, where: map[inode]string{},
 	}
 	if err := o.fs.MkdirAll(o.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("filesrc: origin raw: create %s: %w", o.dir, err)
@@ -260,14 +258,7 @@ func (o *OriginRaw) create() error {
 func (o *OriginRaw) publish(es []entry) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.lastBatch = len(o.entries)
-	for i := range es {
-		if es[i].flags&flagBatchStart != 0 {
-			o.lastBatch = len(o.entries)
-		}
-		o.latest[es[i].inode()] = len(o.entries)
-		o.entries = append(o.entries, es[i])
-	}
+	o.entries = append(o.entries, es...)
 }
 
 func (o *OriginRaw) endLocked() uint64 {
@@ -521,24 +512,43 @@ func (s *Source) durable(ctx context.Context, gate source.Gate, recs []source.Re
 }
 
 // catchUp makes the loaded cursor catch up with the index, which is
-// authoritative: a crash between an Append and the cursor save that
-// follows it leaves the index ahead, and those lines must not be read
-// again into new positions. A tracked file moves to the last generation
-// and end the index holds for its inode; a file of the last Append the
-// cursor does not know (and that the batch did not finish) is tracked
-// from its end. The fingerprints recorded with the entries let scan tell
-// a reused inode from the file that was read. Run saves the cursor before
-// the next Append, so only the last Append can ever be ahead of it.
-func (s *Source) catchUp() []move {
+// authoritative: lines the index holds must not be read again into new
+// positions. The cursor records the index's end when it was saved (from;
+// nil in a cursor saved without it — then every entry counts), and every
+// entry from there on may be ahead of it: a crash between an Append and
+// the cursor save that follows it, or a cursor store whose saves fail
+// while the source is restarted over and over, each restart appending
+// more. For each file identity in those entries, its last entry is where
+// it was read to: a tracked file moves up to that generation and end; a
+// file the cursor does not know is tracked from there, unless the entry
+// finished it (a dropped rotated file). The fingerprints recorded with the
+// entries let scan tell a reused inode from the file that was read.
+//
+// It returns the moves to commit, and whether the cursor must be saved
+// even without any: when it claims more of the index than there is (the
+// index lost entries), lest a crash after the next Append leave entries
+// below the claimed end that a restart would not catch up with.
+func (s *Source) catchUp(from *uint64) ([]move, bool) {
 	o := s.opts.Origin
 	o.mu.Lock()
 	es := o.entries
-	latest := maps.Clone(o.latest)
-	last := o.entries[o.lastBatch:]
 	o.mu.Unlock()
+	start := 0
+	if from != nil {
+		start = sort.Search(len(es), func(i int) bool { return es[i].next() > *from })
+	}
+	last := map[inode]int{}
+	var ids []inode // in the order of their first entry past the cursor
+	for i := start; i < len(es); i++ {
+		id := es[i].inode()
+		if _, ok := last[id]; !ok {
+			ids = append(ids, id)
+		}
+		last[id] = i
+	}
 	var moves []move
 	for _, f := range s.files {
-		i, ok := latest[inode{f.Dev, f.Ino}]
+		i, ok := last[inode{f.Dev, f.Ino}]
 		if !ok {
 			continue
 		}
@@ -553,8 +563,8 @@ func (s *Source) catchUp() []move {
 		f.Gen, f.Offset, f.FPLen, f.FP = e.gen, e.end, int(e.fpLen), e.fp
 		moves = append(moves, move{f: f, next: e.end})
 	}
-	for i := range last {
-		e := &last[i]
+	for _, id := range ids {
+		e := &es[last[id]]
 		if e.flags&flagFinal != 0 || s.find(e.dev, e.ino) != nil {
 			continue
 		}
@@ -563,7 +573,11 @@ func (s *Source) catchUp() []move {
 		s.files = append(s.files, f)
 		moves = append(moves, move{f: f, next: e.end})
 	}
-	return moves
+	var end uint64
+	if len(es) > 0 {
+		end = es[len(es)-1].next()
+	}
+	return moves, len(moves) > 0 || from != nil && *from > end
 }
 
 // checkOrigin checks that an OriginRaw was opened for these options.

@@ -3,9 +3,11 @@ package filesrc_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -474,6 +476,178 @@ func TestOriginCrashBeforeCursorSave(t *testing.T) {
 			e.readBack(e.durable(), nil)
 		})
 	}
+}
+
+// stickyCursors behaves like engine.OffsetStore after its file's
+// fdatasync failed: Save keeps the cursor in memory (Load returns it) but
+// fails, and nothing is persisted any more.
+type stickyCursors struct {
+	mu        sync.Mutex
+	mem, disk map[string]source.Cursor
+	broken    bool
+}
+
+func (c *stickyCursors) Load(_ context.Context, name string) (source.Cursor, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.mem[name]), nil
+}
+
+func (c *stickyCursors) Save(_ context.Context, name string, cur source.Cursor) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mem[name] = slices.Clone(cur)
+	if c.broken {
+		return errSaveCrash
+	}
+	c.disk[name] = slices.Clone(cur)
+	return nil
+}
+
+// A cursor store whose saves keep failing while the daemon restarts the
+// source after each failure: every restart appends one more batch, so the
+// persisted cursor falls several Appends behind the index. After the
+// process restarts, the source catches up with every entry past the
+// persisted cursor — not only the last Append's — and no line, of any of
+// those files, gets a second position.
+// (Also with a cursor saved by a version that did not record how much of
+// the index it reflects: then every entry counts.)
+func TestOriginCursorFarBehindTheIndex(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy=%v", legacy), func(t *testing.T) { testCursorFarBehindTheIndex(t, legacy) })
+	}
+}
+
+func testCursorFarBehindTheIndex(t *testing.T, legacy bool) {
+	e := newOriginEnv(t, nil)
+	cur := &stickyCursors{mem: map[string]source.Cursor{}, disk: map[string]source.Cursor{}}
+	all := lines(t, e.create("a.log"), "a", 3)
+	r := enginetest.Start(context.Background(), e.source(), nil, cur)
+	e.waitRecords(3)
+	time.Sleep(50 * time.Millisecond)
+	r.Stop(t)
+	cur.mu.Lock()
+	cur.broken = true // the offset store's fdatasync failed: sticky
+	cur.mu.Unlock()
+	// The daemon restarts the source after each failed save; each run
+	// appends the batch of a new file first.
+	for i, name := range []string{"b", "c", "d"} {
+		all = append(all, lines(t, e.create(name+".log"), name, 3)...)
+		r := enginetest.Start(context.Background(), e.source(), nil, cur)
+		select {
+		case err := <-r.Done():
+			if !errors.Is(err, errSaveCrash) {
+				t.Fatalf("run %d = %v, want the failed save", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("run %d did not stop on the failed save", i)
+		}
+		r.Cancel()
+		e.waitRecords(3 * (i + 2))
+	}
+	// The process restarts: memory is gone, the persisted cursor is the
+	// one of the first run, three Appends behind.
+	e.reopen()
+	cur.mu.Lock()
+	cur.mem, cur.broken = maps.Clone(cur.disk), false
+	if legacy {
+		var c map[string]json.RawMessage
+		if err := json.Unmarshal(cur.mem[srcName], &c); err != nil || c["origin"] == nil {
+			t.Fatalf("saved cursor %s (%v): no origin end", cur.mem[srcName], err)
+		}
+		delete(c, "origin")
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.mem[srcName] = b
+	}
+	cur.mu.Unlock()
+	all = append(all, lines(t, e.create("b.log"), "b-more", 2)...)
+	r = enginetest.Start(context.Background(), e.source(), nil, cur)
+	e.waitRecords(len(all))
+	time.Sleep(100 * time.Millisecond) // a re-read would show by now
+	r.Stop(t)
+	e.checkPositions(all)
+	e.readBack(e.durable(), nil)
+}
+
+// An index that lost acknowledged entries (damaged: see TestOriginIndexDamage)
+// ends below what the cursor claims of it. The source saves the cursor at
+// start with the index's real end, so that a crash between the next
+// Append and its cursor save is still caught up with.
+func TestOriginCursorAheadOfADamagedIndex(t *testing.T) {
+	e := newOriginEnv(t, func(o *filesrc.Options) { o.MaxBatchRecords = 10 })
+	f := e.create("app.log")
+	lines(t, f, "line", 25)
+	r := e.start()
+	e.waitRecords(25)
+	e.waitSaves()
+	r.Stop(t)
+	if end, _ := e.o.End(context.Background()); end != 25 || e.batchCount() != 3 {
+		t.Fatalf("End = %d in %d batches, want 25 in 3", end, e.batchCount())
+	}
+	// Lose the last entry, [20, 25).
+	e.o.Close()
+	path := filepath.Join(e.idx, "origin.index")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data[:len(data)-5], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.open()
+	if end, _ := e.o.End(context.Background()); end != 20 {
+		t.Fatalf("End = %d after cutting the last entry, want 20", end)
+	}
+	// The next batch is appended, then the process dies before its
+	// cursor save.
+	e.onDurable = func() {
+		e.cursors.mu.Lock()
+		e.cursors.failAfter = e.cursors.saves
+		e.cursors.mu.Unlock()
+	}
+	more := lines(t, f, "more", 5)
+	r = e.start()
+	select {
+	case err := <-r.Done():
+		if !errors.Is(err, errSaveCrash) {
+			t.Fatalf("Run = %v, want the save crash", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("source did not stop on the cursor store error")
+	}
+	r.Cancel()
+	e.onDurable = nil
+	e.cursors.mu.Lock()
+	e.cursors.failAfter = -1
+	e.cursors.mu.Unlock()
+	e.reopen()
+	after := lines(t, f, "after", 5)
+	r = e.start()
+	e.waitRecords(35)
+	time.Sleep(100 * time.Millisecond) // a re-read would show by now
+	r.Stop(t)
+	// Lines 20..24 lost their positions with the entry; "more" keeps the
+	// ones it got, 20..24, and is not read again.
+	d := e.durable()
+	got := map[string][]uint64{}
+	for _, p := range d {
+		got[string(p.Record.Payload)] = append(got[string(p.Record.Payload)], p.Pos)
+	}
+	for i, l := range append(more, after...) {
+		if ps := got[l]; len(ps) != 1 || ps[0] != uint64(20+i) {
+			t.Errorf("%q has positions %v, want [%d]", l, ps, 20+i)
+		}
+	}
+	want := d[:20]
+	for _, p := range d {
+		if l := string(p.Record.Payload); strings.HasPrefix(l, "more") || strings.HasPrefix(l, "after") {
+			want = append(want, p)
+		}
+	}
+	e.readBack(want, nil)
 }
 
 // The index's last Append torn by a crash is cut at open; damage before a
