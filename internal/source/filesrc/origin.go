@@ -403,8 +403,8 @@ func (e *deletedError) Error() string {
 // file rarely syncs it, and a position must not outlive its line — and the
 // file's directory the first time the file is seen (through this
 // descriptor: see OriginRaw.synced), so that a crash cannot take away a
-// file the index points into. It returns the file's
-// fingerprint over what has been read, as the source's cursor keeps it.
+// file the index points into. It returns the file's fingerprint over what
+// has been read, as the source's cursor keeps it.
 // A failed fdatasync or directory fsync stops the OriginRaw (see Append).
 // A file that has been deleted (no link left: the source may still read
 // it through its descriptor) is refused with a *deletedError.
