@@ -120,6 +120,10 @@ func fetchCommitted(cl *kgo.Client, group, topic string) (map[int32]int64, error
 		return nil, fmt.Errorf("offset fetch: %w", err)
 	}
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			// No member has joined yet: nothing is committed.
+			return map[int32]int64{}, nil
+		}
 		return nil, fmt.Errorf("offset fetch: %w", err)
 	}
 	out := map[int32]int64{}
@@ -142,15 +146,18 @@ func waitCommitted(t *testing.T, cl *kgo.Client, group, topic string, before int
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
+		// A fetch can fail while the group forms (a coordinator loading,
+		// say): look again until the deadline.
+		committed, err := fetchCommitted(cl, group, topic)
 		var sum int64
-		for _, o := range committedOffsets(t, cl, group, topic) {
+		for _, o := range committed {
 			sum += o
 		}
-		if sum > before {
+		if err == nil && sum > before {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("committed offsets stuck at %d for %v", sum, timeout)
+			t.Fatalf("committed offsets stuck at %d for %v (last fetch error: %v)", sum, timeout, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
