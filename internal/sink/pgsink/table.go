@@ -53,28 +53,21 @@ func (s *Sink) columns() []column {
 }
 
 func (s *Sink) createSQL() string {
+	key := "weir_record_id uuid PRIMARY KEY"
 	if s.opts.Positions {
 		// Raw is a log in position order: the position is the key, and a
 		// replayed record is kept again (readers deduplicate on the id),
 		// so no position ever holds nothing.
-		return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
-	weir_position bigint PRIMARY KEY,
-	weir_record_id uuid NOT NULL,
-	payload %s NOT NULL,
-	source text NOT NULL,
-	durability text NOT NULL,
-	received_at timestamptz NOT NULL,
-	committed_at timestamptz NOT NULL DEFAULT now()
-)`, s.table, s.opts.PayloadType)
+		key = "weir_position bigint PRIMARY KEY,\n\tweir_record_id uuid NOT NULL"
 	}
 	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
-	weir_record_id uuid PRIMARY KEY,
+	%s,
 	payload %s NOT NULL,
 	source text NOT NULL,
 	durability text NOT NULL,
 	received_at timestamptz NOT NULL,
 	committed_at timestamptz NOT NULL DEFAULT now()
-)`, s.table, s.opts.PayloadType)
+)`, s.table, key, s.opts.PayloadType)
 }
 
 // prepareTable creates the table when it is missing (and CreateTable is
