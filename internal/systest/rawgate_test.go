@@ -4,17 +4,19 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 )
 
 // TestKafkaRawGate: gate = "raw", no write-ahead buffer: a Kafka source
-// writes straight into a Postgres [sink] table and commits its offsets
-// only after the table's commit. The daemon is killed -9 under a steady
-// producer; right after each kill every record below the group's committed
-// offsets must already be in the table (nothing else holds it), and in the
-// end the table holds every produced record.
+// writes straight into a Postgres raw table — through the fan-out, which
+// also feeds a file secondary — and commits its offsets only after raw's
+// commit. The daemon is killed -9 under a steady producer; right after each
+// kill every record below the group's committed offsets must already be in
+// raw (nothing else holds it), and in the end raw and the secondary hold
+// every produced record.
 func TestKafkaRawGate(t *testing.T) {
 	const (
 		topic = "direct"
@@ -22,6 +24,7 @@ func TestKafkaRawGate(t *testing.T) {
 		n     = 4000
 	)
 	db := newPGTable(t, "weir_rawgate")
+	db.table = pgRaw(t, db.conn) // raw: dropped with its offset store rows
 	c, cl := startKafka(t, topic, 3)
 	cfg := writeConfig(t, fmt.Sprintf(`
 gate = "raw"
@@ -30,8 +33,11 @@ type = "postgres"
 [sink.postgres]
 dsn = %q
 table = %q
+[[secondary]]
+name = "copy"
+type = "file"
 `, db.dsn, db.table)+kafkaSourceTOML("orders", group, topic, c.ListenAddrs()))
-	d := newDaemon(t, "--config", cfg)
+	d := newDaemon(t, "--config", cfg, "--coverage-flush-interval", "50ms")
 	d.startNoSocket()
 
 	l := &kafkaLedger{bySrc: map[string]kafkaPos{}}
@@ -63,21 +69,26 @@ table = %q
 	if len(produced) != n {
 		t.Fatalf("produced %d of %d", len(produced), n)
 	}
+	copyDir := filepath.Join(d.dir, "secondary", "copy")
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		got := tablePayloads(t, db.conn, db.table)
-		missing := 0
+		sec := sinkPayloads(t, copyDir)
+		missing, missingSec := 0, 0
 		for p := range produced {
 			if got[p] == 0 {
 				missing++
 			}
+			if sec[p] == 0 {
+				missingSec++
+			}
 		}
-		if missing == 0 {
-			t.Logf("all %d records in the table after %d kills, with no write-ahead buffer", n, sourceKillCycles)
+		if missing == 0 && missingSec == 0 {
+			t.Logf("all %d records in raw and in the secondary after %d kills, with no write-ahead buffer", n, sourceKillCycles)
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the table misses %d of %d records\n%s", missing, n, tail(d.log.String(), 4000))
+			t.Fatalf("raw misses %d and the secondary %d of %d records\n%s", missing, missingSec, n, tail(d.log.String(), 4000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
