@@ -51,7 +51,7 @@ func (m *Metrics) Topology() *Topology {
 		t.coverage = f.gaugeVec("weir_secondary_coverage_end", "End of the contiguous prefix of raw positions the secondary has durably received.", "sink")
 		t.lag = f.gaugeVec("weir_secondary_lag_positions", "Raw positions below raw's end the secondary has not durably received: queued for live delivery or missing.", "sink")
 		t.missing = f.gaugeVec("weir_secondary_missing_positions", "Raw positions below raw's end the secondary has not received (not counting those queued live).", "sink")
-		t.srcWritten = f.counterVec("weir_source_records_written_total", "Records a source wrote through its gate (durable in the write-ahead buffer).", "source")
+		t.srcWritten = f.counterVec("weir_source_records_written_total", "Records a source wrote through its gate (durable there when counted: the write-ahead buffer, primary raw with gate = raw, or its own origin with own_raw).", "source")
 		t.srcCommits = f.counterVec("weir_source_position_commits_total", "Position commits a source made after a durable write (Kafka offset commits per partition, JetStream acks, file cursor saves).", "source")
 		t.srcRestarts = f.counterVec("weir_source_restarts_total", "Times a source stopped with an error and was restarted after a backoff.", "source")
 		t.srcRunning = f.gaugeVec("weir_source_running", "1 while the source runs, 0 while it waits to be restarted.", "source")
