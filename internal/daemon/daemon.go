@@ -31,24 +31,24 @@ import (
 // own raw an origin node (runOriginNode), and with gate = "raw" a node
 // whose sources write straight into the [sink] (runRawGateNode).
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
-	if cfg.Role == "recovery" {
-		return runRecoveryNode(ctx, cfg, log) // recovery.go: no buffer, listeners or sources
-	}
-	if sc, ok := cfg.OwnRawSource(); ok {
-		return runOriginNode(ctx, cfg, sc, log) // origin.go: a file source that is its own raw
-	}
-	if cfg.Gate == "raw" {
-		return runRawGateNode(ctx, cfg, log) // rawgate.go: sources straight into the [sink]
-	}
 	fs, err := faultFS(vfs.OS)
 	if err != nil {
 		return err
+	}
+	if cfg.Role == "recovery" {
+		return runRecoveryNode(ctx, cfg, fs, log) // recovery.go: no buffer, listeners or sources
+	}
+	if sc, ok := cfg.OwnRawSource(); ok {
+		return runOriginNode(ctx, cfg, sc, fs, log) // origin.go: a file source that is its own raw
+	}
+	if cfg.Gate == "raw" {
+		return runRawGateNode(ctx, cfg, fs, log) // rawgate.go: sources straight into the [sink]
 	}
 	tlsMgr, err := loadTLS(cfg, log)
 	if err != nil {
 		return err
 	}
-	tel, err := startTelemetry(ctx, cfg, log)
+	tel, err := startTelemetry(ctx, cfg, log, "recovering the write-ahead buffer")
 	if err != nil {
 		return err
 	}

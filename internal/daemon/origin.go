@@ -29,17 +29,12 @@ const originIndexDir = "index"
 // source's cursor) is raw_dir/weir-offsets. It stops when ctx is
 // cancelled: the source first, then the fan-out, which writes the
 // coverage recorded so far.
-func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConfig, log *slog.Logger) error {
-	fs, err := faultFS(vfs.OS)
-	if err != nil {
-		return err
-	}
-	tel, err := startTelemetry(ctx, cfg, log)
+func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConfig, fs vfs.FS, log *slog.Logger) error {
+	tel, err := startTelemetry(ctx, cfg, log, "opening the origin raw and the secondaries")
 	if err != nil {
 		return err
 	}
 	defer tel.stop()
-	tel.h.NotReady("opening the origin raw and the secondaries")
 	topo := tel.m.Topology()
 	srcLog := log.With("component", "source", "source", sc.Name)
 	srcOpts := fileSourceOptions(sc, log, topo) // the source and the origin raw name themselves
@@ -94,18 +89,9 @@ func openOriginFanout(ctx context.Context, cfg *config.Config, sc config.SourceC
 	if err != nil {
 		return nil, nil, fmt.Errorf("open offset store: %w", err)
 	}
-	opts, err := topologyOptions(cfg, log, tel.m.Topology())
+	fan, err := startFanout(ctx, cfg, fs, log, tel.m.Topology(), engine.FanoutOptions{Reader: origin, ExternalRaw: true, Store: store})
 	if err != nil {
 		return nil, nil, err
-	}
-	secs, err := openSecondaries(ctx, cfg, fs, log, tel.m.Topology())
-	if err != nil {
-		return nil, nil, err
-	}
-	opts.Reader, opts.ExternalRaw, opts.Store, opts.Secondaries = origin, true, store, secs
-	fan, err := engine.NewFanout(ctx, opts)
-	if err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("start fan-out: %w", err), closeSecondaries(secs))
 	}
 	return fan, store, nil
 }

@@ -25,17 +25,12 @@ const rawGateQuarantine = "raw"
 // to <data_dir>/quarantine/raw (bounded by dead_letter_max_bytes) before
 // the position moves past them; when that is full the source stops short
 // of them and is retried, loudly, until there is room.
-func runRawGateNode(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
-	fs, err := faultFS(vfs.OS)
-	if err != nil {
-		return err
-	}
-	tel, err := startTelemetry(ctx, cfg, log)
+func runRawGateNode(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) error {
+	tel, err := startTelemetry(ctx, cfg, log, "opening the sink")
 	if err != nil {
 		return err
 	}
 	defer tel.stop()
-	tel.h.NotReady("opening the sink")
 	dl, err := openDelivery(ctx, cfg, fs, log, tel.m)
 	if err != nil {
 		return err

@@ -24,17 +24,12 @@ import (
 // beside the ingest node on the same raw directory; the offset store there
 // is shared with the ingest node under its advisory lock. It is ready once
 // the fan-out runs, and stops when ctx is cancelled.
-func runRecoveryNode(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
-	fs, err := faultFS(vfs.OS)
-	if err != nil {
-		return err
-	}
-	tel, err := startTelemetry(ctx, cfg, log)
+func runRecoveryNode(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) error {
+	tel, err := startTelemetry(ctx, cfg, log, "opening primary raw and the secondaries")
 	if err != nil {
 		return err
 	}
 	defer tel.stop()
-	tel.h.NotReady("opening primary raw and the secondaries")
 	fan, closeReader, err := openRecovery(ctx, cfg, fs, log, tel.m)
 	if err != nil {
 		return err
@@ -65,26 +60,10 @@ func openRecovery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.
 	if err != nil {
 		return nil, nil, err
 	}
-	fail := func(err error) (*engine.Fanout, func() error, error) {
-		return nil, nil, errors.Join(err, closeReader())
-	}
-	opts, err := topologyOptions(cfg, log, m.Topology())
+	fan, err = startFanout(ctx, cfg, fs, log, m.Topology(), engine.FanoutOptions{Reader: reader, Store: store})
 	if err != nil {
-		return fail(err)
+		return nil, nil, errors.Join(fmt.Errorf("recovery node: %w", err), closeReader())
 	}
-	if opts.Role != engine.RoleRecovery {
-		return fail(fmt.Errorf("recovery node: role is %s", opts.Role))
-	}
-	secs, err := openSecondaries(ctx, cfg, fs, log, m.Topology())
-	if err != nil {
-		return fail(err)
-	}
-	opts.Reader, opts.Store, opts.Secondaries = reader, store, secs
-	fan, err = engine.NewFanout(ctx, opts)
-	if err != nil {
-		return fail(errors.Join(fmt.Errorf("recovery node: start fan-out: %w", err), closeSecondaries(secs)))
-	}
-	log.Info("recovery-only topology", "raw", rawWhere(cfg), "offset_store", store.Where(), "secondaries", len(secs))
 	return fan, closeReader, nil
 }
 

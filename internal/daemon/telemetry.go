@@ -26,12 +26,12 @@ type telemetry struct {
 
 // startTelemetry makes the metrics and, unless metrics_port is 0, binds
 // the endpoint; failing to bind is a start-up error. The daemon is not
-// ready until ready is called.
-func startTelemetry(ctx context.Context, cfg *config.Config, log *slog.Logger) (*telemetry, error) {
+// ready — for the reason notReady gives — until ready is called.
+func startTelemetry(ctx context.Context, cfg *config.Config, log *slog.Logger, notReady string) (*telemetry, error) {
 	log = log.With("component", "metrics")
 	m, reg := metrics.New(metrics.Config{Shards: cfg.Shards, Sink: cfg.Sink.Type, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes})
 	t := &telemetry{m: m, h: metrics.NewHealth(cfg.LiveStallTimeout, log), log: log}
-	t.h.NotReady("recovering the write-ahead buffer")
+	t.h.NotReady(notReady)
 	if cfg.MetricsPort == 0 {
 		log.Info("metrics endpoint disabled (metrics_port = 0)")
 		return t, nil

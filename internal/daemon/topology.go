@@ -40,9 +40,9 @@ type delivery struct {
 
 // openDelivery opens the drain's sink. Without secondaries it is the
 // [sink], exactly as configured. With secondaries the [sink] is primary
-// raw: the file sink in raw (positions) mode, with the offset store in its
-// directory, behind a fan-out that feeds the secondaries after raw's
-// durable ack. The offset store then also holds the sources' cursors.
+// raw, in its raw (positions) mode with the offset store beside it (openRaw),
+// behind a fan-out that feeds the secondaries after raw's durable ack.
+// The offset store then also holds the sources' cursors.
 func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, m *metrics.Metrics) (*delivery, error) {
 	if len(cfg.Secondaries) == 0 {
 		snk, err := openSink(ctx, cfg.Sink, fs, log.With("component", "sink", "sink", cfg.Sink.Type), false)
@@ -51,40 +51,37 @@ func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.
 		}
 		return &delivery{snk: snk}, nil
 	}
-	opts, err := topologyOptions(cfg, log, m.Topology())
+	raw, store, err := openRaw(ctx, cfg, fs, log.With("component", "sink", "sink", "raw"))
 	if err != nil {
 		return nil, err
 	}
-	raw, store, where, err := openRaw(ctx, cfg, fs, log.With("component", "sink", "sink", "raw"))
-	if err != nil {
-		return nil, err
-	}
-	secs, err := openSecondaries(ctx, cfg, fs, log, m.Topology())
+	fan, err := startFanout(ctx, cfg, fs, log, m.Topology(), engine.FanoutOptions{Raw: raw, Store: store})
 	if err != nil {
 		return nil, errors.Join(err, raw.Close())
 	}
-	opts.Raw, opts.Store, opts.Secondaries = raw, store, secs
-	fan, err := engine.NewFanout(ctx, opts)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("start fan-out: %w", err), raw.Close(), closeSecondaries(secs))
-	}
-	log.Info("raw-first topology", "raw", cfg.Sink.Type, "offset_store", where, "secondaries", len(secs), "role", opts.Role.String())
 	return &delivery{snk: fan, cursors: store}, nil
 }
 
-// topologyOptions are the fan-out options every node takes from the
-// configuration; the caller adds raw (or a reader of it), the offset store
-// and the secondaries.
-func topologyOptions(cfg *config.Config, log *slog.Logger, topo *metrics.Topology) (engine.FanoutOptions, error) {
+// startFanout starts a fan-out over what the caller set in raw — Raw, or
+// Reader (with ExternalRaw for a raw written outside it), and Store — with
+// the rest taken from the configuration and every [[secondary]] opened.
+// The caller keeps ownership of raw and its store when it fails.
+func startFanout(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, topo *metrics.Topology, raw engine.FanoutOptions) (*engine.Fanout, error) {
 	role, err := engine.ParseRole(cfg.Role)
 	if err != nil {
-		return engine.FanoutOptions{}, fmt.Errorf("role: %w", err)
+		return nil, fmt.Errorf("role: %w", err)
 	}
 	mode, err := engine.ParseRecoveryMode(cfg.RecoveryMode)
 	if err != nil {
-		return engine.FanoutOptions{}, fmt.Errorf("recovery_mode: %w", err)
+		return nil, fmt.Errorf("recovery_mode: %w", err)
 	}
-	return engine.FanoutOptions{
+	secs, err := openSecondaries(ctx, cfg, fs, log, topo)
+	if err != nil {
+		return nil, err
+	}
+	opts := engine.FanoutOptions{
+		Raw: raw.Raw, Reader: raw.Reader, ExternalRaw: raw.ExternalRaw, Store: raw.Store,
+		Secondaries:   secs,
 		Role:          role,
 		Mode:          mode,
 		WindowRecords: cfg.RecoveryWindowRecords,
@@ -92,7 +89,13 @@ func topologyOptions(cfg *config.Config, log *slog.Logger, topo *metrics.Topolog
 		FlushInterval: cfg.CoverageFlushInterval,
 		Observer:      topo,
 		Logger:        log,
-	}, nil
+	}
+	fan, err := engine.NewFanout(ctx, opts)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("start fan-out: %w", err), closeSecondaries(secs))
+	}
+	log.Info("raw-first topology", "offset_store", opts.Store.Where(), "secondaries", len(secs), "role", role.String())
+	return fan, nil
 }
 
 // openSecondaries opens every [[secondary]] with its quarantine lane. A
@@ -143,12 +146,11 @@ func closeSecondaries(secs []engine.SecondaryConfig) error {
 }
 
 // openRaw opens the [sink] as primary raw, in its raw (position-numbered)
-// mode, with the offset store that lives beside it. where names the store
-// for the logs.
-func openRaw(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) (raw sink.Raw, store engine.CoverageStore, where string, err error) {
+// mode, with the offset store that lives beside it.
+func openRaw(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) (raw sink.Raw, store *engine.OffsetStore, err error) {
 	s, err := openSink(ctx, cfg.Sink, fs, log, true)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("open primary raw (raw mode): %w", err)
+		return nil, nil, fmt.Errorf("open primary raw (raw mode): %w", err)
 	}
 	var st *engine.OffsetStore
 	switch r := s.(type) {
@@ -162,12 +164,12 @@ func openRaw(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logge
 		raw = r
 		st, err = r.OffsetStore(ctx)
 	default:
-		return nil, nil, "", errors.Join(fmt.Errorf("primary raw: sink.type %q has no raw mode", cfg.Sink.Type), s.Close())
+		return nil, nil, errors.Join(fmt.Errorf("primary raw: sink.type %q has no raw mode", cfg.Sink.Type), s.Close())
 	}
 	if err != nil {
-		return nil, nil, "", errors.Join(fmt.Errorf("open offset store: %w", err), s.Close())
+		return nil, nil, errors.Join(fmt.Errorf("open offset store: %w", err), s.Close())
 	}
-	return raw, st, st.Where(), nil
+	return raw, st, nil
 }
 
 // countingGate counts what a source made durable.

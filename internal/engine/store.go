@@ -36,6 +36,8 @@ type CoverageStore interface {
 	Flush(ctx context.Context) error
 	// Reload merges what other writers persisted.
 	Reload(ctx context.Context) error
+	// Where names where the store is kept, for logs.
+	Where() string
 }
 
 var _ CoverageStore = (*OffsetStore)(nil)
