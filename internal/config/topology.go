@@ -426,14 +426,14 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 				*dir = abs
 			}
 			if *dir != "" {
-				for _, other := range []struct{ what, dir string }{
+				others := []struct{ what, dir string }{
 					{"wab_dir", c.WABDir},
 					{"sink.file.dir (primary raw)", c.Sink.File.Dir},
-					{"sink.parquet.dir (primary raw)", c.Sink.Parquet.Dir},
-				} {
-					if other.what == "sink.parquet.dir (primary raw)" && c.Sink.Type != "parquet" {
-						continue
-					}
+				}
+				if c.Sink.Type == "parquet" {
+					others = append(others, struct{ what, dir string }{"sink.parquet.dir (primary raw)", c.Sink.Parquet.Dir})
+				}
+				for _, other := range others {
 					if *dir == other.dir {
 						errs = append(errs, topoErr(path, where, key, fmt.Sprintf("%q", *dir), "must differ from "+other.what))
 					}
