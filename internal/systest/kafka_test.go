@@ -340,41 +340,7 @@ type = "file"
 	d := newDaemon(t, "--config", cfg, "--coverage-flush-interval", "50ms")
 	d.start()
 
-	l := &kafkaLedger{bySrc: map[string]kafkaPos{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		produceKafka(ctx, t, cl, "k", n, 20, 100*time.Millisecond, l)
-	}()
-
-	// A fixed number of kills while the producer is still running (it
-	// produces for ~30 s): WEIR_KILL_CYCLES sizes TestKill9UnderLoad only.
-	cycles := sourceKillCycles
-	var before int64
-	for cycle := 1; cycle <= cycles; cycle++ {
-		// Kill only once this run consumes (a restarted member waits for
-		// the group to drop the killed one), a little after that.
-		waitCommitted(t, cl, group, topic, min(before, n-1), 30*time.Second)
-		time.Sleep(time.Duration(200+cycle*137%400) * time.Millisecond)
-		d.kill()
-		committed := committedOffsets(t, cl, group, topic)
-		produced := l.snapshot()
-		checkCommittedBehindDurable(t, cycle, committed, produced, durableNow(t, d))
-		t.Logf("cycle %d: produced %d, committed %v", cycle, len(produced), committed)
-		before = 0
-		for _, o := range committed {
-			before += o
-		}
-		d.start()
-	}
-	wg.Wait()
-	produced := l.snapshot()
-	if len(produced) != n {
-		t.Fatalf("produced %d of %d", len(produced), n)
-	}
+	produced := produceAndKill(t, d, cl, group, topic, "k", n, func() map[string]int { return durableNow(t, d) }, d.start)
 	want := make(map[string]bool, n)
 	for p := range produced {
 		want[p] = true
@@ -384,7 +350,7 @@ type = "file"
 	for _, c := range got {
 		dups += c - 1
 	}
-	t.Logf("all %d records in raw after %d kills (%d duplicates)", n, cycles, dups)
+	t.Logf("all %d records in raw after %d kills (%d duplicates)", n, sourceKillCycles, dups)
 
 	// The secondary catches up from raw.
 	copyDir := filepath.Join(d.dir, "secondary", "copy")
@@ -417,4 +383,49 @@ type = "file"
 	}
 	committed := committedOffsets(t, cl, group, topic)
 	checkCommittedBehindDurable(t, 0, committed, produced, durableNow(t, d))
+}
+
+// produceAndKill produces n records named prefix-i into topic at a steady
+// pace while d is killed -9 sourceKillCycles times, each a little after
+// the group has committed past what it had at the last kill. Right after
+// each kill every record below the committed offsets must be in durable()
+// (what survived the kill); restart starts d again. The number of kills is
+// fixed (WEIR_KILL_CYCLES sizes TestKill9UnderLoad only): the producer
+// runs for about n/200 seconds. It returns every produced record once the
+// producer is done.
+func produceAndKill(t *testing.T, d *daemon, cl *kgo.Client, group, topic, prefix string, n int,
+	durable func() map[string]int, restart func()) map[string]kafkaPos {
+	t.Helper()
+	l := &kafkaLedger{bySrc: map[string]kafkaPos{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		produceKafka(ctx, t, cl, prefix, n, 20, 100*time.Millisecond, l)
+	}()
+	var before int64
+	for cycle := 1; cycle <= sourceKillCycles; cycle++ {
+		// Kill only once this run consumes (a restarted member waits for
+		// the group to drop the killed one), a little after that.
+		waitCommitted(t, cl, group, topic, min(before, int64(n-1)), 30*time.Second)
+		time.Sleep(time.Duration(200+cycle*137%400) * time.Millisecond)
+		d.kill()
+		committed := committedOffsets(t, cl, group, topic)
+		produced := l.snapshot()
+		checkCommittedBehindDurable(t, cycle, committed, produced, durable())
+		t.Logf("cycle %d: produced %d, committed %v", cycle, len(produced), committed)
+		before = 0
+		for _, o := range committed {
+			before += o
+		}
+		restart()
+	}
+	wg.Wait()
+	produced := l.snapshot()
+	if len(produced) != n {
+		t.Fatalf("produced %d of %d", len(produced), n)
+	}
+	return produced
 }

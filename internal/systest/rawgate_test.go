@@ -1,11 +1,9 @@
 package systest
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 )
@@ -40,35 +38,8 @@ type = "file"
 	d := newDaemon(t, "--config", cfg, "--coverage-flush-interval", "50ms")
 	d.startNoSocket()
 
-	l := &kafkaLedger{bySrc: map[string]kafkaPos{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		produceKafka(ctx, t, cl, "g", n, 20, 100*time.Millisecond, l)
-	}()
-	var before int64
-	for cycle := 1; cycle <= sourceKillCycles; cycle++ {
-		waitCommitted(t, cl, group, topic, min(before, n-1), 30*time.Second)
-		time.Sleep(time.Duration(200+cycle*137%400) * time.Millisecond)
-		d.kill()
-		committed := committedOffsets(t, cl, group, topic)
-		produced := l.snapshot()
-		checkCommittedBehindDurable(t, cycle, committed, produced, tablePayloads(t, db.conn, db.table))
-		t.Logf("cycle %d: produced %d, committed %v", cycle, len(produced), committed)
-		before = 0
-		for _, o := range committed {
-			before += o
-		}
-		d.startNoSocket()
-	}
-	wg.Wait()
-	produced := l.snapshot()
-	if len(produced) != n {
-		t.Fatalf("produced %d of %d", len(produced), n)
-	}
+	produced := produceAndKill(t, d, cl, group, topic, "g", n,
+		func() map[string]int { return tablePayloads(t, db.conn, db.table) }, d.startNoSocket)
 	copyDir := filepath.Join(d.dir, "secondary", "copy")
 	deadline := time.Now().Add(60 * time.Second)
 	for {
