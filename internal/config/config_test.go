@@ -204,7 +204,7 @@ var samples = map[string][2]string{
 	"log_level":                      {"debug", "error"},
 	"log_format":                     {"json", "text"},
 	"sink.durable":                   {"true", "true"},
-	"gate":                           {"buffer", "buffer"}, // "raw" needs [[source]] tables (TOML only): TestRawGateConfig
+	"gate":                           {"buffer", "buffer"}, // "raw" needs [[source]] tables (TOML only): TestGateThroughTheLayers
 	"role":                           {"ingest", "both"},   // "recovery" needs [[secondary]] tables (TOML only): TestRecoveryNodeConfig,
 	"recovery_mode":                  {"skip-quarantine", "skip-quarantine"},
 	"recovery_window_records":        {"1", "100000"},

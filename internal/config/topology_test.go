@@ -185,6 +185,39 @@ group = "weir"
 	}
 }
 
+// TestGateThroughTheLayers: gate = "raw" needs [[source]] tables, which
+// only a file can hold, so TestEveryKnobThroughEveryLayer cannot try it;
+// here the file holds a source and the precedence is checked: flag over
+// env over file.
+func TestGateThroughTheLayers(t *testing.T) {
+	file := writeFile(t, `
+gate = "buffer"
+[[source]]
+name = "f"
+type = "file"
+[source.file]
+glob = "/x/*"
+`)
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}{
+		{"file", nil, nil, "buffer"},
+		{"env over file", nil, []string{"WEIR_GATE=raw"}, "raw"},
+		{"flag over env", []string{"--gate", "buffer"}, []string{"WEIR_GATE=raw"}, "buffer"},
+		{"flag over file", []string{"--gate=raw"}, nil, "raw"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustLoad(t, append([]string{"--config", file}, tc.args...), tc.env)
+			if c.Gate != tc.want {
+				t.Fatalf("gate %q, want %q", c.Gate, tc.want)
+			}
+		})
+	}
+}
+
 func TestTopologyUnknownKeysWarn(t *testing.T) {
 	_, err, warns := loadTOML(t, `
 [[secondary]]
