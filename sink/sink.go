@@ -85,6 +85,13 @@ func ParseRecordID(s string) (RecordID, error) {
 	return id, nil
 }
 
+// Header is one record header: a name and a value. A record's headers are
+// ordered and a name may repeat (as in Kafka).
+type Header struct {
+	Key   string
+	Value []byte
+}
+
 // Record is one record handed to a sink.
 type Record struct {
 	ID         RecordID
@@ -94,6 +101,14 @@ type Record struct {
 	Received time.Time
 	// Source names where the record came from ("socket" for producers).
 	Source string
+	// Key is the record's key (a Kafka key, a producer's key); nil when it
+	// has none.
+	Key []byte
+	// Headers are the record's headers in order; nil when it has none.
+	Headers []Header
+	// EventTime is the record's own time (a broker timestamp, a producer's
+	// stamp); the zero Time when it has none.
+	EventTime time.Time
 }
 
 // DedupToken is a content-derived idempotency handle for a whole batch:

@@ -23,11 +23,11 @@ package source
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"time"
 
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -71,8 +71,13 @@ type Record struct {
 	// Source names the source instance, e.g. "kafka:orders".
 	Source string
 	// Time is the record's own timestamp when the source has one (broker
-	// append time, file mtime), else when it was read.
+	// append time, file mtime), else when it was read. It is kept as the
+	// record's event time.
 	Time time.Time
+	// Key is the record's key at the origin (a Kafka key); nil if none.
+	Key []byte
+	// Headers are the record's headers at the origin, in order.
+	Headers []sink.Header
 }
 
 // Gate is where a source writes. Write returns nil only once every record
@@ -113,18 +118,7 @@ type Source interface {
 // (length-prefixed, so ("ab","c") and ("a","bc") differ), truncated to 128
 // bits. Pass the parts that locate the record — e.g. cluster, topic,
 // partition, offset — then the payload last.
-func ID(parts ...[]byte) sink.RecordID {
-	h := sha256.New()
-	var n [8]byte
-	for _, p := range parts {
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-		h.Write(n[:])
-		h.Write(p)
-	}
-	var id sink.RecordID
-	copy(id[:], h.Sum(nil))
-	return id
-}
+func ID(parts ...[]byte) sink.RecordID { return record.HashID(parts...) }
 
 // Uint64 is a helper for ID parts.
 func Uint64(v uint64) []byte {

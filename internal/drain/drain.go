@@ -60,7 +60,6 @@ import (
 
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
-	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
 )
 
@@ -606,19 +605,10 @@ var errRetriesExhausted = errors.New("retries exhausted")
 func (d *Drain) deliver(ctx context.Context, ref wab.SegmentRef, h wab.Header, start uint64, recs []wab.Record) error {
 	srecs := make([]sink.Record, len(recs))
 	for i, rec := range recs {
-		srecs[i] = sink.Record{
-			ID:         sink.RecordID(wab.RecordID(h, start+uint64(i), rec.Payload)),
-			Payload:    rec.Payload,
-			Durability: sink.Durability(rec.Durability),
-			Received:   time.Unix(0, rec.Received),
-			Source:     RecordSource,
-		}
-		// Records written by a source carry their origin's id, so that a
-		// redelivery from the broker gets the same id as the first copy.
-		if len(rec.Meta) > 0 {
-			if o, err := source.DecodeOrigin(rec.Meta); err == nil {
-				srecs[i].ID, srecs[i].Source = o.ID, o.Source
-			}
+		var err error
+		srecs[i], err = SinkRecord(h, start+uint64(i), rec)
+		if err != nil {
+			d.log.Error("undecodable record metadata; delivering under its position's id", "segment", ref.Path, "err", err)
 		}
 	}
 	batch := sink.NewBatch(srecs)

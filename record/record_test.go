@@ -1,0 +1,171 @@
+package record
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/weir-io/weir/sink"
+	"pgregory.net/rapid"
+)
+
+func TestRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var m Meta
+		if rapid.Bool().Draw(t, "hasID") {
+			copy(m.ID[:], rapid.SliceOfN(rapid.Byte(), 16, 16).Draw(t, "id"))
+			m.HasID = true
+		}
+		m.Source = rapid.String().Draw(t, "source")
+		if rapid.Bool().Draw(t, "hasKey") {
+			m.Key = rapid.SliceOf(rapid.Byte()).Draw(t, "key")
+			if m.Key == nil {
+				m.Key = []byte{}
+			}
+		}
+		for i, n := 0, rapid.IntRange(0, 4).Draw(t, "headers"); i < n; i++ {
+			v := rapid.SliceOf(rapid.Byte()).Draw(t, "hv")
+			if len(v) == 0 {
+				v = nil // decodes as an empty value; compare as nil
+			}
+			m.Headers = append(m.Headers, sink.Header{Key: rapid.String().Draw(t, "hk"), Value: v})
+		}
+		m.EventTime = rapid.Int64().Draw(t, "event")
+		if rapid.Bool().Draw(t, "producer") {
+			copy(m.Producer[:], rapid.SliceOfN(rapid.Byte(), 16, 16).Draw(t, "pid"))
+			m.Seq = rapid.Uint64().Draw(t, "seq")
+			m.HasProducer = true
+		}
+		m.OriginPos = rapid.String().Draw(t, "pos")
+		if rapid.Bool().Draw(t, "reject") {
+			m.Reject = &Rejection{
+				Code:      Code(rapid.IntRange(0, 6).Draw(t, "code")),
+				Stage:     Stage(rapid.String().Draw(t, "stage")),
+				Component: rapid.String().Draw(t, "comp"),
+				Error:     rapid.StringN(0, 100, 100).Draw(t, "err"),
+				Attempts:  rapid.IntRange(0, 1000).Draw(t, "attempts"),
+				FirstSeen: rapid.Int64().Draw(t, "first"),
+			}
+			if rapid.Bool().Draw(t, "loc") {
+				m.Reject.Shard, m.Reject.Seq, m.Reject.Index = 3, 9, 27
+				m.Reject.HasLocation = true
+			}
+		}
+		got, err := Decode(Encode(&m), LegacyOrigin)
+		if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		for i := range got.Headers {
+			if len(got.Headers[i].Value) == 0 {
+				got.Headers[i].Value = nil
+			}
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Fatalf("round trip:\n got %+v\nwant %+v", got, m)
+		}
+	})
+}
+
+func TestUnknownTagSkipped(t *testing.T) {
+	m := Meta{Source: "kafka:orders", Key: []byte("k")}
+	b := Encode(&m)
+	// A field of a tag from the future, between two known ones.
+	b = append(b[:1], append(appendField(nil, 99, []byte("later")), b[1:]...)...)
+	got, err := Decode(b, LegacyOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Source != m.Source || !bytes.Equal(got.Key, m.Key) {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"unknown version", []byte{3}},
+		{"length past the end", []byte{Version, byte(TagSource), 5, 'a'}},
+		{"short id", []byte{Version, byte(TagID), 2, 1, 2}},
+		{"long event time", append([]byte{Version, byte(TagEventTime), 9}, make([]byte, 9)...)},
+		{"bad header key length", []byte{Version, byte(TagHeader), 2, 9, 'a'}},
+		{"truncated tag", []byte{Version, 0x80}},
+		{"v1 origin with a wrong name length", []byte{1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 5, 'a'}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Decode(tc.b, LegacyOrigin); !errors.Is(err, ErrBadMeta) {
+				t.Fatalf("err = %v, want ErrBadMeta", err)
+			}
+		})
+	}
+}
+
+func TestLegacy(t *testing.T) {
+	id := sink.RecordID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	origin := append([]byte{1}, id[:]...)
+	origin = append(origin, 5)
+	origin = append(origin, "kafka"...)
+	m, err := Decode(origin, LegacyOrigin)
+	if err != nil || !m.HasID || m.ID != id || m.Source != "kafka" {
+		t.Fatalf("v1 origin: %+v %v", m, err)
+	}
+
+	dl := append([]byte{1}, id[:]...)
+	dl = append(dl, 0, 3)                    // shard
+	dl = append(dl, 0, 0, 0, 0, 0, 0, 0, 9)  // seq
+	dl = append(dl, 0, 0, 0, 0, 0, 0, 0, 27) // index
+	dl = append(dl, 6)                       // reason length
+	dl = append(dl, "broken"...)
+	m, err = Decode(dl, LegacyDeadLetter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Rejection{Code: CodeUnknown, Error: "broken", Shard: 3, Seq: 9, Index: 27, HasLocation: true}
+	if m.ID != id || !reflect.DeepEqual(m.Reject, want) {
+		t.Fatalf("v1 dead letter: %+v %+v", m, m.Reject)
+	}
+}
+
+func TestRecordID(t *testing.T) {
+	fallback := sink.RecordID{0xff}
+	fb := func() sink.RecordID { return fallback }
+	var p ProducerID
+	p[0] = 7
+	pay := []byte("payload")
+	for _, tc := range []struct {
+		name string
+		m    Meta
+		want sink.RecordID
+	}{
+		{"none", Meta{}, fallback},
+		{"producer", Meta{Producer: p, Seq: 5, HasProducer: true}, ProducerRecordID(p, 5, pay)},
+		{"id wins", Meta{ID: sink.RecordID{1}, HasID: true, Producer: p, HasProducer: true}, sink.RecordID{1}},
+	} {
+		if got := tc.m.RecordID(pay, fb); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if ProducerRecordID(p, 5, pay) == ProducerRecordID(p, 6, pay) {
+		t.Fatal("seq does not change the id")
+	}
+	if ProducerRecordID(p, 5, pay) != ProducerRecordID(p, 5, append([]byte(nil), pay...)) {
+		t.Fatal("producer id not deterministic")
+	}
+}
+
+func TestCodes(t *testing.T) {
+	for _, c := range Codes() {
+		got, err := ParseCode(c.String())
+		if err != nil || got != c {
+			t.Fatalf("%v: %v %v", c, got, err)
+		}
+	}
+	if _, err := ParseCode("nope"); err == nil {
+		t.Fatal("ParseCode accepted nope")
+	}
+	if MaxErrorBytes < 16 || len(truncateUTF8("ééé", 3)) != 2 {
+		t.Fatal("truncateUTF8 cut inside a rune")
+	}
+}
