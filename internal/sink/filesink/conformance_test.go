@@ -54,11 +54,11 @@ func harness(t *testing.T, opts Options, hf harnessFS) *sinktest.Harness {
 		opts.FS, opts.Dir = vfs.OS, t.TempDir()
 	}
 	h := &sinktest.Harness{
-		Sink:            openSink(t, opts),
+		Sink:            open(t, opts),
 		KeepsDuplicates: true,
 		BinaryPayloads:  true,
 		ReadBack:        readBack(opts.FS, opts.Dir),
-		Reopen:          func(t *testing.T) sink.Sink { return openSink(t, opts) },
+		Reopen:          func(t *testing.T) sink.Sink { return open(t, opts) },
 		NoCrash:         "the real file system cannot lose power in a test (the memfs variant does)",
 	}
 	if m != nil {
@@ -67,19 +67,11 @@ func harness(t *testing.T, opts Options, hf harnessFS) *sinktest.Harness {
 			after.FS = m.CrashClone(memfs.CrashOptions{Mode: memfs.CrashDropUnsynced})
 			return sinktest.Crashed{
 				ReadBack: readBack(after.FS, after.Dir),
-				Reopen:   func(t *testing.T) sink.Sink { return openSink(t, after) },
+				Reopen:   func(t *testing.T) sink.Sink { return open(t, after) },
 			}
 		}
 	}
 	return h
-}
-
-func openSink(t *testing.T, opts Options) sink.Sink {
-	s, err := New(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // readBack reads every line in dir, .open files included.

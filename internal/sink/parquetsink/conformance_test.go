@@ -52,7 +52,7 @@ func harness(t *testing.T, opts Options, mem bool, check func([]Record) error) *
 		opts.FS, opts.Dir = vfs.OS, t.TempDir()
 	}
 	h := &sinktest.Harness{
-		Sink:            openSink(t, opts),
+		Sink:            open(t, opts),
 		KeepsDuplicates: true,
 		BinaryPayloads:  true,
 		ReadBack:        readBack(opts.FS, opts.Dir, check),
@@ -62,7 +62,7 @@ func harness(t *testing.T, opts Options, mem bool, check func([]Record) error) *
 			}
 			return sink.Record{Payload: bytes.Repeat([]byte{'p'}, testMaxPayload+1)}, true
 		},
-		Reopen:  func(t *testing.T) sink.Sink { return openSink(t, opts) },
+		Reopen:  func(t *testing.T) sink.Sink { return open(t, opts) },
 		NoCrash: "the real file system cannot lose power in a test (the memfs variant does)",
 	}
 	if m != nil {
@@ -71,19 +71,11 @@ func harness(t *testing.T, opts Options, mem bool, check func([]Record) error) *
 			after.FS = m.CrashClone(memfs.CrashOptions{Mode: memfs.CrashDropUnsynced})
 			return sinktest.Crashed{
 				ReadBack: readBack(after.FS, after.Dir, check),
-				Reopen:   func(t *testing.T) sink.Sink { return openSink(t, after) },
+				Reopen:   func(t *testing.T) sink.Sink { return open(t, after) },
 			}
 		}
 	}
 	return h
-}
-
-func openSink(t *testing.T, opts Options) sink.Sink {
-	s, err := New(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 func readBack(fs vfs.FS, dir string, check func([]Record) error) func(context.Context) ([]sinktest.Stored, error) {
