@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/internal/vfs"
-	"github.com/weir-io/weir/internal/vfs/memfs"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/sink/sinktest"
 )
@@ -19,7 +19,7 @@ func TestConformance(t *testing.T) {
 	for _, mem := range []bool{true, false} {
 		t.Run(variant(mem), func(t *testing.T) {
 			sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
-				return harness(t, Options{}, harnessFS{mem: mem})
+				return harness(t, Options{}, mem, nil)
 			})
 		})
 	}
@@ -32,45 +32,21 @@ func variant(mem bool) string {
 	return "os"
 }
 
-// harnessFS says where a conformance harness puts the sink: on memfs (mem)
-// or on the real file system, and, on memfs, what the sink sees of it
-// (wrap, nil for memfs itself) — the Crash hook clones the memfs below.
-type harnessFS struct {
-	mem  bool
-	wrap func(vfs.FS) vfs.FS
-}
-
-// harness opens a sink with opts on a fresh directory and gives the suite
-// its hooks.
-func harness(t *testing.T, opts Options, hf harnessFS) *sinktest.Harness {
-	var m *memfs.FS
-	if hf.mem {
-		m = memfs.New()
-		opts.FS, opts.Dir = m, "/sink"
-		if hf.wrap != nil {
-			opts.FS = hf.wrap(m)
-		}
-	} else {
-		opts.FS, opts.Dir = vfs.OS, t.TempDir()
-	}
+// harness opens a sink with opts on a fresh directory, on memfs (mem) or on
+// the real file system, and gives the suite its hooks; wrap, when set,
+// breaks the memfs the sink sees.
+func harness(t *testing.T, opts Options, mem bool, wrap func(vfs.FS) vfs.FS) *sinktest.Harness {
+	m, fs, dir := testenv.SinkFS(t, mem, wrap)
+	opts.Dir = dir
+	openOn := func(t *testing.T, fs vfs.FS) sink.Sink { o := opts; o.FS = fs; return open(t, o) }
 	h := &sinktest.Harness{
-		Sink:            open(t, opts),
+		Sink:            openOn(t, fs),
 		KeepsDuplicates: true,
 		BinaryPayloads:  true,
-		ReadBack:        readBack(opts.FS, opts.Dir),
-		Reopen:          func(t *testing.T) sink.Sink { return open(t, opts) },
-		NoCrash:         "the real file system cannot lose power in a test (the memfs variant does)",
+		ReadBack:        readBack(fs, dir),
+		Reopen:          func(t *testing.T) sink.Sink { return openOn(t, fs) },
 	}
-	if m != nil {
-		h.Crash = func(*testing.T) sinktest.Crashed {
-			after := opts
-			after.FS = m.CrashClone(memfs.CrashOptions{Mode: memfs.CrashDropUnsynced})
-			return sinktest.Crashed{
-				ReadBack: readBack(after.FS, after.Dir),
-				Reopen:   func(t *testing.T) sink.Sink { return open(t, after) },
-			}
-		}
-	}
+	testenv.SetMemCrash(h, m, openOn, func(fs vfs.FS) testenv.ReadBack { return readBack(fs, dir) })
 	return h
 }
 

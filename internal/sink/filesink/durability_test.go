@@ -70,7 +70,7 @@ func TestConformanceCatchesMissingSync(t *testing.T) {
 		}
 		sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
 			wrap := func(fs vfs.FS) vfs.FS { broken.FS = fs; return broken }
-			return harness(t, Options{}, harnessFS{mem: true, wrap: wrap})
+			return harness(t, Options{}, true, wrap)
 		})
 		return
 	}

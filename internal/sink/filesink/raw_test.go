@@ -201,7 +201,7 @@ func TestConformanceRaw(t *testing.T) {
 	for _, mem := range []bool{true, false} {
 		t.Run(variant(mem), func(t *testing.T) {
 			sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
-				return harness(t, Options{Positions: true}, harnessFS{mem: mem})
+				return harness(t, Options{Positions: true}, mem, nil)
 			})
 		})
 	}

@@ -108,25 +108,6 @@ func (e *env) kill(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// crash kills the sink's connections from the server side (KILL from a
-// second connection), as a server restart would, right after a Commit
-// returned; what the crashed table holds is then read through a fresh
-// connection.
-func (e *env) crash(dsn string, opts Options) func(*testing.T) sinktest.Crashed {
-	return func(t *testing.T) sinktest.Crashed {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		n, err := e.kill(ctx)
-		if err != nil || n == 0 {
-			t.Fatalf("crash: killed %d connections of the sink: %v", n, err)
-		}
-		return sinktest.Crashed{
-			ReadBack: e.readBack,
-			Reopen:   func(t *testing.T) sink.Sink { return e.open(t, dsn, opts) },
-		}
-	}
-}
-
 func (e *env) readBack(ctx context.Context) ([]sinktest.Stored, error) {
 	cfg, _ := mysql.ParseDSN(e.rootDSN)
 	cfg.ParseTime, cfg.Loc = true, time.UTC
@@ -197,7 +178,7 @@ func TestConformance(t *testing.T) {
 						sink.Record{Payload: []byte(strings.Repeat("[", 40) + strings.Repeat("]", 40))}, // too deep for the server
 					)
 				}
-				return &sinktest.Harness{
+				h := &sinktest.Harness{
 					Sink:           s,
 					BinaryPayloads: pt == PayloadBlob,
 					ReadBack:       e.readBack,
@@ -217,8 +198,11 @@ func TestConformance(t *testing.T) {
 						}, nil
 					},
 					Reopen: func(t *testing.T) sink.Sink { return e.open(t, via, opts) },
-					Crash:  e.crash(via, opts),
 				}
+				// A crash: the server ends the sink's connections right
+				// after a Commit returned.
+				h.Crash = testenv.KillCrash(e.kill, h.ReadBack, h.Reopen)
+				return h
 			})
 		})
 	}

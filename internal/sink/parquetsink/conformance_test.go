@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/internal/vfs"
-	"github.com/weir-io/weir/internal/vfs/memfs"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/sink/sinktest"
 )
@@ -44,37 +44,23 @@ func variant(mem bool) string {
 // the real file system, and gives the suite its hooks; check, when set,
 // vets what ReadBack reads.
 func harness(t *testing.T, opts Options, mem bool, check func([]Record) error) *sinktest.Harness {
-	var m *memfs.FS
-	if mem {
-		m = memfs.New()
-		opts.FS, opts.Dir = m, "/sink"
-	} else {
-		opts.FS, opts.Dir = vfs.OS, t.TempDir()
-	}
+	m, fs, dir := testenv.SinkFS(t, mem, nil)
+	opts.Dir = dir
+	openOn := func(t *testing.T, fs vfs.FS) sink.Sink { o := opts; o.FS = fs; return open(t, o) }
 	h := &sinktest.Harness{
-		Sink:            open(t, opts),
+		Sink:            openOn(t, fs),
 		KeepsDuplicates: true,
 		BinaryPayloads:  true,
-		ReadBack:        readBack(opts.FS, opts.Dir, check),
+		ReadBack:        readBack(fs, dir, check),
 		Poison: func(kind int) (sink.Record, bool) {
 			if kind > 0 {
 				return sink.Record{}, false
 			}
 			return sink.Record{Payload: bytes.Repeat([]byte{'p'}, testMaxPayload+1)}, true
 		},
-		Reopen:  func(t *testing.T) sink.Sink { return open(t, opts) },
-		NoCrash: "the real file system cannot lose power in a test (the memfs variant does)",
+		Reopen: func(t *testing.T) sink.Sink { return openOn(t, fs) },
 	}
-	if m != nil {
-		h.Crash = func(*testing.T) sinktest.Crashed {
-			after := opts
-			after.FS = m.CrashClone(memfs.CrashOptions{Mode: memfs.CrashDropUnsynced})
-			return sinktest.Crashed{
-				ReadBack: readBack(after.FS, after.Dir, check),
-				Reopen:   func(t *testing.T) sink.Sink { return open(t, after) },
-			}
-		}
-	}
+	testenv.SetMemCrash(h, m, openOn, func(fs vfs.FS) testenv.ReadBack { return readBack(fs, dir, check) })
 	return h
 }
 

@@ -94,24 +94,6 @@ func (e *env) terminate(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// crash kills the sink's connections from the server side, as a server
-// restart would, right after a Commit returned; what the crashed table
-// holds is then read through a fresh connection.
-func (e *env) crash(readBack func(context.Context) ([]sinktest.Stored, error), dsn string, opts Options) func(*testing.T) sinktest.Crashed {
-	return func(t *testing.T) sinktest.Crashed {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		n, err := e.terminate(ctx)
-		if err != nil || n == 0 {
-			t.Fatalf("crash: terminated %d connections of the sink: %v", n, err)
-		}
-		return sinktest.Crashed{
-			ReadBack: readBack,
-			Reopen:   func(t *testing.T) sink.Sink { return e.open(t, dsn, opts) },
-		}
-	}
-}
-
 func (e *env) readBack(ctx context.Context, jsonb bool) ([]sinktest.Stored, error) {
 	c, err := pgx.Connect(ctx, e.dsn)
 	if err != nil {
@@ -226,8 +208,10 @@ func TestConformance(t *testing.T) {
 						}, nil
 					},
 					Reopen: func(t *testing.T) sink.Sink { return e.open(t, via, opts) },
-					Crash:  e.crash(func(ctx context.Context) ([]sinktest.Stored, error) { return e.readBack(ctx, pt == PayloadJSONB) }, via, opts),
 				}
+				// A crash: the server ends the sink's connections right
+				// after a Commit returned.
+				h.Crash = testenv.KillCrash(e.terminate, h.ReadBack, h.Reopen)
 				if pt == PayloadJSONB {
 					h.EqualPayload = jsonEqual
 				}
