@@ -2,6 +2,7 @@ package filesink
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
@@ -47,13 +48,20 @@ type unsyncedFile struct{ vfs.File }
 
 func (unsyncedFile) Sync() error { return nil }
 
-// brokenSyncEnv selects, in the child process of
-// TestConformanceCatchesMissingSync, which syncs the sink loses.
-const brokenSyncEnv = "WEIR_FILESINK_BROKEN_SYNC"
+// brokenEnv selects, in the child process of
+// TestConformanceCatchesMissingSync, how the harness is broken.
+const brokenEnv = "WEIR_FILESINK_BROKEN"
 
-var brokenSyncs = map[string]unsyncedFS{
-	"file-sync-noop": {files: true},
-	"dir-sync-noop":  {dirs: true},
+// brokenHarnesses are the ways TestConformanceCatchesMissingSync breaks
+// the harness, and what the Durability case must then say.
+var brokenHarnesses = map[string]struct {
+	fs      unsyncedFS
+	noCrash bool // no Crash hook and no NoCrash reason either
+	want    string
+}{
+	"file-sync-noop": {fs: unsyncedFS{files: true}, want: "committed records missing"},
+	"dir-sync-noop":  {fs: unsyncedFS{dirs: true}, want: "committed records missing"},
+	"no-crash-hook":  {noCrash: true, want: "has no Crash hook"},
 }
 
 // TestConformanceCatchesMissingSync proves the Durability case can fail:
@@ -61,16 +69,20 @@ var brokenSyncs = map[string]unsyncedFS{
 // file sink on memfs with file (or directory) syncs turned into no-ops,
 // and expects the suite to fail in the Durability case — and only there:
 // every other case reads back a destination that never crashed and
-// cannot tell.
+// cannot tell. A harness without a Crash hook fails there too.
 func TestConformanceCatchesMissingSync(t *testing.T) {
-	if mode := os.Getenv(brokenSyncEnv); mode != "" {
-		broken, ok := brokenSyncs[mode]
+	if mode := os.Getenv(brokenEnv); mode != "" {
+		broken, ok := brokenHarnesses[mode]
 		if !ok {
-			t.Fatalf("%s=%q: unknown", brokenSyncEnv, mode)
+			t.Fatalf("%s=%q: unknown", brokenEnv, mode)
 		}
 		sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
-			wrap := func(fs vfs.FS) vfs.FS { broken.FS = fs; return broken }
-			return harness(t, Options{}, true, wrap)
+			wrap := func(fs vfs.FS) vfs.FS { broken.fs.FS = fs; return broken.fs }
+			h := harness(t, Options{}, true, wrap)
+			if broken.noCrash {
+				h.Crash = nil
+			}
+			return h
 		})
 		return
 	}
@@ -78,14 +90,14 @@ func TestConformanceCatchesMissingSync(t *testing.T) {
 		t.Skip("runs the test binary again")
 	}
 	failLine := regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
-	for _, mode := range []string{"file-sync-noop", "dir-sync-noop"} {
+	for _, mode := range slices.Sorted(maps.Keys(brokenHarnesses)) {
 		t.Run(mode, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestConformanceCatchesMissingSync$", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), brokenSyncEnv+"="+mode)
+			cmd.Env = append(os.Environ(), brokenEnv+"="+mode)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) {
-				t.Fatalf("the suite against a sink that does not sync: %v, want it to fail\n%s", err, out)
+				t.Fatalf("the suite against a broken harness: %v, want it to fail\n%s", err, out)
 			}
 			var failed []string
 			for _, m := range failLine.FindAllStringSubmatch(string(out), -1) {
@@ -96,8 +108,8 @@ func TestConformanceCatchesMissingSync(t *testing.T) {
 			if !slices.Equal(failed, want) {
 				t.Fatalf("failed cases %v, want %v\n%s", failed, want, out)
 			}
-			if !strings.Contains(string(out), "committed records missing") {
-				t.Fatalf("the Durability case failed, but not for missing records:\n%s", out)
+			if w := brokenHarnesses[mode].want; !strings.Contains(string(out), w) {
+				t.Fatalf("the Durability case failed, but without saying %q:\n%s", w, out)
 			}
 		})
 	}
