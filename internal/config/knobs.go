@@ -556,7 +556,7 @@ func knobs() []knob {
 
 		intKnob("shards", DefaultShards, 1, 256, "Number of write-ahead buffer shards, each with its own segment files and flusher.",
 			func(p *partial) **int { return &p.Shards }, func(c *Config) *int { return &c.Shards }),
-		intKnob("max_connections", DefaultMaxConnections, 1, 65536, "Most producer connections open at once; further connections are refused.",
+		intKnob("max_connections", DefaultMaxConnections, 1, 65536, "Most producer connections open at once. A connection counts until the daemon has read its close and answered what it sent; one arriving at the limit waits up to 100ms for such a place to free, then is refused.",
 			func(p *partial) **int { return &p.MaxConnections }, func(c *Config) *int { return &c.MaxConnections }),
 		intSizeKnob("max_frame_bytes", DefaultMaxFrameBytes, 64, 256*mib, "Largest frame body accepted from a producer; checked before any allocation.",
 			func(p *partial) **int { return &p.MaxFrameBytes }, func(c *Config) *int { return &c.MaxFrameBytes }),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"syscall"
 	"testing"
@@ -87,6 +88,60 @@ func TestMaxConnections(t *testing.T) {
 	d.expectAck(7, 1)
 	b.push(3, wire.Durable, []byte("b3"))
 	b.expectAck(3, 1)
+}
+
+// TestReconnectStorm: max_connections counts connections open at once.
+// Producers that connect and close one after another — bare, or after
+// pushing a frame whose answer they do not wait for — never have more than
+// one connection open, so neither they nor a producer right after them may
+// be refused, however far the daemon lags behind in noticing the closes.
+func TestReconnectStorm(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		push wire.Durability
+	}{{"connect and close", 0}, {"push buffered and close", wire.Buffered}, {"push durable and close", wire.Durable}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envConfig{opts: Options{MaxConnections: 2}})
+			for i := range 200 {
+				nc, err := net.Dial("unix", e.sock)
+				if err != nil {
+					t.Fatalf("dial %d: %v", i, err)
+				}
+				if tc.push != 0 {
+					_, _ = nc.Write(pushFrame(nil, 1, tc.push, []byte("storm")))
+				}
+				nc.Close()
+			}
+			live := e.dial()
+			live.push(1, wire.Durable, []byte("after the storm"))
+			live.expectAck(1, 1)
+			if got := e.obs.rejectedFor("max_connections"); got != 0 {
+				t.Errorf("%d connections refused for max_connections; at most one was open at a time", got)
+			}
+		})
+	}
+}
+
+// TestMaxConnectionsRefusesBurstAtOnce: with the limit reached by open
+// connections, a burst of newcomers costs one slotWait, not one each.
+func TestMaxConnectionsRefusesBurstAtOnce(t *testing.T) {
+	e := newEnv(t, envConfig{opts: Options{MaxConnections: 2}})
+	for _, c := range []*rawConn{e.dial(), e.dial()} {
+		c.push(1, wire.Buffered, []byte("hold"))
+		c.expectAck(1, 1)
+	}
+	const burst = 20
+	start := time.Now()
+	for range burst {
+		e.dial().expectClosed(answerTimeout)
+	}
+	took := time.Since(start)
+	if got := e.obs.rejectedFor("max_connections"); got != burst {
+		t.Errorf("refused %d, want %d", got, burst)
+	}
+	if took > burst/2*slotWait {
+		t.Errorf("refusing %d connections took %v; only the first should wait (%v)", burst, took, slotWait)
+	}
 }
 
 // timedBackend records how long each Submit took and what it returned.

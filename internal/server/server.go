@@ -47,7 +47,7 @@ type Observer interface {
 // Options configure a Server. Zero durations disable the matching timeout,
 // except QueueTimeout: zero there means no wait at all.
 type Options struct {
-	MaxConnections   int
+	MaxConnections   int // connections open at once; see slotWait
 	MaxFrameBytes    int
 	FrameReadTimeout time.Duration // a started frame must arrive within this
 	IdleTimeout      time.Duration // a connection with no new frame is closed after this
@@ -66,8 +66,11 @@ type Server struct {
 	obs     Observer
 
 	slots    chan struct{} // one per open connection (max_connections)
+	freed    atomic.Uint64 // slots given back so far
 	nextConn atomic.Uint64
 	closing  atomic.Bool
+	stop     chan struct{} // closed when Shutdown starts
+	stopOnce sync.Once
 
 	ctx    context.Context // cancelled when Shutdown gives up waiting
 	cancel context.CancelFunc
@@ -104,6 +107,7 @@ func New(opts Options, backend Backend) *Server {
 		log:       opts.Logger,
 		obs:       obs,
 		slots:     make(chan struct{}, opts.MaxConnections),
+		stop:      make(chan struct{}),
 		ctx:       ctx,
 		cancel:    cancel,
 		listeners: make(map[net.Listener]io.Closer),
@@ -149,8 +153,53 @@ func (s *Server) serve(ln net.Listener, extra io.Closer) {
 	}()
 }
 
+// slotWait is how long a connection that finds every max_connections slot
+// taken waits for one before it is refused. A connection gives its slot
+// back once its reader has seen the peer's close and everything the peer
+// sent has been answered; when producers connect and close in quick
+// succession, the accept loop takes the next connections off the backlog
+// before the readers of the closed ones have run, and would refuse
+// producers while fewer than max_connections peers are connected. (The
+// max_connections knob's help in internal/config states this wait.)
+const slotWait = 100 * time.Millisecond
+
+// takeSlot takes a connection slot for a new connection, or says why not.
+// At the limit it waits up to slotWait for a slot, unless the last such
+// wait (whose freed count is *full) found none and no slot has been freed
+// since: the limit really is reached, and a burst of connections is
+// refused at once rather than at one per slotWait.
+func (s *Server) takeSlot(full *uint64) (refused string) {
+	select {
+	case s.slots <- struct{}{}:
+		return ""
+	default:
+	}
+	freed := s.freed.Load()
+	if freed == *full {
+		return "max_connections"
+	}
+	t := time.NewTimer(slotWait)
+	defer t.Stop()
+	select {
+	case s.slots <- struct{}{}:
+		return ""
+	case <-t.C:
+		*full = freed
+		return "max_connections"
+	case <-s.stop:
+		return "shutting_down"
+	}
+}
+
+// freeSlot gives a connection's slot back.
+func (s *Server) freeSlot() {
+	<-s.slots
+	s.freed.Add(1)
+}
+
 func (s *Server) acceptLoop(ln net.Listener) {
 	var backoff time.Duration
+	full := ^uint64(0) // freed count when the limit was last found reached
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -169,11 +218,11 @@ func (s *Server) acceptLoop(ln net.Listener) {
 			nc.Close()
 			continue
 		}
-		select {
-		case s.slots <- struct{}{}:
-		default:
-			s.obs.ConnRejected("max_connections")
-			s.log.Warn("connection refused: max_connections reached", "max_connections", s.opts.MaxConnections)
+		if reason := s.takeSlot(&full); reason != "" {
+			s.obs.ConnRejected(reason)
+			if reason == "max_connections" {
+				s.log.Warn("connection refused: max_connections reached", "max_connections", s.opts.MaxConnections)
+			}
 			nc.Close()
 			continue
 		}
@@ -181,7 +230,7 @@ func (s *Server) acceptLoop(ln net.Listener) {
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()
-			<-s.slots
+			s.freeSlot()
 			s.obs.ConnRejected("shutting_down")
 			nc.Close()
 			continue
@@ -196,7 +245,7 @@ func (s *Server) acceptLoop(ln net.Listener) {
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
-			<-s.slots
+			s.freeSlot()
 			s.obs.ConnClosed()
 		}()
 	}
@@ -223,6 +272,7 @@ func (s *Server) pickShard() int {
 // were never acked, so nothing acked is lost — and ctx's error is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.closing.Store(true)
+	s.stopOnce.Do(func() { close(s.stop) })
 	s.mu.Lock()
 	for ln, extra := range s.listeners {
 		ln.Close()

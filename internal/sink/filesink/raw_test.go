@@ -198,31 +198,11 @@ func TestRawMethodsNeedRawMode(t *testing.T) {
 }
 
 func TestConformanceRaw(t *testing.T) {
-	sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
-		dir := t.TempDir()
-		open := func(t *testing.T) sink.Sink {
-			s, err := New(context.Background(), Options{Dir: dir, Positions: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		}
-		return &sinktest.Harness{
-			Sink:            open(t),
-			KeepsDuplicates: true,
-			BinaryPayloads:  true,
-			ReadBack: func(ctx context.Context) ([]sinktest.Stored, error) {
-				lines, err := ReadDirFS(vfs.OS, dir, true)
-				if err != nil {
-					return nil, err
-				}
-				out := make([]sinktest.Stored, len(lines))
-				for i, l := range lines {
-					out[i] = sinktest.Stored{ID: l.ID, Payload: l.Payload, Source: l.Source, Durability: l.Durability, Received: l.Received}
-				}
-				return out, nil
-			},
-			Reopen: open,
-		}
-	})
+	for _, mem := range []bool{true, false} {
+		t.Run(variant(mem), func(t *testing.T) {
+			sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
+				return harness(t, Options{Positions: true}, mem, nil)
+			})
+		})
+	}
 }

@@ -26,12 +26,19 @@
 // and, when the commit created or finished a file, after the directory has
 // been fsynced too. A failed write or fdatasync leaves the file's contents
 // past its last successful sync unknown, and a file is never synced again
-// after a failure. The bytes committed before the failure are copied into a
-// fresh file (which is synced, and becomes the current file), the old file
-// is closed and renamed to .ndjson.failed, and the batch is reported as a
-// transient error, so the drain retries it into the fresh file. A .failed
-// file holds nothing that is not also elsewhere; it is not part of the
-// output and may be removed once inspected.
+// after a failure; the batch is reported as a transient error, so the drain
+// retries it into another file. A file that held no committed record yet
+// is removed. Otherwise the bytes committed before the failure are copied
+// into a fresh file (which is synced, and becomes the current file), and
+// the old file is closed and renamed to .ndjson.failed. A .failed file
+// holds nothing that is not also elsewhere; it is not part of the output
+// and may be removed once inspected.
+//
+// A long outage, retried again and again, leaves a bounded number of
+// files: the sink keeps the newest MaxFailedFiles .failed files and removes
+// older ones, and an abandoned file it cannot remove is tried again before
+// every new file, which is not started while maxLitter such files remain
+// (Commit fails transient, saying why).
 //
 // Delivery is at least once, and this sink keeps duplicates: a retried
 // batch, or a batch replayed after a crash, appears again. Every delivery of
@@ -76,6 +83,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"path/filepath"
 	"strconv"
@@ -108,6 +116,14 @@ const (
 	dirPerm  = 0o750
 	filePerm = 0o640
 )
+
+// MaxFailedFiles is how many .ndjson.failed files the sink keeps for
+// inspection; it removes the oldest ones beyond it.
+const MaxFailedFiles = 4
+
+// maxLitter is how many abandoned files that could not be removed the sink
+// tolerates before it stops starting new files.
+const maxLitter = 4
 
 // ErrClosed is returned by Commit after Close.
 var ErrClosed = errors.New("filesink: sink is closed")
@@ -157,7 +173,12 @@ type Sink struct {
 	finishErr error
 	// orphan is set when an abandoned file holding committed records could
 	// not be rescued; the sink stays degraded until restarted.
-	orphan  error
+	orphan error
+	// failed lists the .failed files, oldest first (at most
+	// MaxFailedFiles); litter the abandoned files that could not be
+	// removed yet (see sweep).
+	failed  []string
+	litter  []string
 	healthM sync.Mutex
 	health  sink.Health
 
@@ -359,6 +380,9 @@ func (s *Sink) newFile(now time.Time) (*openFile, error) {
 		s.logger.Debug("file started", "file", base+SuffixOpen)
 		return &openFile{f: f, base: base, created: now, first: first}, nil
 	}
+	if err := s.sweep(); err != nil {
+		return nil, err
+	}
 	ns := now.UnixNano()
 	if ns < s.lastNs {
 		ns = s.lastNs // names must sort in creation order, whatever the clock does
@@ -403,8 +427,9 @@ func (s *Sink) finish(why string) error {
 // abandon gives up on the current file after a failed write or sync. Its
 // state past the last successful sync is unknown and it must never be
 // synced again, but everything before that point was committed by earlier
-// batches and must stay readable. So the committed prefix is copied into a
-// fresh file, which becomes the current one, and only then is the old file
+// batches and must stay readable. A file holding no committed byte is
+// simply removed. Otherwise the committed prefix is copied into a fresh
+// file, which becomes the current one, and only then is the old file
 // renamed to .ndjson.failed. If the copy fails too, the old file is left as
 // .ndjson.open — closed, never synced — for recovery at the next start to
 // finish, and the sink stays degraded until then.
@@ -421,29 +446,84 @@ func (s *Sink) abandon(cause error) {
 		return
 	}
 	open := filepath.Join(s.dir, cur.base+SuffixOpen)
-	failed := filepath.Join(s.dir, cur.base+SuffixFailed)
 	s.logger.Error("file abandoned after an I/O error; the batch will be retried into a new file",
 		"file", open, "committed_bytes", cur.size, "err", cause)
-	var rescued *openFile
-	if cur.size > 0 {
-		var err error
-		rescued, err = s.rescue(cur)
-		if err != nil {
-			_ = cur.f.Close() // no sync: that is the point
-			s.orphan = fmt.Errorf("filesink: %s holds committed records and could not be copied (%w); it is finished at the next start", open, err)
-			s.logger.Error("could not rescue committed records from abandoned file", "file", open, "err", err)
-			return
-		}
-	}
-	_ = cur.f.Close() // no sync: that is the point
-	s.cur = rescued
-	if err := s.fs.Rename(open, failed); err != nil {
-		s.logger.Error("could not rename abandoned file", "file", open, "err", err)
+	if cur.size == 0 {
+		_ = cur.f.Close()
+		s.discard(open)
 		return
+	}
+	rescued, err := s.rescue(cur)
+	_ = cur.f.Close() // no sync: that is the point
+	if err != nil {
+		s.orphan = fmt.Errorf("filesink: %s holds committed records and could not be copied (%w); it is finished at the next start", open, err)
+		s.logger.Error("could not rescue committed records from abandoned file", "file", open, "err", err)
+		return
+	}
+	s.cur = rescued
+	s.retire(open, filepath.Join(s.dir, cur.base+SuffixFailed))
+}
+
+// retire renames an abandoned file whose committed records were copied
+// elsewhere to .failed, and removes the oldest .failed files beyond
+// MaxFailedFiles. A file that cannot be renamed is removed instead.
+func (s *Sink) retire(open, failed string) {
+	if err := s.fs.Rename(open, failed); err != nil {
+		s.logger.Error("could not rename abandoned file; removing it", "file", open, "err", err)
+		s.discard(open)
+		return
+	}
+	s.failed = append(s.failed, failed)
+	for len(s.failed) > MaxFailedFiles {
+		old := s.failed[0]
+		s.failed = s.failed[1:]
+		if err := s.fs.Remove(old); err != nil {
+			s.logger.Error("could not remove old abandoned file", "file", old, "err", err)
+			s.litter = append(s.litter, old)
+		}
 	}
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		s.logger.Error("could not sync directory after abandoning file", "file", failed, "err", err)
 	}
+}
+
+// discard removes an abandoned file that holds no record only it has. One
+// that cannot be removed becomes litter, removed again by sweep.
+func (s *Sink) discard(path string) {
+	if err := s.fs.Remove(path); err != nil {
+		s.logger.Error("could not remove abandoned file", "file", path, "err", err)
+		s.litter = append(s.litter, path)
+		return
+	}
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		s.logger.Error("could not sync directory after removing abandoned file", "file", path, "err", err)
+	}
+}
+
+// sweep tries again to remove the litter before a new file is started, and
+// refuses to let one start while maxLitter files remain: failures must not
+// fill the directory.
+func (s *Sink) sweep() error {
+	if len(s.litter) == 0 {
+		return nil
+	}
+	var last error
+	kept := s.litter[:0]
+	for _, path := range s.litter {
+		if err := s.fs.Remove(path); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			kept, last = append(kept, path), err
+		}
+	}
+	if len(kept) < len(s.litter) {
+		if err := s.fs.SyncDir(s.dir); err != nil {
+			s.logger.Error("could not sync directory after removing abandoned files", "err", err)
+		}
+	}
+	s.litter = kept
+	if len(kept) >= maxLitter {
+		return fmt.Errorf("filesink: %d abandoned files could not be removed, so no new file is started (last error: %w)", len(kept), last)
+	}
+	return nil
 }
 
 // rescue copies the committed prefix of cur into a new, synced file.
@@ -463,9 +543,7 @@ func (s *Sink) rescue(cur *openFile) (*openFile, error) {
 	}
 	if err != nil {
 		_ = nf.f.Close()
-		if rerr := s.fs.Remove(path); rerr == nil {
-			_ = s.fs.SyncDir(s.dir)
-		}
+		s.discard(path)
 		return nil, fmt.Errorf("copy to %s: %w", path, err)
 	}
 	nf.size = cur.size
@@ -533,6 +611,9 @@ func (s *Sink) recover(ctx context.Context) error {
 		}
 		if ns > s.lastNs || (ns == s.lastNs && seq >= s.seq) {
 			s.lastNs, s.seq = ns, (seq+1)%maxSeq
+		}
+		if suffix == SuffixFailed {
+			s.failed = append(s.failed, filepath.Join(s.dir, name))
 		}
 		if suffix != SuffixOpen {
 			continue

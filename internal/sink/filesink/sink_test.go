@@ -515,8 +515,9 @@ func TestSyncFailureOnFreshFile(t *testing.T) {
 	if _, err := s.Commit(context.Background(), b); !sink.IsTransient(err) {
 		t.Fatalf("err = %v", err)
 	}
-	if n := files(t, dir); len(n) != 1 || !strings.HasSuffix(n[0], SuffixFailed) {
-		t.Fatalf("files %v", n)
+	// The file held nothing committed: it is removed, not kept as .failed.
+	if n := files(t, dir); len(n) != 0 {
+		t.Fatalf("files %v, want none", n)
 	}
 	commit(t, s, b)
 	s.Close()

@@ -178,7 +178,7 @@ func TestConformance(t *testing.T) {
 						sink.Record{Payload: []byte(strings.Repeat("[", 40) + strings.Repeat("]", 40))}, // too deep for the server
 					)
 				}
-				return &sinktest.Harness{
+				h := &sinktest.Harness{
 					Sink:           s,
 					BinaryPayloads: pt == PayloadBlob,
 					ReadBack:       e.readBack,
@@ -199,6 +199,10 @@ func TestConformance(t *testing.T) {
 					},
 					Reopen: func(t *testing.T) sink.Sink { return e.open(t, via, opts) },
 				}
+				// A crash: the server ends the sink's connections right
+				// after a Commit returned.
+				h.Crash = testenv.KillCrash(e.kill, h.ReadBack, h.Reopen)
+				return h
 			})
 		})
 	}

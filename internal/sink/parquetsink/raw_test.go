@@ -581,38 +581,19 @@ func TestRawSyncFailure(t *testing.T) {
 }
 
 func TestConformanceRaw(t *testing.T) {
-	sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
-		dir := t.TempDir()
-		open := func(t *testing.T) sink.Sink {
-			s, err := New(context.Background(), rawOpts(nil, dir))
-			if err != nil {
-				t.Fatal(err)
+	rawOnly := func(recs []Record) error {
+		for _, r := range recs {
+			if !strings.HasPrefix(r.Pos.File, rawPrefix) {
+				return fmt.Errorf("file %s is not a raw file", r.Pos.File)
 			}
-			return s
 		}
-		return &sinktest.Harness{
-			Sink:            open(t),
-			KeepsDuplicates: true,
-			BinaryPayloads:  true,
-			ReadBack: func(ctx context.Context) ([]sinktest.Stored, error) {
-				recs, err := ReadDir(vfs.OS, dir)
-				if err != nil {
-					return nil, err
-				}
-				for _, r := range recs {
-					if !strings.HasPrefix(r.Pos.File, rawPrefix) {
-						return nil, fmt.Errorf("file %s is not a raw file", r.Pos.File)
-					}
-				}
-				return stored(recs), nil
-			},
-			Poison: func(kind int) (sink.Record, bool) {
-				if kind > 0 {
-					return sink.Record{}, false
-				}
-				return sink.Record{Payload: bytes.Repeat([]byte{'p'}, testMaxPayload+1)}, true
-			},
-			Reopen: open,
-		}
-	})
+		return nil
+	}
+	for _, mem := range []bool{true, false} {
+		t.Run(variant(mem), func(t *testing.T) {
+			sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
+				return harness(t, rawOpts(nil, ""), mem, rawOnly)
+			})
+		})
+	}
 }

@@ -209,6 +209,9 @@ func TestConformance(t *testing.T) {
 					},
 					Reopen: func(t *testing.T) sink.Sink { return e.open(t, via, opts) },
 				}
+				// A crash: the server ends the sink's connections right
+				// after a Commit returned.
+				h.Crash = testenv.KillCrash(e.terminate, h.ReadBack, h.Reopen)
 				if pt == PayloadJSONB {
 					h.EqualPayload = jsonEqual
 				}
