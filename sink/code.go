@@ -61,6 +61,9 @@ func (c Code) String() string {
 	return fmt.Sprintf("code(%d)", uint8(c))
 }
 
+// Valid reports whether c is one of the codes listed by Codes.
+func (c Code) Valid() bool { return int(c) < len(codeNames) }
+
 // ParseCode parses the String form of a code.
 func ParseCode(s string) (Code, error) {
 	for i, n := range codeNames {

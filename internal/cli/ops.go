@@ -17,6 +17,7 @@ import (
 	"github.com/weir-io/weir/client"
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/wab"
 )
 
@@ -240,9 +241,12 @@ func deadletter(args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stdout, "%s: %d records\n", f.Name, len(recs))
 			for i, r := range recs {
-				m := r.Meta
+				m, rj := r.Meta, r.Meta.Reject
+				if rj == nil {
+					rj = &record.Rejection{Error: fmt.Sprintf("undecodable meta: %v", r.MetaErr)}
+				}
 				fmt.Fprintf(stdout, "  #%d id=%s origin=shard %d seq %d index %d received=%s\n      reason: %s\n      payload: %s\n",
-					i, m.ID, m.Shard, m.Seq, m.Index, r.Received.UTC().Format(time.RFC3339Nano), m.Reason, preview(r.Payload, *maxPayload))
+					i, m.ID, rj.Shard, rj.Seq, rj.Index, r.Received.UTC().Format(time.RFC3339Nano), rj.Error, preview(r.Payload, *maxPayload))
 			}
 		}
 		return 0

@@ -204,7 +204,9 @@ func (m *Metrics) Commit(records, rejected int, d time.Duration, err error) {
 func (m *Metrics) Retry(attempt int, delay time.Duration, err error) { m.retries.Inc() }
 
 // DeadLettered implements drain.Observer.
-func (m *Metrics) DeadLettered(records int, bytes int64) { m.dlRecords.Add(float64(records)) }
+func (m *Metrics) DeadLettered(code sink.Code, records int) {
+	codeCounter(m.dlRecordsC, m.dlRecords, code).Add(float64(records))
+}
 
 // DeadLetterTotals implements drain.Observer.
 func (m *Metrics) DeadLetterTotals(files int, bytes int64) {
