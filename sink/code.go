@@ -74,10 +74,11 @@ func ParseCode(s string) (Code, error) {
 	return 0, fmt.Errorf("unknown reason code %q (want one of %s)", s, strings.Join(codeNames[:], ", "))
 }
 
-// OrRefused is c, or CodeSinkRefused when c is CodeUnknown: the code of a
-// Rejection whose sink did not say.
+// OrRefused is the code a lane keeps for a Rejection carrying c: c itself,
+// or CodeSinkRefused when the sink did not say (CodeUnknown) or said a code
+// this build does not know.
 func (c Code) OrRefused() Code {
-	if c == CodeUnknown {
+	if c == CodeUnknown || !c.Valid() {
 		return CodeSinkRefused
 	}
 	return c

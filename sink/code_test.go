@@ -10,7 +10,7 @@ func TestCodeOrRefusedAndValid(t *testing.T) {
 		{CodeUnknown, CodeSinkRefused, true},
 		{CodeDecode, CodeDecode, true},
 		{CodeOversize, CodeOversize, true},
-		{Code(7), Code(7), false},
+		{Code(7), CodeSinkRefused, false},
 	} {
 		if got := c.in.OrRefused(); got != c.want {
 			t.Errorf("%v.OrRefused() = %v, want %v", c.in, got, c.want)

@@ -802,13 +802,7 @@ func (d *Drain) checkRejections(rs []sink.Rejection, n int) []rejection {
 		if reason == "" {
 			reason = "rejected by sink"
 		}
-		code := r.Code.OrRefused()
-		if !code.Valid() {
-			d.log.Error("sink rejected a record with an unknown reason code; kept as sink-refused",
-				"index", r.Index, "code", code.String(), "reason", reason)
-			code = record.CodeSinkRefused
-		}
-		out = append(out, rejection{index: r.Index, reason: reason, code: code})
+		out = append(out, rejection{index: r.Index, reason: reason, code: r.Code.OrRefused()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].index < out[j].index })
 	return out

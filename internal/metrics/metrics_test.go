@@ -88,6 +88,10 @@ func TestFirstScrapeHasEveryLabelValue(t *testing.T) {
 			"code=unknown": 0, "code=decode": 0, "code=contract": 0, "code=dq": 0,
 			"code=retry-exhausted": 0, "code=sink-refused": 0, "code=oversize": 0,
 		},
+		"weir_gate_quarantined_records_total": {
+			"code=unknown": 0, "code=decode": 0, "code=contract": 0, "code=dq": 0,
+			"code=retry-exhausted": 0, "code=sink-refused": 0, "code=oversize": 0,
+		},
 	}
 	for name, w := range want {
 		got := series(t, reg, name)
@@ -371,6 +375,7 @@ func TestDrainObserver(t *testing.T) {
 	m.DeadLettered(sink.CodeSinkRefused, 50)
 	m.DeadLettered(sink.CodeOversize, 2)
 	m.DeadLettered(sink.Code(200), 1) // a code this build does not know still counts
+	m.GateQuarantined(sink.CodeDecode, 3)
 	m.DeadLetterTotals(4, 17345)
 	m.DeadLetterFull()
 	m.SegmentDeferred(wab.SegmentRef{}, errors.New("x"))
@@ -406,6 +411,9 @@ func TestDrainObserver(t *testing.T) {
 	dl := series(t, reg, "weir_dead_letter_records_total")
 	if dl["code=sink-refused"] != 50 || dl["code=oversize"] != 2 || dl["code=code(200)"] != 1 || dl["code=decode"] != 0 {
 		t.Errorf("weir_dead_letter_records_total by code: %v", dl)
+	}
+	if gq := series(t, reg, "weir_gate_quarantined_records_total"); gq["code=decode"] != 3 || gq["code=oversize"] != 0 {
+		t.Errorf("weir_gate_quarantined_records_total by code: %v", gq)
 	}
 
 	m.SinkHealth(sink.Health{State: sink.Down, Reason: "unreachable"})
