@@ -236,8 +236,8 @@ func TestDeadletterReplayFilters(t *testing.T) {
 			if !reflect.DeepEqual(left, tc.left) {
 				t.Errorf("files left %v, want %v", left, tc.left)
 			}
-			if !strings.Contains(errOut, "replaying a record twice delivers it twice") {
-				t.Errorf("no warning that this replay does not keep record ids:\n%s", errOut)
+			if warned := strings.Contains(errOut, "replaying a record twice delivers it twice"); warned == replayKeepsIdentity {
+				t.Errorf("warned that replay does not keep record ids: %v, but replayKeepsIdentity is %v:\n%s", warned, replayKeepsIdentity, errOut)
 			}
 		})
 	}
