@@ -1,70 +1,31 @@
 package record
 
-import (
-	"fmt"
-	"strings"
-)
+import "github.com/weir-io/weir/sink"
 
 // Code is a rejected record's reason code, the same in every rejection
 // lane (the drain's dead letter, a secondary's quarantine, the raw gate's
 // quarantine). Its String form is what metrics, files and commands show.
-type Code uint8
+//
+// It is sink.Code: the delivery seam names it too (sink.Rejection.Code), and
+// this package builds on that one, so the type lives there.
+type Code = sink.Code
 
+// The codes; see sink.Code.
 const (
-	// CodeUnknown: a record rejected before reason codes existed (read from a
-	// version-1 dead-letter file).
-	CodeUnknown Code = 0
-	// CodeDecode: the record's bytes could not be decoded as the stream's
-	// format (not JSON, bad encoding for the destination).
-	CodeDecode Code = 1
-	// CodeContract: the record broke the stream's declared contract (schema).
-	CodeContract Code = 2
-	// CodeDQ: the record failed a data-quality rule.
-	CodeDQ Code = 3
-	// CodeRetryExhausted: a transient failure outlasted the retry budget.
-	CodeRetryExhausted Code = 4
-	// CodeSinkRefused: a sink refused the record for good (a constraint, a
-	// permanent error).
-	CodeSinkRefused Code = 5
-	// CodeOversize: the record is larger than what can be held or delivered.
-	CodeOversize Code = 6
+	CodeUnknown        = sink.CodeUnknown
+	CodeDecode         = sink.CodeDecode
+	CodeContract       = sink.CodeContract
+	CodeDQ             = sink.CodeDQ
+	CodeRetryExhausted = sink.CodeRetryExhausted
+	CodeSinkRefused    = sink.CodeSinkRefused
+	CodeOversize       = sink.CodeOversize
 )
 
-var codeNames = [...]string{
-	CodeUnknown:        "unknown",
-	CodeDecode:         "decode",
-	CodeContract:       "contract",
-	CodeDQ:             "dq",
-	CodeRetryExhausted: "retry-exhausted",
-	CodeSinkRefused:    "sink-refused",
-	CodeOversize:       "oversize",
-}
-
 // Codes lists every code, Unknown first.
-func Codes() []Code {
-	out := make([]Code, len(codeNames))
-	for i := range codeNames {
-		out[i] = Code(i)
-	}
-	return out
-}
-
-func (c Code) String() string {
-	if int(c) < len(codeNames) {
-		return codeNames[c]
-	}
-	return fmt.Sprintf("code(%d)", uint8(c))
-}
+func Codes() []Code { return sink.Codes() }
 
 // ParseCode parses the String form of a code.
-func ParseCode(s string) (Code, error) {
-	for i, n := range codeNames {
-		if strings.EqualFold(s, n) {
-			return Code(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown reason code %q (want one of %s)", s, strings.Join(codeNames[:], ", "))
-}
+func ParseCode(s string) (Code, error) { return sink.ParseCode(s) }
 
 // Stage is where in the pipeline a record was rejected.
 type Stage string

@@ -10,14 +10,18 @@
 //   - err == nil: every record of the batch is accounted for. Records listed in
 //     CommitResult.Rejected were refused permanently (a poison record: bad
 //     encoding, too large, violating a constraint) and go to the dead-letter
-//     lane with the sink's reason; every other record is durably committed, in
-//     the sink's own sense of durable (fsync for a file, a transaction commit
-//     for a database). Partial success is a normal result, not an error.
+//     lane with the sink's reason and reason code (Rejection.Code: CodeDecode
+//     for bytes the destination cannot take as its format, CodeOversize for a
+//     record too large for it, CodeSinkRefused — also what an unset code
+//     means — for any other refusal); every other record is durably
+//     committed, in the sink's own sense of durable (fsync for a file, a
+//     transaction commit for a database). Partial success is a normal
+//     result, not an error.
 //   - err classified transient (IsTransient): nothing of the batch may be
 //     assumed committed. The drain retries the same batch, unchanged, with
 //     capped exponential backoff.
 //   - any other error is permanent: the whole batch is dead-lettered with the
-//     error as its reason.
+//     error as its reason, under CodeSinkRefused.
 //
 // Commit must not return before the committed records are durable: the drain
 // deletes a segment from the write-ahead buffer once every batch of it has
@@ -148,6 +152,10 @@ type Rejection struct {
 	Index int
 	// Reason says why, for the dead-letter lane and the operator.
 	Reason string
+	// Code classifies the refusal (CodeDecode, CodeOversize, ...). Zero
+	// (CodeUnknown) means the sink did not say: the record is kept as
+	// CodeSinkRefused.
+	Code Code
 }
 
 // CommitResult is the outcome of a Commit that returned no error.

@@ -14,9 +14,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/wab"
 )
@@ -62,92 +62,45 @@ func ParseDeadLetterName(name string) (uint64, bool) {
 	return seq, true
 }
 
-// Dead-letter Meta encoding, version 1. Every dead-letter record's Meta is
-//
-//	offset  size  field
-//	0       1     format version, 1
-//	1       16    the record's original id (sink.RecordID)
-//	17      2     origin shard, big-endian
-//	19      8     origin segment sequence number, big-endian
-//	27      8     record index within the origin segment, big-endian
-//	35      var   reason length (uvarint), then the reason (UTF-8, at most
-//	              MaxReasonBytes bytes; longer reasons are truncated)
-//
-// Nothing follows the reason.
-const (
-	metaVersion    = 1
-	metaFixedBytes = 35
-	// MaxReasonBytes bounds the reason kept with a dead-letter record.
-	MaxReasonBytes = 4096
-)
-
-// DeadLetterMeta is what a dead-letter record keeps besides its payload:
-// why it was rejected and where it came from.
-type DeadLetterMeta struct {
-	Reason string
-	// ID is the record's id as it was delivered to the sink.
-	ID sink.RecordID
-	// Shard, Seq and Index locate the record in its origin segment.
-	Shard uint16
-	Seq   uint64
-	Index uint64
-}
-
-// EncodeMeta encodes m in the version-1 format described above.
-func EncodeMeta(m DeadLetterMeta) []byte {
-	reason := truncateUTF8(m.Reason, MaxReasonBytes)
-	b := make([]byte, metaFixedBytes, metaFixedBytes+binary.MaxVarintLen64+len(reason))
-	b[0] = metaVersion
-	copy(b[1:17], m.ID[:])
-	binary.BigEndian.PutUint16(b[17:19], m.Shard)
-	binary.BigEndian.PutUint64(b[19:27], m.Seq)
-	binary.BigEndian.PutUint64(b[27:35], m.Index)
-	b = binary.AppendUvarint(b, uint64(len(reason)))
-	return append(b, reason...)
-}
+// A dead-letter record's Meta is a record.Meta (record.Encode, version 2)
+// with Reject set: the record's own metadata as it sat in the buffer (key,
+// headers, event time, origin position, producer id and sequence), its id
+// and source as delivered to the sink, and the rejection — reason code,
+// stage, component, error text, attempts, first-seen time and where it sat
+// in the buffer. Files written before reason codes existed hold the
+// version-1 layout (record.LegacyDeadLetter); DecodeMeta reads both.
 
 // ErrBadMeta is returned (wrapped) by DecodeMeta for bytes that are not a
-// dead-letter Meta.
-var ErrBadMeta = errors.New("drain: malformed dead-letter meta")
+// dead-letter Meta. It is record.ErrBadMeta.
+var ErrBadMeta = record.ErrBadMeta
 
-// DecodeMeta decodes a dead-letter record's Meta.
-func DecodeMeta(b []byte) (DeadLetterMeta, error) {
-	var m DeadLetterMeta
-	if len(b) < metaFixedBytes+1 {
-		return m, fmt.Errorf("%w: %d bytes", ErrBadMeta, len(b))
+// DecodeMeta decodes a dead-letter record's Meta, of either version. A
+// meta without an id or a rejection is not a dead letter's (ErrBadMeta).
+// The returned Key and header values alias b.
+func DecodeMeta(b []byte) (record.Meta, error) {
+	m, err := record.Decode(b, record.LegacyDeadLetter)
+	if err != nil {
+		return record.Meta{}, err
 	}
-	if b[0] != metaVersion {
-		return m, fmt.Errorf("%w: version %d", ErrBadMeta, b[0])
+	if !m.HasID || m.Reject == nil {
+		return record.Meta{}, fmt.Errorf("%w: a dead letter needs an id and a rejection", ErrBadMeta)
 	}
-	copy(m.ID[:], b[1:17])
-	m.Shard = binary.BigEndian.Uint16(b[17:19])
-	m.Seq = binary.BigEndian.Uint64(b[19:27])
-	m.Index = binary.BigEndian.Uint64(b[27:35])
-	n, k := binary.Uvarint(b[metaFixedBytes:])
-	if k <= 0 {
-		return m, fmt.Errorf("%w: bad reason length", ErrBadMeta)
-	}
-	rest := b[metaFixedBytes+k:]
-	if n != uint64(len(rest)) {
-		return m, fmt.Errorf("%w: reason length %d, %d bytes left", ErrBadMeta, n, len(rest))
-	}
-	m.Reason = string(rest)
 	return m, nil
 }
 
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
+// deadLetterMeta encodes the Meta of a record the drain dead-letters: the
+// record's own metadata (rec.Meta, as it sat in the buffer; dropped when it
+// does not decode, which was logged at delivery), the id and source it was
+// delivered under (srec), and rej.
+func deadLetterMeta(rec wab.Record, srec *sink.Record, rej record.Rejection) []byte {
+	m, err := record.Decode(rec.Meta, record.LegacyOrigin)
+	if err != nil {
+		m = record.Meta{}
 	}
-	s = s[:n]
-	for len(s) > 0 {
-		r, size := utf8.DecodeLastRuneInString(s)
-		if r != utf8.RuneError || size != 1 {
-			break
-		}
-		s = s[:len(s)-1]
-	}
-	return s
+	m.ID, m.HasID = srec.ID, true
+	m.Source = srec.Source
+	m.Reject = &rej
+	return record.Encode(&m)
 }
 
 // fileSize is the size of the dead-letter file holding recs, computed
@@ -339,9 +292,10 @@ type DeadLetterRecord struct {
 	Durability wab.Durability
 	Received   time.Time
 	Payload    []byte
-	Meta       DeadLetterMeta
+	// Meta is the record's metadata, Meta.Reject why it was rejected.
+	Meta record.Meta
 	// MetaErr is set, and Meta zero, when the record's Meta could not be
-	// decoded; RawMeta always holds it.
+	// decoded; RawMeta always holds it (Meta's byte fields alias it).
 	MetaErr error
 	RawMeta []byte
 }
@@ -370,7 +324,7 @@ func ReadDeadLetter(fsys vfs.FS, path string) (wab.Header, []DeadLetterRecord, e
 			Payload:    cloneBytes(rec.Payload),
 			RawMeta:    cloneBytes(rec.Meta),
 		}
-		dr.Meta, dr.MetaErr = DecodeMeta(rec.Meta)
+		dr.Meta, dr.MetaErr = DecodeMeta(dr.RawMeta)
 		out = append(out, dr)
 	}
 }

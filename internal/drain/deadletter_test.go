@@ -1,57 +1,78 @@
 package drain
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
 
-func TestMetaRoundTrip(t *testing.T) {
-	for _, m := range []DeadLetterMeta{
-		{},
-		{Reason: "bad json", ID: sink.RecordID{1, 2, 3, 15: 0xff}, Shard: 7, Seq: 1 << 40, Index: 12345},
-		{Reason: strings.Repeat("r", 300), Shard: 0xffff, Seq: ^uint64(0), Index: ^uint64(0)},
-	} {
-		b := EncodeMeta(m)
-		got, err := DecodeMeta(b)
-		if err != nil {
-			t.Fatalf("%+v: %v", m, err)
-		}
-		if got != m {
-			t.Errorf("round trip: %+v, want %+v", got, m)
-		}
-		if b[0] != 1 || len(b) < metaFixedBytes+1 {
-			t.Errorf("encoding %x", b)
-		}
-	}
+// encodeV1 is the version-1 dead-letter meta as drains before reason codes
+// wrote it: u8 1, id, u16 shard, u64 seq, u64 index, uvarint reason length,
+// reason.
+func encodeV1(id sink.RecordID, shard uint16, seq, index uint64, reason string) []byte {
+	b := []byte{1}
+	b = append(b, id[:]...)
+	b = binary.BigEndian.AppendUint16(b, shard)
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint64(b, index)
+	b = binary.AppendUvarint(b, uint64(len(reason)))
+	return append(b, reason...)
 }
 
-func TestMetaTruncatesLongReason(t *testing.T) {
-	long := strings.Repeat("é", MaxReasonBytes) // two bytes each
-	got, err := DecodeMeta(EncodeMeta(DeadLetterMeta{Reason: "x" + long}))
+// Files written before reason codes existed still read: the reason becomes
+// the error text, the code is unknown, the location is kept.
+func TestDecodeMetaVersion1(t *testing.T) {
+	id := sink.RecordID{1, 2, 3, 15: 0xff}
+	m, err := DecodeMeta(encodeV1(id, 7, 1<<40, 12345, "bad json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Reason) > MaxReasonBytes || !utf8.ValidString(got.Reason) || len(got.Reason) < MaxReasonBytes-1 {
-		t.Errorf("truncated reason: %d bytes, valid %v", len(got.Reason), utf8.ValidString(got.Reason))
+	want := record.Meta{ID: id, HasID: true, Reject: &record.Rejection{
+		Code: record.CodeUnknown, Error: "bad json", Shard: 7, Seq: 1 << 40, Index: 12345, HasLocation: true}}
+	if !reflect.DeepEqual(m, want) {
+		t.Errorf("got %+v %+v, want %+v", m, m.Reject, want.Reject)
+	}
+}
+
+func TestDecodeMetaVersion2(t *testing.T) {
+	in := record.Meta{ID: sink.RecordID{9}, HasID: true, Source: "kafka:orders", Key: []byte("k"),
+		Headers: []sink.Header{{Key: "h", Value: []byte("v")}}, EventTime: 42, OriginPos: "orders/3@1234",
+		Reject: &record.Rejection{Code: record.CodeDecode, Stage: record.StageDrain, Component: "pg",
+			Error: strings.Repeat("é", record.MaxErrorBytes), Attempts: 3, FirstSeen: 77}}
+	m, err := DecodeMeta(record.Encode(&in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Reject.Error) > record.MaxErrorBytes || !utf8.ValidString(m.Reject.Error) {
+		t.Errorf("error text of %d bytes, valid %v", len(m.Reject.Error), utf8.ValidString(m.Reject.Error))
+	}
+	m.Reject.Error, in.Reject.Error = "", ""
+	if !reflect.DeepEqual(m, in) {
+		t.Errorf("got %+v %+v, want %+v", m, m.Reject, in.Reject)
 	}
 }
 
 func TestDecodeMetaRejectsGarbage(t *testing.T) {
-	good := EncodeMeta(DeadLetterMeta{Reason: "why"})
+	good := record.Encode(&record.Meta{HasID: true, Reject: &record.Rejection{Error: "why"}})
+	v1 := encodeV1(sink.RecordID{}, 0, 0, 0, "why")
 	bad := map[string][]byte{
-		"empty":    nil,
-		"short":    good[:10],
-		"version":  append([]byte{9}, good[1:]...),
-		"trailing": append(append([]byte(nil), good...), 'x'),
-		"cut":      good[:len(good)-1],
+		"empty":       nil,
+		"version":     append([]byte{9}, good[1:]...),
+		"cut":         good[:len(good)-1],
+		"v1 short":    v1[:10],
+		"v1 trailing": append(append([]byte(nil), v1...), 'x'),
+		"no id":       record.Encode(&record.Meta{Reject: &record.Rejection{Error: "why"}}),
+		"no reject":   record.Encode(&record.Meta{HasID: true, Source: "x"}),
 	}
 	for name, b := range bad {
 		if _, err := DecodeMeta(b); !errors.Is(err, ErrBadMeta) {

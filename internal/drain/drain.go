@@ -44,7 +44,16 @@
 // had rejections, in the WAB's own segment format (header shard
 // wab.DeadLetterShard) so that the segment reader can read them back. Each
 // record keeps its payload, durability tier and receive time; its Meta field
-// carries the reason and the record's original identity (see EncodeMeta).
+// is a record.Meta with the record's own metadata (key, headers, event
+// time, origin), the id and source it was delivered under, and a
+// record.Rejection: the reason code (the sink's Rejection.Code; a permanent
+// batch error is sink-refused), stage "drain", the sink's name, the error
+// text, the attempts made, the first-seen time and the record's place in
+// the buffer. DecodeMeta reads it, and the version-1 metas of older files.
+//
+// Exhausted retries never dead-letter: the segment stays in the buffer and
+// is attempted again (see RetryingTransient), so no dead letter carries
+// record.CodeRetryExhausted.
 package drain
 
 import (
@@ -59,6 +68,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/wab"
 )
@@ -144,8 +154,9 @@ type Observer interface {
 	// Retry is called before each backoff after a transient error; attempt
 	// counts from 1.
 	Retry(attempt int, delay time.Duration, err error)
-	// DeadLettered is called after a dead-letter file is durably written.
-	DeadLettered(records int, bytes int64)
+	// DeadLettered is called after a dead-letter file is durably written,
+	// once for each reason code among its records, with that code's count.
+	DeadLettered(code record.Code, records int)
 	// DeadLetterTotals reports the dead-letter lane's current size: called
 	// when Run starts (derived from disk), after every write and after
 	// every rescan.
@@ -168,7 +179,7 @@ type NopObserver struct{}
 func (NopObserver) State(State)                             {}
 func (NopObserver) Commit(int, int, time.Duration, error)   {}
 func (NopObserver) Retry(int, time.Duration, error)         {}
-func (NopObserver) DeadLettered(int, int64)                 {}
+func (NopObserver) DeadLettered(record.Code, int)           {}
 func (NopObserver) DeadLetterTotals(int, int64)             {}
 func (NopObserver) DeadLetterFull()                         {}
 func (NopObserver) SinkHealth(sink.Health)                  {}
@@ -603,79 +614,31 @@ var errRetriesExhausted = errors.New("retries exhausted")
 // must not be confirmed, if ctx ended, retries were exhausted or the dead
 // letter could not be written.
 func (d *Drain) deliver(ctx context.Context, ref wab.SegmentRef, h wab.Header, start uint64, recs []wab.Record) error {
-	srecs := make([]sink.Record, len(recs))
-	for i, rec := range recs {
-		var err error
-		srecs[i], err = SinkRecord(h, start+uint64(i), rec)
-		if err != nil {
-			d.log.Error("undecodable record metadata; delivering under its position's id", "segment", ref.Path, "err", err)
-		}
-	}
+	srecs := d.sinkRecords(ref, h, start, recs)
 	batch := sink.NewBatch(srecs)
-	retries := 0
+	retries, attempts := 0, 0
 	for {
-		t0 := d.now()
-		d.markIdle()
-		res, err := d.sink.Commit(ctx, batch)
-		d.markBusy()
-		elapsed := d.now().Sub(t0)
-		if ctx.Err() != nil {
-			// Whatever the sink said, a cancelled commit proves nothing:
-			// leave the sub-batch unconfirmed for the next run.
-			d.obs.Commit(len(srecs), 0, elapsed, err)
-			return ctx.Err()
-		}
-		var rejected []rejection
-		switch {
-		case err == nil:
-			rejected = d.checkRejections(res.Rejected, len(srecs))
-			d.obs.Commit(len(srecs), len(rejected), elapsed, nil)
-		case sink.IsTransient(err):
-			d.obs.Commit(len(srecs), 0, elapsed, err)
+		attempts++
+		rejected, err := d.commitOnce(ctx, ref, start, batch)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			if retries >= d.maxRetries {
 				return fmt.Errorf("commit records %d..%d: %w after %d retries: %w",
 					start, start+uint64(len(recs))-1, errRetriesExhausted, retries, err)
 			}
 			retries++
-			delay := d.backoff(retries)
-			d.setState(RetryingTransient)
-			d.obs.Retry(retries, delay, err)
-			d.log.Warn("transient sink error, retrying", "segment", ref.Path,
-				"attempt", retries, "max_retries", d.maxRetries, "backoff", delay, "err", err)
-			if err := d.wait(ctx, delay); err != nil {
+			if err := d.retryAfter(ctx, ref, retries, err); err != nil {
 				return err
 			}
 			continue
-		default:
-			d.obs.Commit(len(srecs), len(srecs), elapsed, err)
-			reason := err.Error()
-			rejected = make([]rejection, len(srecs))
-			for i := range rejected {
-				rejected[i] = rejection{index: i, reason: reason}
-			}
-			d.log.Warn("permanent sink error, dead-lettering sub-batch", "segment", ref.Path,
-				"first_record", start, "records", len(srecs), "err", err)
 		}
 		if len(rejected) == 0 {
 			d.setState(Draining)
 			return nil
 		}
-		dlRecs := make([]wab.Record, len(rejected))
-		for i, rj := range rejected {
-			rec := recs[rj.index]
-			dlRecs[i] = wab.Record{
-				Durability: rec.Durability,
-				Received:   rec.Received,
-				Payload:    rec.Payload,
-				Meta: EncodeMeta(DeadLetterMeta{
-					Reason: rj.reason,
-					ID:     srecs[rj.index].ID,
-					Shard:  h.Shard,
-					Seq:    h.Seq,
-					Index:  start + uint64(rj.index),
-				}),
-			}
-		}
+		dlRecs := d.deadLetterRecords(h, start, recs, srecs, rejected, attempts)
 		need := fileSize(dlRecs)
 		if !d.dl.hasRoom(need) {
 			if err := d.blockUntilRoom(ctx, ref, need); err != nil {
@@ -687,27 +650,133 @@ func (d *Drain) deliver(ctx context.Context, ref wab.SegmentRef, h wab.Header, s
 			d.setState(Draining)
 			continue
 		}
-		path, size, err := d.dl.write(h.Instance, dlRecs)
-		if err != nil {
-			// A failed write may still have left a file: recount.
-			if rerr := d.dl.rescan(); rerr != nil {
-				d.log.Error("rescanning dead-letter lane", "dir", d.dl.dir, "err", rerr)
-			}
-			return fmt.Errorf("dead-letter %d records of %s: %w", len(dlRecs), ref.Path, err)
-		}
-		d.log.Warn("records dead-lettered", "segment", ref.Path, "file", path,
-			"records", len(dlRecs), "bytes", size, "first_reason", rejected[0].reason)
-		d.obs.DeadLettered(len(dlRecs), size)
-		files, bytes := d.dl.totals()
-		d.obs.DeadLetterTotals(files, bytes)
-		d.setState(Draining)
-		return nil
+		return d.writeDeadLetters(ref, h, dlRecs, rejected)
 	}
+}
+
+// sinkRecords turns a sub-batch into the records the sink receives.
+func (d *Drain) sinkRecords(ref wab.SegmentRef, h wab.Header, start uint64, recs []wab.Record) []sink.Record {
+	srecs := make([]sink.Record, len(recs))
+	for i, rec := range recs {
+		var err error
+		srecs[i], err = SinkRecord(h, start+uint64(i), rec)
+		if err != nil {
+			d.log.Error("undecodable record metadata; delivering under its position's id", "segment", ref.Path, "err", err)
+		}
+	}
+	return srecs
+}
+
+// commitOnce makes one Sink.Commit of batch. It returns the records to
+// dead-letter (none when all were committed) once the sink has accounted
+// for the batch, and an error — transient, or the context's — when the
+// batch must be sent again or abandoned.
+func (d *Drain) commitOnce(ctx context.Context, ref wab.SegmentRef, start uint64, batch sink.Batch) ([]rejection, error) {
+	n := len(batch.Records)
+	t0 := d.now()
+	d.markIdle()
+	res, err := d.sink.Commit(ctx, batch)
+	d.markBusy()
+	elapsed := d.now().Sub(t0)
+	switch {
+	case ctx.Err() != nil:
+		// Whatever the sink said, a cancelled commit proves nothing:
+		// leave the sub-batch unconfirmed for the next run.
+		d.obs.Commit(n, 0, elapsed, err)
+		return nil, ctx.Err()
+	case err == nil:
+		rejected := d.checkRejections(res.Rejected, n)
+		d.obs.Commit(n, len(rejected), elapsed, nil)
+		return rejected, nil
+	case sink.IsTransient(err):
+		d.obs.Commit(n, 0, elapsed, err)
+		return nil, err
+	default:
+		d.obs.Commit(n, n, elapsed, err)
+		d.log.Warn("permanent sink error, dead-lettering sub-batch", "segment", ref.Path,
+			"first_record", start, "records", n, "err", err)
+		rejected := make([]rejection, n)
+		for i := range rejected {
+			rejected[i] = rejection{index: i, reason: err.Error(), code: record.CodeSinkRefused}
+		}
+		return rejected, nil
+	}
+}
+
+// retryAfter waits before the retries-th retry of a sub-batch that failed
+// with the transient error err; it returns ctx's error if ctx ends first.
+func (d *Drain) retryAfter(ctx context.Context, ref wab.SegmentRef, retries int, err error) error {
+	delay := d.backoff(retries)
+	d.setState(RetryingTransient)
+	d.obs.Retry(retries, delay, err)
+	d.log.Warn("transient sink error, retrying", "segment", ref.Path,
+		"attempt", retries, "max_retries", d.maxRetries, "backoff", delay, "err", err)
+	return d.wait(ctx, delay)
+}
+
+// deadLetterRecords builds the dead-letter records of a sub-batch's
+// rejections: each keeps its payload, durability, receive time and
+// metadata, and gains its rejection (record.Rejection) — code, stage
+// drain, the sink's name, the reason, the attempts made, the time and its
+// place in the buffer.
+func (d *Drain) deadLetterRecords(h wab.Header, start uint64, recs []wab.Record, srecs []sink.Record, rejected []rejection, attempts int) []wab.Record {
+	now := d.now().UnixNano()
+	out := make([]wab.Record, len(rejected))
+	for i, rj := range rejected {
+		rec := recs[rj.index]
+		out[i] = wab.Record{
+			Durability: rec.Durability,
+			Received:   rec.Received,
+			Payload:    rec.Payload,
+			Meta: deadLetterMeta(rec, &srecs[rj.index], record.Rejection{
+				Code:        rj.code,
+				Stage:       record.StageDrain,
+				Component:   d.sink.Name(),
+				Error:       rj.reason,
+				Attempts:    attempts,
+				FirstSeen:   now,
+				Shard:       h.Shard,
+				Seq:         h.Seq,
+				Index:       start + uint64(rj.index),
+				HasLocation: true,
+			}),
+		}
+	}
+	return out
+}
+
+// writeDeadLetters writes one sub-batch's dead-letter file durably and
+// reports it.
+func (d *Drain) writeDeadLetters(ref wab.SegmentRef, h wab.Header, dlRecs []wab.Record, rejected []rejection) error {
+	path, size, err := d.dl.write(h.Instance, dlRecs)
+	if err != nil {
+		// A failed write may still have left a file: recount.
+		if rerr := d.dl.rescan(); rerr != nil {
+			d.log.Error("rescanning dead-letter lane", "dir", d.dl.dir, "err", rerr)
+		}
+		return fmt.Errorf("dead-letter %d records of %s: %w", len(dlRecs), ref.Path, err)
+	}
+	d.log.Warn("records dead-lettered", "segment", ref.Path, "file", path, "records", len(dlRecs), "bytes", size,
+		"first_code", rejected[0].code.String(), "first_reason", rejected[0].reason)
+	byCode := make(map[record.Code]int, 1)
+	for _, rj := range rejected {
+		byCode[rj.code]++
+	}
+	for _, c := range record.Codes() {
+		if n := byCode[c]; n > 0 {
+			d.obs.DeadLettered(c, n)
+		}
+	}
+	files, bytes := d.dl.totals()
+	d.obs.DeadLetterTotals(files, bytes)
+	d.setState(Draining)
+	return nil
 }
 
 type rejection struct {
 	index  int
 	reason string
+	code   record.Code
 }
 
 // checkRejections validates a sink's rejections: indexes out of range are
@@ -733,7 +802,7 @@ func (d *Drain) checkRejections(rs []sink.Rejection, n int) []rejection {
 		if reason == "" {
 			reason = "rejected by sink"
 		}
-		out = append(out, rejection{index: r.Index, reason: reason})
+		out = append(out, rejection{index: r.Index, reason: reason, code: r.Code.OrRefused()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].index < out[j].index })
 	return out

@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/wab"
 )
@@ -206,9 +208,10 @@ func TestPartialRejection(t *testing.T) {
 	dir := t.TempDir()
 	seg, h := writeSegment(t, dir, 2, 40, payloads("p", 5)...)
 	s := &scriptSink{max: 5, script: func(_ context.Context, call int, b sink.Batch) (sink.CommitResult, error) {
-		return sink.CommitResult{Rejected: []sink.Rejection{{Index: 3, Reason: "too big"}, {Index: 1, Reason: "bad json"}}}, nil
+		return sink.CommitResult{Rejected: []sink.Rejection{{Index: 3, Reason: "too big", Code: sink.CodeOversize}, {Index: 1, Reason: "bad json"}}}, nil
 	}}
 	obs := &recObserver{}
+	before := time.Now()
 	start(t, fastOptions(dir, newDirSource(dir), s, obs))
 	waitFor(t, "segment removed", func() bool { return !exists(seg) })
 
@@ -241,7 +244,8 @@ func TestPartialRejection(t *testing.T) {
 	want := []struct {
 		idx    uint64
 		reason string
-	}{{1, "bad json"}, {3, "too big"}}
+		code   record.Code
+	}{{1, "bad json", record.CodeSinkRefused}, {3, "too big", record.CodeOversize}}
 	if len(recs) != len(want) {
 		t.Fatalf("%d dead-letter records", len(recs))
 	}
@@ -251,13 +255,20 @@ func TestPartialRejection(t *testing.T) {
 		if r.MetaErr != nil {
 			t.Fatalf("meta: %v", r.MetaErr)
 		}
-		wantMeta := DeadLetterMeta{
-			Reason: w.reason,
-			ID:     sink.RecordID(wab.RecordID(h, w.idx, []byte(payload))),
-			Shard:  2, Seq: 40, Index: w.idx,
+		wantMeta := record.Meta{
+			ID: sink.RecordID(wab.RecordID(h, w.idx, []byte(payload))), HasID: true,
+			Source: RecordSource,
+			Reject: &record.Rejection{
+				Code: w.code, Stage: record.StageDrain, Component: "script", Error: w.reason, Attempts: 1,
+				FirstSeen: r.Meta.Reject.FirstSeen,
+				Shard:     2, Seq: 40, Index: w.idx, HasLocation: true,
+			},
 		}
-		if r.Meta != wantMeta {
-			t.Errorf("record %d meta %+v, want %+v", i, r.Meta, wantMeta)
+		if !reflect.DeepEqual(r.Meta, wantMeta) {
+			t.Errorf("record %d meta %+v %+v, want %+v", i, r.Meta, r.Meta.Reject, wantMeta.Reject)
+		}
+		if fs := r.Meta.Reject.FirstSeen; fs < before.UnixNano() || fs > time.Now().UnixNano() {
+			t.Errorf("record %d first seen %v, not during the test", i, time.Unix(0, fs))
 		}
 		if string(r.Payload) != payload || r.Durability != wab.Durability(w.idx%2) ||
 			r.Received.UnixNano() != baseReceived+int64(w.idx)*int64(time.Microsecond) {
@@ -265,8 +276,9 @@ func TestPartialRejection(t *testing.T) {
 		}
 	}
 	o := obs.snapshot()
-	if o.dlRecords != 2 || o.dlFiles != 1 || o.totals != [2]int64{1, files[0].Bytes} {
-		t.Errorf("observer: %d records in %d files, totals %v", o.dlRecords, o.dlFiles, o.totals)
+	wantCodes := map[record.Code]int{record.CodeSinkRefused: 1, record.CodeOversize: 1}
+	if o.dlRecords != 2 || !reflect.DeepEqual(o.dlByCode, wantCodes) || o.totals != [2]int64{1, files[0].Bytes} {
+		t.Errorf("observer: %d records %v, totals %v", o.dlRecords, o.dlByCode, o.totals)
 	}
 }
 
@@ -295,9 +307,64 @@ func TestPermanentErrorDeadLettersSubBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range recs {
-		if string(r.Payload) != payloads("p", 3)[i] || r.Meta.Index != uint64(i) || r.Meta.Reason != "schema mismatch" {
-			t.Errorf("record %d: %q %+v", i, r.Payload, r.Meta)
+		rj := r.Meta.Reject
+		if string(r.Payload) != payloads("p", 3)[i] || rj.Index != uint64(i) || rj.Error != "schema mismatch" ||
+			rj.Code != record.CodeSinkRefused || rj.Stage != record.StageDrain || rj.Attempts != 1 {
+			t.Errorf("record %d: %q %+v", i, r.Payload, rj)
 		}
+	}
+}
+
+// A dead letter keeps what the record carried in the buffer — key,
+// headers, event time, source, origin position, its own id — and counts
+// every Commit of its sub-batch as an attempt, with the drain's clock as
+// its first-seen time. A version-1 origin meta (a source record of an
+// older buffer) keeps its id and source.
+func TestDeadLetterKeepsRecordMeta(t *testing.T) {
+	dir := t.TempDir()
+	sdir := filepath.Join(dir, "shard-000")
+	if err := os.MkdirAll(sdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	orig := record.Meta{ID: sink.RecordID{7}, HasID: true, Source: "kafka:orders", Key: []byte("k1"),
+		Headers:   []sink.Header{{Key: "a", Value: []byte("1")}, {Key: "a", Value: []byte("2")}},
+		EventTime: 1234, OriginPos: "orders/3@99", HasProducer: true, Producer: record.ProducerID{5}, Seq: 8}
+	v1 := append([]byte{1}, sink.RecordID{8}.String()[:16]...)
+	v1 = append(append(v1, 4), "file"...)
+	recs := []wab.Record{{Payload: []byte("a"), Meta: record.Encode(&orig)}, {Payload: []byte("b"), Meta: v1}}
+	seg := filepath.Join(sdir, fmt.Sprintf("%020d.wab.sealed", 3))
+	if err := wab.WriteSealed(vfs.OS, seg, wab.Header{Shard: 0, Seq: 3, Instance: testInstance}, recs); err != nil {
+		t.Fatal(err)
+	}
+	s := &scriptSink{max: 10, script: func(_ context.Context, call int, b sink.Batch) (sink.CommitResult, error) {
+		if call < 2 {
+			return sink.CommitResult{}, sink.Transient(errors.New("busy"))
+		}
+		return sink.CommitResult{Rejected: []sink.Rejection{{Index: 0, Reason: "no", Code: sink.CodeDecode}, {Index: 1, Reason: "no"}}}, nil
+	}}
+	clock := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	opts := fastOptions(dir, newDirSource(dir), s, nil)
+	opts.Now = func() time.Time { return clock }
+	start(t, opts)
+	waitFor(t, "segment removed", func() bool { return !exists(seg) })
+	files, err := ListDeadLetters(vfs.OS, dir)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("dead-letter files %+v, %v", files, err)
+	}
+	_, got, err := ReadDeadLetter(vfs.OS, files[0].Path)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("%d records, %v", len(got), err)
+	}
+	want := orig
+	want.Reject = &record.Rejection{Code: record.CodeDecode, Stage: record.StageDrain, Component: "script", Error: "no",
+		Attempts: 3, FirstSeen: clock.UnixNano(), Shard: 0, Seq: 3, Index: 0, HasLocation: true}
+	if !reflect.DeepEqual(got[0].Meta, want) {
+		t.Errorf("record 0:\n got %+v %+v\nwant %+v %+v", got[0].Meta, got[0].Meta.Reject, want, want.Reject)
+	}
+	m := got[1].Meta
+	if m.ID != sink.RecordID([]byte(sink.RecordID{8}.String()[:16])) || m.Source != "file" ||
+		m.Reject.Code != record.CodeSinkRefused || m.Reject.Index != 1 || m.Reject.Attempts != 3 {
+		t.Errorf("record 1: %+v %+v", m, m.Reject)
 	}
 }
 
@@ -466,7 +533,7 @@ func blockedSetup(t *testing.T, dir string) (seg string, full string, s *scriptS
 		t.Fatal(err)
 	}
 	full = filepath.Join(DeadLetterDir(dir), DeadLetterName(4))
-	old := []wab.Record{{Payload: make([]byte, 2000), Meta: EncodeMeta(DeadLetterMeta{Reason: "old"})}}
+	old := []wab.Record{{Payload: make([]byte, 2000), Meta: record.Encode(&record.Meta{HasID: true, Reject: &record.Rejection{Error: "old"}})}}
 	if err := wab.WriteSealed(vfs.OS, full, wab.Header{Shard: wab.DeadLetterShard, Seq: 4}, old); err != nil {
 		t.Fatal(err)
 	}

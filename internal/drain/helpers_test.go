@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/wab"
 )
@@ -171,7 +173,7 @@ type recObserver struct {
 	commits   int
 	retries   []time.Duration
 	dlRecords int
-	dlFiles   int
+	dlByCode  map[record.Code]int
 	totals    [2]int64
 	full      int
 	health    []sink.Health
@@ -197,11 +199,14 @@ func (o *recObserver) Retry(_ int, d time.Duration, _ error) {
 	o.retries = append(o.retries, d)
 }
 
-func (o *recObserver) DeadLettered(records int, _ int64) {
+func (o *recObserver) DeadLettered(code record.Code, records int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.dlRecords += records
-	o.dlFiles++
+	if o.dlByCode == nil {
+		o.dlByCode = map[record.Code]int{}
+	}
+	o.dlByCode[code] += records
 }
 
 func (o *recObserver) DeadLetterTotals(files int, bytes int64) {
@@ -242,7 +247,7 @@ func (o *recObserver) snapshot() recObserver {
 		commits:   o.commits,
 		retries:   append([]time.Duration(nil), o.retries...),
 		dlRecords: o.dlRecords,
-		dlFiles:   o.dlFiles,
+		dlByCode:  maps.Clone(o.dlByCode),
 		totals:    o.totals,
 		full:      o.full,
 		health:    append([]sink.Health(nil), o.health...),

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -106,12 +107,17 @@ const (
 	defaultCloseFlushTimeout = 10 * time.Second
 )
 
-// QuarantinedRecord is a record a secondary refused permanently.
+// QuarantinedRecord is a record a secondary (or, at a raw gate, primary
+// raw) refused permanently, with why.
 type QuarantinedRecord struct {
-	Sink     string
-	Pos      uint64
-	Record   sink.Record
-	Reason   string
+	// Sink names the quarantine lane: the secondary's name, or the gate's.
+	Sink string
+	// Pos is the record's raw position (0 at the gate: not in raw).
+	Pos    uint64
+	Record sink.Record
+	// Reject is the rejection: code, stage, component (the sink that
+	// refused), error text (the sink's reason), attempts, first-seen time.
+	Reject   record.Rejection
 	Recovery bool // found by recovery rather than live delivery
 }
 
@@ -140,8 +146,9 @@ type Observer interface {
 	Delivered(sinkName string, records int, recovery bool)
 	// CommitFailed: a commit to the sink failed and will be retried.
 	CommitFailed(sinkName string, err error, recovery bool)
-	// Quarantined: rejected records handed to the sink's quarantine lane.
-	Quarantined(sinkName string, records int, recovery bool)
+	// Quarantined: rejected records handed to the sink's quarantine lane,
+	// once per reason code among them.
+	Quarantined(sinkName string, code record.Code, records int, recovery bool)
 	// QuarantineShed: quarantine records dropped because the lane was full
 	// or its writer failed.
 	QuarantineShed(sinkName string, records int)
@@ -167,15 +174,15 @@ type Observer interface {
 // NopObserver ignores everything.
 type NopObserver struct{}
 
-func (NopObserver) LiveDropped(string, int)                 {}
-func (NopObserver) Delivered(string, int, bool)             {}
-func (NopObserver) CommitFailed(string, error, bool)        {}
-func (NopObserver) Quarantined(string, int, bool)           {}
-func (NopObserver) QuarantineShed(string, int)              {}
-func (NopObserver) QuarantineSkipped(string, int)           {}
-func (NopObserver) Coverage(string, uint64, uint64, uint64) {}
-func (NopObserver) Unrecoverable(string, uint64)            {}
-func (NopObserver) RecoveryBacklog(uint64)                  {}
+func (NopObserver) LiveDropped(string, int)                    {}
+func (NopObserver) Delivered(string, int, bool)                {}
+func (NopObserver) CommitFailed(string, error, bool)           {}
+func (NopObserver) Quarantined(string, record.Code, int, bool) {}
+func (NopObserver) QuarantineShed(string, int)                 {}
+func (NopObserver) QuarantineSkipped(string, int)              {}
+func (NopObserver) Coverage(string, uint64, uint64, uint64)    {}
+func (NopObserver) Unrecoverable(string, uint64)               {}
+func (NopObserver) RecoveryBacklog(uint64)                     {}
 
 // SecondaryConfig is one secondary sink.
 type SecondaryConfig struct {
@@ -584,7 +591,7 @@ func (s *secondary) commitChunk(ctx context.Context, chunk []sink.Positioned, re
 	}
 	b := sink.NewBatch(recs)
 	backoff := s.f.opts.RetryMin
-	for {
+	for attempts := 1; ; attempts++ {
 		cctx, cancel := ctx, context.CancelFunc(func() {})
 		if recovery {
 			cctx, cancel = context.WithTimeout(ctx, s.f.opts.WindowTime)
@@ -593,7 +600,7 @@ func (s *secondary) commitChunk(ctx context.Context, chunk []sink.Positioned, re
 		timedOut := cctx.Err() != nil && ctx.Err() == nil
 		cancel()
 		if err == nil {
-			s.accounted(ctx, chunk, res.Rejected, recovery)
+			s.accounted(chunk, res.Rejected, recovery, attempts)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -602,11 +609,11 @@ func (s *secondary) commitChunk(ctx context.Context, chunk []sink.Positioned, re
 		if !sink.IsTransient(err) {
 			rej := make([]sink.Rejection, len(chunk))
 			for i := range rej {
-				rej[i] = sink.Rejection{Index: i, Reason: err.Error()}
+				rej[i] = sink.Rejection{Index: i, Reason: err.Error(), Code: sink.CodeSinkRefused}
 			}
 			s.f.log.Warn("secondary refused a batch permanently; its records go to quarantine", "sink", s.name,
 				"records", len(chunk), "recovery", recovery, "err", err)
-			s.accounted(ctx, chunk, rej, recovery)
+			s.accounted(chunk, rej, recovery, attempts)
 			return nil
 		}
 		s.failures.Add(1)
@@ -627,8 +634,9 @@ func (s *secondary) commitChunk(ctx context.Context, chunk []sink.Positioned, re
 	}
 }
 
-// accounted handles a chunk the sink accounted for: counts, quarantine.
-func (s *secondary) accounted(ctx context.Context, chunk []sink.Positioned, rej []sink.Rejection, recovery bool) {
+// accounted handles a chunk the sink accounted for after attempts
+// commits: counts, quarantine.
+func (s *secondary) accounted(chunk []sink.Positioned, rej []sink.Rejection, recovery bool, attempts int) {
 	if recovery {
 		s.recovered.Add(int64(len(chunk)))
 	} else {
@@ -643,14 +651,13 @@ func (s *secondary) accounted(ctx context.Context, chunk []sink.Positioned, rej 
 		s.f.obs.QuarantineSkipped(s.name, len(rej))
 		return
 	}
-	s.quarantined.Add(int64(len(rej)))
-	s.f.obs.Quarantined(s.name, len(rej), recovery)
+	qs, _ := quarantined(rej, len(chunk), func(i int) (sink.Record, uint64) { return chunk[i].Record, chunk[i].Pos },
+		QuarantinedRecord{Sink: s.name, Recovery: recovery, Reject: record.Rejection{
+			Stage: record.StageSecondary, Component: s.name, Attempts: attempts, FirstSeen: time.Now().UnixNano()}})
+	s.quarantined.Add(int64(len(qs)))
+	countByCode(qs, func(code record.Code, n int) { s.f.obs.Quarantined(s.name, code, n, recovery) })
 	shed := 0
-	for _, r := range rej {
-		if r.Index < 0 || r.Index >= len(chunk) {
-			continue
-		}
-		q := QuarantinedRecord{Sink: s.name, Pos: chunk[r.Index].Pos, Record: chunk[r.Index].Record, Reason: r.Reason, Recovery: recovery}
+	for _, q := range qs {
 		select {
 		case s.quar <- q:
 		default:
@@ -696,7 +703,7 @@ func (s *secondary) runQuarantine(ctx context.Context) {
 		if q == nil {
 			for _, r := range recs {
 				s.f.log.Warn("record rejected by secondary (no quarantine lane configured)", "sink", s.name,
-					"pos", r.Pos, "id", r.Record.ID.String(), "reason", r.Reason, "recovery", r.Recovery)
+					"pos", r.Pos, "id", r.Record.ID.String(), "code", r.Reject.Code.String(), "reason", r.Reject.Error, "recovery", r.Recovery)
 			}
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/sink/filesink"
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -312,12 +314,12 @@ func TestFanoutOverflowRecoversAndQuarantines(t *testing.T) {
 	slow := newMemSink("slow")
 	slow.delay = 5 * time.Millisecond
 	var qmu sync.Mutex
-	quarantined := map[sink.RecordID]string{}
+	quarantined := map[sink.RecordID]record.Rejection{}
 	q := engine.QuarantineFunc(func(_ context.Context, recs []engine.QuarantinedRecord) error {
 		qmu.Lock()
 		defer qmu.Unlock()
 		for _, r := range recs {
-			quarantined[r.Record.ID] = r.Reason
+			quarantined[r.Record.ID] = r.Reject
 		}
 		return nil
 	})
@@ -378,9 +380,131 @@ func TestFanoutOverflowRecoversAndQuarantines(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, id := range poison {
-		if quarantined[id] != "poison" {
-			t.Fatalf("quarantine reason %q", quarantined[id])
+		rj := quarantined[id]
+		if rj.Error != "poison" || rj.Code != record.CodeSinkRefused || rj.Stage != record.StageSecondary ||
+			rj.Component != "slow" || rj.Attempts != 1 || rj.FirstSeen < start.UnixNano() {
+			t.Fatalf("quarantined %+v", rj)
 		}
+	}
+}
+
+// scriptSink answers each Commit with the next of its answers (the last
+// one repeats).
+type scriptSink struct {
+	name    string
+	mu      sync.Mutex
+	answers []func(b sink.Batch) (sink.CommitResult, error)
+	calls   int
+}
+
+func (s *scriptSink) Name() string                       { return s.name }
+func (s *scriptSink) MaxBatchSize() int                  { return 1000 }
+func (s *scriptSink) Close() error                       { return nil }
+func (s *scriptSink) Health(context.Context) sink.Health { return sink.Health{State: sink.Healthy} }
+
+func (s *scriptSink) Commit(_ context.Context, b sink.Batch) (sink.CommitResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.answers[min(s.calls, len(s.answers)-1)]
+	s.calls++
+	return a(b)
+}
+
+// codeObserver counts Quarantined by code.
+type codeObserver struct {
+	engine.NopObserver
+	mu    sync.Mutex
+	codes map[record.Code]int
+}
+
+func (o *codeObserver) Quarantined(_ string, code record.Code, n int, _ bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.codes[code] += n
+}
+
+// A secondary's rejections reach its quarantine with the reason code the
+// sink gave (sink-refused when it gave none, and for a permanent batch
+// error), stage secondary, the sink as component and every commit of the
+// chunk counted as an attempt; the observer counts them by code.
+func TestFanoutQuarantineReasonCodes(t *testing.T) {
+	rawDir := t.TempDir()
+	raw := openRaw(t, rawDir)
+	transient := func(sink.Batch) (sink.CommitResult, error) {
+		return sink.CommitResult{}, sink.Transient(errors.New("busy"))
+	}
+	sec := &scriptSink{name: "sec", answers: []func(sink.Batch) (sink.CommitResult, error){
+		transient, transient,
+		func(sink.Batch) (sink.CommitResult, error) {
+			return sink.CommitResult{Rejected: []sink.Rejection{{Index: 0, Reason: "not json", Code: sink.CodeDecode},
+				{Index: 1, Reason: "big", Code: sink.CodeOversize}, {Index: 2, Reason: "no"}, {Index: 99, Reason: "nothing"}}}, nil
+		},
+		func(sink.Batch) (sink.CommitResult, error) { return sink.CommitResult{}, errors.New("table dropped") },
+	}}
+	var qmu sync.Mutex
+	var got []engine.QuarantinedRecord
+	q := engine.QuarantineFunc(func(_ context.Context, recs []engine.QuarantinedRecord) error {
+		qmu.Lock()
+		defer qmu.Unlock()
+		got = append(got, recs...)
+		return nil
+	})
+	obs := &codeObserver{codes: map[record.Code]int{}}
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Raw: raw, Store: openStore(t, rawDir), Observer: obs, RetryMin: time.Millisecond, RetryMax: time.Millisecond,
+		Secondaries: []engine.SecondaryConfig{{Sink: sec, Quarantine: q}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b1, b2 := mkBatch(4), mkBatch(2)
+	for _, b := range []sink.Batch{b1, b2} {
+		if _, err := f.Commit(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCaughtUp(t, f, 10*time.Second)
+	want := []struct {
+		id       sink.RecordID
+		pos      uint64
+		code     record.Code
+		err      string
+		attempts int
+	}{
+		{b1.Records[0].ID, 0, record.CodeDecode, "not json", 3},
+		{b1.Records[1].ID, 1, record.CodeOversize, "big", 3},
+		{b1.Records[2].ID, 2, record.CodeSinkRefused, "no", 3},
+		{b2.Records[0].ID, 4, record.CodeSinkRefused, "table dropped", 1},
+		{b2.Records[1].ID, 5, record.CodeSinkRefused, "table dropped", 1},
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		qmu.Lock()
+		n := len(got)
+		qmu.Unlock()
+		if n >= len(want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	qmu.Lock()
+	defer qmu.Unlock()
+	if len(got) != len(want) {
+		t.Fatalf("quarantined %d records, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		g := got[i]
+		rj := g.Reject
+		if g.Record.ID != w.id || g.Pos != w.pos || g.Sink != "sec" || rj.Code != w.code || rj.Error != w.err ||
+			rj.Attempts != w.attempts || rj.Stage != record.StageSecondary || rj.Component != "sec" || rj.FirstSeen == 0 {
+			t.Errorf("quarantined %d: pos %d %+v, want %+v", i, g.Pos, rj, w)
+		}
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if wc := map[record.Code]int{record.CodeDecode: 1, record.CodeOversize: 1, record.CodeSinkRefused: 3}; !reflect.DeepEqual(obs.codes, wc) {
+		t.Errorf("observed by code %v, want %v", obs.codes, wc)
 	}
 }
 

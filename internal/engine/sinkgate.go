@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
@@ -17,9 +18,12 @@ import (
 var ErrRejectedAtGate = errors.New("engine: the sink refused records at the gate and there is no quarantine")
 
 // SinkGateObserver sees every commit a SinkGate makes, for metrics (the
-// drain's Commit has the same shape).
+// drain's Commit has the same shape), and the records it quarantines.
 type SinkGateObserver interface {
 	Commit(records, rejected int, d time.Duration, err error)
+	// GateQuarantined: records stored in the gate's quarantine, once per
+	// reason code among them.
+	GateQuarantined(code record.Code, records int)
 }
 
 // SinkGateOptions configure NewSinkGate.
@@ -38,7 +42,9 @@ type SinkGateOptions struct {
 // raw, or the fan-out in front of it — and returns nil only after the
 // sink's durable ack, so a source commits its position only once its
 // records are in the system of record. Records the sink refuses are
-// stored in the quarantine (with the sink's reason) before Write returns;
+// stored in the quarantine (with the sink's reason and reason code, stage
+// gate, one attempt: a failed commit is not retried here but returned, and
+// the source writes again) before Write returns;
 // a quarantine that cannot take them fails Write, and the source stops
 // short of them.
 //
@@ -99,15 +105,17 @@ func (g *SinkGate) commit(ctx context.Context, records []sink.Record) error {
 	if g.opts.Quarantine == nil {
 		return fmt.Errorf("%w: %s refused %d records (first: %s)", ErrRejectedAtGate, g.snk.Name(), len(res.Rejected), res.Rejected[0].Reason)
 	}
-	qs := make([]QuarantinedRecord, 0, len(res.Rejected))
-	for _, r := range res.Rejected {
-		if r.Index < 0 || r.Index >= len(records) {
-			return fmt.Errorf("engine: gate: %s rejected index %d of a batch of %d", g.snk.Name(), r.Index, len(records))
-		}
-		qs = append(qs, QuarantinedRecord{Sink: g.opts.Name, Record: records[r.Index], Reason: r.Reason})
+	qs, bad := quarantined(res.Rejected, len(records), func(i int) (sink.Record, uint64) { return records[i], 0 },
+		QuarantinedRecord{Sink: g.opts.Name, Reject: record.Rejection{
+			Stage: record.StageGate, Component: g.snk.Name(), Attempts: 1, FirstSeen: time.Now().UnixNano()}})
+	if bad > 0 {
+		return fmt.Errorf("engine: gate: %s rejected %d indexes outside a batch of %d", g.snk.Name(), bad, len(records))
 	}
 	if err := g.opts.Quarantine.Quarantine(ctx, qs); err != nil {
 		return fmt.Errorf("engine: gate: quarantine %d records %s refused: %w", len(qs), g.snk.Name(), err)
+	}
+	if g.opts.Observer != nil {
+		countByCode(qs, g.opts.Observer.GateQuarantined)
 	}
 	return nil
 }

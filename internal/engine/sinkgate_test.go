@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
@@ -17,6 +18,16 @@ type gateCommits struct {
 	mu                sync.Mutex
 	batches, rejected int
 	errs              int
+	quarantined       map[record.Code]int
+}
+
+func (o *gateCommits) GateQuarantined(code record.Code, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.quarantined == nil {
+		o.quarantined = map[record.Code]int{}
+	}
+	o.quarantined[code] += n
 }
 
 func (o *gateCommits) Commit(records, rejected int, _ time.Duration, err error) {
@@ -100,9 +111,14 @@ func TestSinkGate(t *testing.T) {
 				t.Fatalf("quarantined %d (observed %d), want %d", len(quarantined), obs.rejected, tc.wantQuar)
 			}
 			for k, q := range quarantined {
-				if q.Record.ID != recs[tc.poison[k]].ID || q.Reason != "poison" || q.Sink != "raw" {
+				rj := q.Reject
+				if q.Record.ID != recs[tc.poison[k]].ID || rj.Error != "poison" || q.Sink != "raw" || rj.Code != record.CodeSinkRefused ||
+					rj.Stage != record.StageGate || rj.Component != "raw" || rj.Attempts != 1 || rj.FirstSeen == 0 {
 					t.Errorf("quarantined %d: %+v", k, q)
 				}
+			}
+			if tc.wantQuar > 0 && obs.quarantined[record.CodeSinkRefused] != tc.wantQuar {
+				t.Errorf("observed quarantined by code %v, want %d sink-refused", obs.quarantined, tc.wantQuar)
 			}
 		})
 	}

@@ -125,7 +125,10 @@ type Metrics struct {
 	dlFiles         prometheus.Gauge
 	dlBytes         prometheus.Gauge
 	dlFull          prometheus.Counter
-	dlRecords       prometheus.Counter
+	dlRecords       *prometheus.CounterVec
+	dlRecordsC      []prometheus.Counter // by sink.Code
+	gateQuar        *prometheus.CounterVec
+	gateQuarC       []prometheus.Counter // by sink.Code
 	segDelivered    prometheus.Counter
 	recsDelivered   prometheus.Counter
 	segDeferred     prometheus.Counter
@@ -207,7 +210,10 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 		f.gauge("weir_dead_letter_max_bytes", "The dead-letter lane's cap (dead_letter_max_bytes): at it the drain blocks.").Set(float64(cfg.DeadLetterMaxBytes))
 	}
 	m.dlFull = f.counter("weir_dead_letter_full_total", "Times the drain entered blocked_dead_letter_full (once per entry, not per wake).")
-	m.dlRecords = f.counter("weir_dead_letter_records_total", "Records written to the dead-letter lane.")
+	m.dlRecords = f.counterVec("weir_dead_letter_records_total", "Records written to the dead-letter lane, by reason code.", "code")
+	m.dlRecordsC = codeCounters(m.dlRecords)
+	m.gateQuar = f.counterVec("weir_gate_quarantined_records_total", "Records the sink refused at a raw gate (gate = raw), stored in <data_dir>/quarantine/raw, by reason code.", "code")
+	m.gateQuarC = codeCounters(m.gateQuar)
 	m.segDelivered = f.counter("weir_segments_delivered_total", "Sealed segments fully delivered and removed by the drain.")
 	m.recsDelivered = f.counter("weir_records_delivered_total", "Records of fully delivered segments (committed or dead-lettered).")
 	m.segDeferred = f.counter("weir_segments_deferred_total", "Times a segment was left on disk for a later pass (retries exhausted, read or write error).")
@@ -226,6 +232,26 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 }
 
 func shardLabel(i int) string { return fmt.Sprintf("%d", i) }
+
+// codeCounters resolves v's child for every reason code, by code, so that
+// each exists from the first scrape. v's only label is the code.
+func codeCounters(v *prometheus.CounterVec, labels ...string) []prometheus.Counter {
+	codes := sink.Codes()
+	out := make([]prometheus.Counter, len(codes))
+	for i, c := range codes {
+		out[i] = v.WithLabelValues(append(labels[:len(labels):len(labels)], c.String())...)
+	}
+	return out
+}
+
+// codeCounter is cs's counter for code c, or the labelled path for a code
+// outside the known set.
+func codeCounter(cs []prometheus.Counter, v *prometheus.CounterVec, c sink.Code, labels ...string) prometheus.Counter {
+	if int(c) < len(cs) {
+		return cs[c]
+	}
+	return v.WithLabelValues(append(labels[:len(labels):len(labels)], c.String())...)
+}
 
 func buildInfo(version string) (string, string) {
 	revision := "unknown"

@@ -84,6 +84,14 @@ func TestFirstScrapeHasEveryLabelValue(t *testing.T) {
 		"weir_wab_segments":               {"": 0},
 		"weir_dead_letter_files":          {"": 0},
 		"weir_dead_letter_full_total":     {"": 0},
+		"weir_dead_letter_records_total": {
+			"code=unknown": 0, "code=decode": 0, "code=contract": 0, "code=dq": 0,
+			"code=retry-exhausted": 0, "code=sink-refused": 0, "code=oversize": 0,
+		},
+		"weir_gate_quarantined_records_total": {
+			"code=unknown": 0, "code=decode": 0, "code=contract": 0, "code=dq": 0,
+			"code=retry-exhausted": 0, "code=sink-refused": 0, "code=oversize": 0,
+		},
 	}
 	for name, w := range want {
 		got := series(t, reg, name)
@@ -364,7 +372,10 @@ func TestDrainObserver(t *testing.T) {
 	m.Commit(50, 0, time.Second, sink.Transient(errors.New("busy")))
 	m.Commit(50, 50, time.Millisecond, sink.Permanent(errors.New("bad")))
 	m.Retry(1, time.Second, errors.New("busy"))
-	m.DeadLettered(52, 5000)
+	m.DeadLettered(sink.CodeSinkRefused, 50)
+	m.DeadLettered(sink.CodeOversize, 2)
+	m.DeadLettered(sink.Code(200), 1) // a code this build does not know still counts
+	m.GateQuarantined(sink.CodeDecode, 3)
 	m.DeadLetterTotals(4, 17345)
 	m.DeadLetterFull()
 	m.SegmentDeferred(wab.SegmentRef{}, errors.New("x"))
@@ -383,7 +394,7 @@ func TestDrainObserver(t *testing.T) {
 	for name, want := range map[string]float64{
 		"weir_sink_rejected_records_total": 52,
 		"weir_drain_retries_total":         1,
-		"weir_dead_letter_records_total":   52,
+		"weir_dead_letter_records_total":   53,
 		"weir_dead_letter_files":           4,
 		"weir_dead_letter_bytes":           17345,
 		"weir_dead_letter_full_total":      1,
@@ -396,6 +407,13 @@ func TestDrainObserver(t *testing.T) {
 		if got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
+	}
+	dl := series(t, reg, "weir_dead_letter_records_total")
+	if dl["code=sink-refused"] != 50 || dl["code=oversize"] != 2 || dl["code=code(200)"] != 1 || dl["code=decode"] != 0 {
+		t.Errorf("weir_dead_letter_records_total by code: %v", dl)
+	}
+	if gq := series(t, reg, "weir_gate_quarantined_records_total"); gq["code=decode"] != 3 || gq["code=oversize"] != 0 {
+		t.Errorf("weir_gate_quarantined_records_total by code: %v", gq)
 	}
 
 	m.SinkHealth(sink.Health{State: sink.Down, Reason: "unreachable"})

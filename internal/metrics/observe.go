@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/drain"
+	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/server"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
@@ -18,6 +19,8 @@ var (
 	_ server.Observer = (*Metrics)(nil)
 	_ wab.Observer    = (*Metrics)(nil)
 	_ drain.Observer  = (*Metrics)(nil)
+
+	_ engine.SinkGateObserver = (*Metrics)(nil)
 )
 
 // ---- server.Observer ----
@@ -204,7 +207,14 @@ func (m *Metrics) Commit(records, rejected int, d time.Duration, err error) {
 func (m *Metrics) Retry(attempt int, delay time.Duration, err error) { m.retries.Inc() }
 
 // DeadLettered implements drain.Observer.
-func (m *Metrics) DeadLettered(records int, bytes int64) { m.dlRecords.Add(float64(records)) }
+func (m *Metrics) DeadLettered(code sink.Code, records int) {
+	codeCounter(m.dlRecordsC, m.dlRecords, code).Add(float64(records))
+}
+
+// GateQuarantined implements engine.SinkGateObserver.
+func (m *Metrics) GateQuarantined(code sink.Code, records int) {
+	codeCounter(m.gateQuarC, m.gateQuar, code).Add(float64(records))
+}
 
 // DeadLetterTotals implements drain.Observer.
 func (m *Metrics) DeadLetterTotals(files int, bytes int64) {

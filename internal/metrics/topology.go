@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/record"
 )
 
 // Topology holds the metrics of the raw-first fan-out (secondaries,
@@ -44,7 +45,7 @@ func (m *Metrics) Topology() *Topology {
 		t.droppedRecs = f.counterVec("weir_secondary_dropped_records_total", "Records of the live batches dropped for a secondary (queue full).", "sink")
 		t.delivered = f.counterVec("weir_secondary_delivered_records_total", "Records a secondary durably committed or refused, by path (live or recovery).", "sink", "path")
 		t.failed = f.counterVec("weir_secondary_commit_failures_total", "Failed commits to a secondary (retried with backoff), by path.", "sink", "path")
-		t.quarantined = f.counterVec("weir_secondary_quarantined_records_total", "Records a secondary refused, handed to its quarantine lane, by path.", "sink", "path")
+		t.quarantined = f.counterVec("weir_secondary_quarantined_records_total", "Records a secondary refused, handed to its quarantine lane, by path and reason code.", "sink", "path", "code")
 		t.shed = f.counterVec("weir_secondary_quarantine_shed_records_total", "Quarantine records dropped because the lane was full or its writer failed (the records remain in raw).", "sink")
 		t.skipped = f.counterVec("weir_secondary_quarantine_skipped_records_total", "Records refused during recovery and not quarantined again (recovery_mode skip-quarantine).", "sink")
 		t.gone = f.counterVec("weir_secondary_unrecoverable_positions_total", "Raw positions a secondary lacked that raw no longer keeps (retention, a deleted origin file): recovery stepped over them and the secondary will never hold those records.", "sink")
@@ -67,7 +68,7 @@ func (t *Topology) Secondary(name string) {
 	for _, p := range []string{"live", "recovery"} {
 		t.delivered.WithLabelValues(name, p)
 		t.failed.WithLabelValues(name, p)
-		t.quarantined.WithLabelValues(name, p)
+		codeCounters(t.quarantined, name, p)
 	}
 	t.shed.WithLabelValues(name)
 	t.skipped.WithLabelValues(name)
@@ -101,8 +102,8 @@ func (t *Topology) CommitFailed(sinkName string, _ error, recovery bool) {
 }
 
 // Quarantined implements engine.Observer.
-func (t *Topology) Quarantined(sinkName string, records int, recovery bool) {
-	t.quarantined.WithLabelValues(sinkName, pathLabel(recovery)).Add(float64(records))
+func (t *Topology) Quarantined(sinkName string, code record.Code, records int, recovery bool) {
+	t.quarantined.WithLabelValues(sinkName, pathLabel(recovery), code.String()).Add(float64(records))
 }
 
 // QuarantineShed implements engine.Observer.

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/weir-io/weir/record"
 )
 
 func TestTopologyObserver(t *testing.T) {
@@ -28,7 +30,7 @@ func TestTopologyObserver(t *testing.T) {
 	tp.Delivered("pg", 7, false)
 	tp.Delivered("pg", 3, true)
 	tp.CommitFailed("pg", errors.New("down"), true)
-	tp.Quarantined("pg", 2, false)
+	tp.Quarantined("pg", record.CodeDecode, 2, false)
 	tp.QuarantineShed("pg", 1)
 	tp.QuarantineSkipped("pg", 4)
 	tp.Coverage("pg", 100, 20, 15)
@@ -47,7 +49,8 @@ func TestTopologyObserver(t *testing.T) {
 		{testutil.ToFloat64(tp.delivered.WithLabelValues("pg", "live")), 7, "live"},
 		{testutil.ToFloat64(tp.delivered.WithLabelValues("pg", "recovery")), 3, "recovery"},
 		{testutil.ToFloat64(tp.failed.WithLabelValues("pg", "recovery")), 1, "failed"},
-		{testutil.ToFloat64(tp.quarantined.WithLabelValues("pg", "live")), 2, "quarantined"},
+		{testutil.ToFloat64(tp.quarantined.WithLabelValues("pg", "live", "decode")), 2, "quarantined"},
+		{testutil.ToFloat64(tp.quarantined.WithLabelValues("pg", "recovery", "oversize")), 0, "quarantined, pre-initialised"},
 		{testutil.ToFloat64(tp.shed.WithLabelValues("pg")), 1, "shed"},
 		{testutil.ToFloat64(tp.skipped.WithLabelValues("pg")), 4, "skipped"},
 		{testutil.ToFloat64(tp.coverage.WithLabelValues("pg")), 100, "coverage"},

@@ -1,16 +1,32 @@
 // Package quarantine keeps the records a secondary sink refused, with the
-// reason, in NDJSON files: one directory per secondary, readable with any
-// JSON tool. It is a view for people, not a system of record — primary raw
-// keeps every record, quarantined or not — so it is bounded: past MaxBytes
-// it refuses (ErrFull) and the fan-out sheds, loudly counted, instead of
-// filling the disk or holding back the clean path.
+// rejection, in NDJSON files: one directory per secondary, readable with
+// any JSON tool. It is a view for people, not a system of record — primary
+// raw keeps every record, quarantined or not — so it is bounded: past
+// MaxBytes it refuses (ErrFull) and the fan-out sheds, loudly counted,
+// instead of filling the disk or holding back the clean path. The raw
+// gate's quarantine (gate = raw) uses the same writer and format.
 //
 // One line per record:
 //
 //	{"sink":"pg","raw_position":12,"found_by":"live","reason":"...",
-//	 "quarantined_at":"2026-12-02T22:10:00.123Z","record":{<the file sink's line>}}
+//	 "quarantined_at":"2026-12-02T22:10:00.123Z",
+//	 "reason_code":"decode","stage":"secondary","component":"pg","error":"...",
+//	 "attempts":1,"first_seen":"2026-12-02T22:10:00.120Z",
+//	 "key":"k1","key_encoding":"utf8",
+//	 "headers":[{"key":"trace","value":"YWJj","value_encoding":"base64"}],
+//	 "event_time":"2026-12-02T22:09:59Z",
+//	 "record":{<the file sink's line>}}
 //
-// found_by is "live" or "recovery". Files are named
+// found_by is "live" or "recovery". reason is the error text, as error;
+// it is kept for readers written before the other rejection fields.
+// reason_code is a record.Code's name (decode, contract, dq,
+// retry-exhausted, sink-refused, oversize), stage a record.Stage, component
+// the sink that refused, attempts the commits made, first_seen when the
+// record was refused. key, headers and event_time are present only when
+// the record has them; key and header values are UTF-8 text, or base64
+// when not valid UTF-8 (the *_encoding field says which). The record's
+// origin is record.source with raw_position (0 at the gate: a record the
+// gate refused never reached raw). Files are named
 // q-<unix nanos>-<random>.ndjson, so an ingest node and a recovery node may
 // quarantine into one directory without a lock. Every batch is written and
 // fdatasynced before Quarantine returns; a file's directory entry is synced
@@ -21,6 +37,7 @@ package quarantine
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -30,10 +47,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/sink/filesink"
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/record"
+	"github.com/weir-io/weir/sink"
 )
 
 // Defaults of Options.
@@ -222,13 +242,84 @@ func appendLine(buf []byte, q *engine.QuarantinedRecord, now time.Time) []byte {
 	} else {
 		buf = append(buf, `,"found_by":"live","reason":`...)
 	}
-	buf = appendJSONString(buf, q.Reason)
+	buf = appendJSONString(buf, q.Reject.Error)
 	buf = append(buf, `,"quarantined_at":"`...)
 	buf = now.AppendFormat(buf, time.RFC3339Nano)
-	buf = append(buf, `","record":`...)
+	buf = append(buf, '"')
+	buf = appendRejection(buf, &q.Reject)
+	buf = appendRecordMeta(buf, &q.Record)
+	buf = append(buf, `,"record":`...)
 	buf = filesink.AppendNDJSON(buf, &q.Record)
 	buf = buf[:len(buf)-1] // the record line's newline
 	return append(buf, "}\n"...)
+}
+
+// appendRejection appends the rejection's fields, each after a comma.
+func appendRejection(buf []byte, r *record.Rejection) []byte {
+	buf = append(buf, `,"reason_code":`...)
+	buf = appendJSONString(buf, r.Code.String())
+	buf = append(buf, `,"stage":`...)
+	buf = appendJSONString(buf, string(r.Stage))
+	buf = append(buf, `,"component":`...)
+	buf = appendJSONString(buf, r.Component)
+	buf = append(buf, `,"error":`...)
+	buf = appendJSONString(buf, r.Error)
+	buf = append(buf, `,"attempts":`...)
+	buf = strconv.AppendInt(buf, int64(r.Attempts), 10)
+	if r.FirstSeen != 0 {
+		buf = append(buf, `,"first_seen":"`...)
+		buf = time.Unix(0, r.FirstSeen).UTC().AppendFormat(buf, time.RFC3339Nano)
+		buf = append(buf, '"')
+	}
+	return buf
+}
+
+// appendRecordMeta appends the record's key, headers and event time, those
+// it has, each after a comma.
+func appendRecordMeta(buf []byte, r *sink.Record) []byte {
+	if r.Key != nil {
+		buf = appendBytes(buf, "key", r.Key)
+	}
+	if len(r.Headers) > 0 {
+		buf = append(buf, `,"headers":[`...)
+		for i, h := range r.Headers {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = append(buf, `{"key":`...)
+			buf = appendJSONString(buf, h.Key)
+			buf = appendBytes(buf, "value", h.Value)
+			buf = append(buf, '}')
+		}
+		buf = append(buf, ']')
+	}
+	if !r.EventTime.IsZero() {
+		buf = append(buf, `,"event_time":"`...)
+		buf = r.EventTime.UTC().AppendFormat(buf, time.RFC3339Nano)
+		buf = append(buf, '"')
+	}
+	return buf
+}
+
+// appendBytes appends ,"name":<b>,"name_encoding":"utf8"|"base64".
+func appendBytes(buf []byte, name string, b []byte) []byte {
+	buf = append(buf, `,"`...)
+	buf = append(buf, name...)
+	buf = append(buf, `":`...)
+	enc := "utf8"
+	if utf8.Valid(b) {
+		buf = appendJSONString(buf, string(b))
+	} else {
+		enc = "base64"
+		buf = append(buf, '"')
+		buf = base64.StdEncoding.AppendEncode(buf, b)
+		buf = append(buf, '"')
+	}
+	buf = append(buf, `,"`...)
+	buf = append(buf, name...)
+	buf = append(buf, `_encoding":"`...)
+	buf = append(buf, enc...)
+	return append(buf, '"')
 }
 
 func appendJSONString(buf []byte, s string) []byte {

@@ -2,6 +2,7 @@ package quarantine_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/weir-io/weir/internal/quarantine"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/internal/vfs/errorfs"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -28,10 +30,59 @@ func recs(sinkName string, from, n int, recovery bool) []engine.QuarantinedRecor
 			payload = []byte{0xff, 0xfe, byte(p)} // not UTF-8: base64 in the record
 		}
 		out[i] = engine.QuarantinedRecord{Sink: sinkName, Pos: uint64(p), Recovery: recovery,
-			Reason: fmt.Sprintf("pgsink: row %d: invalid input syntax for type json: \"quote\" and\nnewline", p),
+			Reject: record.Rejection{Code: record.Code(p % 7), Stage: record.StageSecondary, Component: sinkName, Attempts: p%3 + 1,
+				FirstSeen: time.Unix(1_700_000_001, int64(p)).UnixNano(),
+				Error:     fmt.Sprintf("pgsink: row %d: invalid input syntax for type json: \"quote\" and\nnewline", p)},
 			Record: sink.Record{ID: id, Payload: payload, Received: time.Unix(1_700_000_000, 0), Source: "kafka:orders", Durability: sink.Durable}}
+		if p%2 == 0 {
+			r := &out[i].Record
+			r.Key = fmt.Appendf(nil, "key-%d", p)
+			r.Headers = []sink.Header{{Key: "trace", Value: []byte("abc")}, {Key: "bin", Value: []byte{0xff, byte(p)}}}
+			r.EventTime = time.Unix(1_600_000_000, int64(p)*1000)
+		}
 	}
 	return out
+}
+
+// checkRejection compares an entry's rejection and record metadata with
+// the record written.
+func checkRejection(t *testing.T, e quarantine.Entry, want engine.QuarantinedRecord) {
+	t.Helper()
+	rj := want.Reject
+	if e.ReasonCode != rj.Code.String() || e.Stage != string(rj.Stage) || e.Component != rj.Component || e.Error != rj.Error ||
+		e.Reason != rj.Error || e.Attempts != rj.Attempts || e.FirstSeen != time.Unix(0, rj.FirstSeen).UTC().Format(time.RFC3339Nano) {
+		t.Fatalf("entry %+v, want rejection %+v", e, rj)
+	}
+	r := want.Record
+	if r.Key == nil {
+		if e.Key != "" || e.KeyEncoding != "" || e.Headers != nil || e.EventTime != "" {
+			t.Fatalf("entry %+v has record metadata the record lacks", e)
+		}
+		return
+	}
+	if e.Key != string(r.Key) || e.KeyEncoding != "utf8" || e.EventTime != r.EventTime.UTC().Format(time.RFC3339Nano) ||
+		len(e.Headers) != 2 || e.Headers[0].Key != "trace" || e.Headers[0].Value != "abc" || e.Headers[0].ValueEncoding != "utf8" ||
+		e.Headers[1].Key != "bin" || e.Headers[1].ValueEncoding != "base64" || e.Headers[1].Value != base64.StdEncoding.EncodeToString(r.Headers[1].Value) {
+		t.Fatalf("entry %+v, want record metadata of %+v", e, r)
+	}
+}
+
+// Lines written before reason codes existed still read, with the new
+// fields empty.
+func TestReadsLinesWithoutRejectionFields(t *testing.T) {
+	dir := t.TempDir()
+	line := `{"sink":"pg","raw_position":3,"found_by":"live","reason":"bad","quarantined_at":"2026-01-02T03:04:05Z",` +
+		`"record":{"weir_record_id":"00","durability":"durable","received_at":"2026-01-02T03:04:05Z","source":"s","payload":"x","payload_encoding":"utf8"}}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "q-1-00.ndjson"), []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := quarantine.ReadDir(vfs.OS, dir)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("%+v, %v", got, err)
+	}
+	if e := got[0]; e.Reason != "bad" || e.RawPosition != 3 || e.ReasonCode != "" || e.Record.Payload != "x" {
+		t.Fatalf("entry %+v", e)
+	}
 }
 
 func TestRoundTripAndRoll(t *testing.T) {
@@ -65,7 +116,8 @@ func TestRoundTripAndRoll(t *testing.T) {
 		if want.Recovery {
 			foundBy = "recovery"
 		}
-		if e.Sink != "pg" || e.RawPosition != uint64(i) || e.Reason != want.Reason || e.FoundBy != foundBy ||
+		checkRejection(t, e, want)
+		if e.Sink != "pg" || e.RawPosition != uint64(i) || e.FoundBy != foundBy ||
 			e.Record.Source != "kafka:orders" || !strings.HasPrefix(e.Record.ID, fmt.Sprintf("%02x%02x", byte(i), byte(i>>8))) {
 			t.Fatalf("entry %d = %+v", i, e)
 		}
@@ -215,7 +267,8 @@ func TestFanoutQuarantinesToDir(t *testing.T) {
 		t.Fatal("the writer still accepts after the fan-out closed it")
 	}
 	for _, e := range got {
-		if e.Sink != "odd" || e.RawPosition%2 != 1 || e.Reason != "odd record refused" || e.FoundBy != "live" {
+		if e.Sink != "odd" || e.RawPosition%2 != 1 || e.Reason != "odd record refused" || e.FoundBy != "live" ||
+			e.ReasonCode != "sink-refused" || e.Stage != "secondary" || e.Component != "odd" || e.Attempts != 1 || e.FirstSeen == "" {
 			t.Fatalf("entry %+v", e)
 		}
 	}

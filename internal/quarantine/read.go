@@ -9,14 +9,29 @@ import (
 	"github.com/weir-io/weir/internal/vfs"
 )
 
-// Entry is one quarantined record read back.
+// Entry is one quarantined record read back. Lines written before reason
+// codes existed leave the rejection fields empty (ReasonCode "").
 type Entry struct {
 	Sink          string `json:"sink"`
 	RawPosition   uint64 `json:"raw_position"`
 	FoundBy       string `json:"found_by"`
 	Reason        string `json:"reason"`
 	QuarantinedAt string `json:"quarantined_at"`
-	Record        struct {
+	ReasonCode    string `json:"reason_code"`
+	Stage         string `json:"stage"`
+	Component     string `json:"component"`
+	Error         string `json:"error"`
+	Attempts      int    `json:"attempts"`
+	FirstSeen     string `json:"first_seen"`
+	Key           string `json:"key"`
+	KeyEncoding   string `json:"key_encoding"`
+	Headers       []struct {
+		Key           string `json:"key"`
+		Value         string `json:"value"`
+		ValueEncoding string `json:"value_encoding"`
+	} `json:"headers"`
+	EventTime string `json:"event_time"`
+	Record    struct {
 		ID              string `json:"weir_record_id"`
 		Source          string `json:"source"`
 		Payload         string `json:"payload"`

@@ -16,6 +16,7 @@ import (
 	"github.com/weir-io/weir/client"
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/wab"
 )
 
@@ -224,7 +225,7 @@ func TestMetricsFromDiskAfterKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	dlPath := filepath.Join(dlDir, drain.DeadLetterName(1))
-	recs := []wab.Record{{Payload: []byte("refused once"), Meta: drain.EncodeMeta(drain.DeadLetterMeta{Reason: "planted by the test"})}}
+	recs := []wab.Record{{Payload: []byte("refused once"), Meta: record.Encode(&record.Meta{HasID: true, Reject: &record.Rejection{Error: "planted by the test"}})}}
 	if err := wab.WriteSealed(vfs.OS, dlPath, wab.Header{Shard: wab.DeadLetterShard, Seq: 1}, recs); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/weir-io/weir/client"
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/wab"
 )
@@ -134,8 +135,9 @@ func TestDeadLetterCLI(t *testing.T) {
 	for i := 0; i < 1500; i++ {
 		recs = append(recs, wab.Record{
 			Received: time.Now().UnixNano(),
-			Meta:     drain.EncodeMeta(drain.DeadLetterMeta{Reason: "test: refused by sink", ID: sink.RecordID{byte(i)}, Seq: 7, Index: uint64(i)}),
-			Payload:  []byte(fmt.Sprintf("dead-%05d", i)),
+			Meta: record.Encode(&record.Meta{ID: sink.RecordID{byte(i)}, HasID: true, Reject: &record.Rejection{
+				Code: record.CodeSinkRefused, Error: "test: refused by sink", Seq: 7, Index: uint64(i), HasLocation: true}}),
+			Payload: []byte(fmt.Sprintf("dead-%05d", i)),
 		})
 	}
 	dir := drain.DeadLetterDir(d.wabDir())

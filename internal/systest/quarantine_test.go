@@ -78,6 +78,19 @@ func TestSecondaryQuarantine(t *testing.T) {
 			e.RawPosition >= uint64(total) || e.Record.ID == "" {
 			t.Fatalf("quarantine entry %+v", e)
 		}
+		if e.ReasonCode != "decode" || e.Stage != "secondary" || e.Component != "pg" || e.Error != e.Reason ||
+			e.Attempts < 1 || e.FirstSeen == "" {
+			t.Fatalf("quarantine entry's rejection %+v", e)
+		}
+	}
+	var decode float64
+	for k, v := range m {
+		if strings.HasPrefix(k, "weir_secondary_quarantined_records_total{") && strings.Contains(k, `code="decode"`) {
+			decode += v
+		}
+	}
+	if decode != bad {
+		t.Errorf("weir_secondary_quarantined_records_total{code=\"decode\"} = %v, want %d", decode, bad)
 	}
 	t.Logf("%d records: %d in the table, %d quarantined; first reason: %s", total, total-bad, len(got), got[0].Reason)
 }

@@ -319,31 +319,31 @@ func rowBytes(r *sink.Record) int {
 }
 
 // check pre-validates a record: "" means it may be sent.
-func (s *Sink) check(r *sink.Record) string {
+func (s *Sink) check(r *sink.Record) (string, sink.Code) {
 	if len(r.Payload) > s.opts.MaxPayloadBytes {
-		return fmt.Sprintf("mysqlsink: payload of %d bytes exceeds the limit of %d", len(r.Payload), s.opts.MaxPayloadBytes)
+		return fmt.Sprintf("mysqlsink: payload of %d bytes exceeds the limit of %d", len(r.Payload), s.opts.MaxPayloadBytes), sink.CodeOversize
 	}
 	if n := rowBytes(r) + len(s.prefix) + len(s.suffix); n > s.maxStmt {
-		return fmt.Sprintf("mysqlsink: record of %d bytes cannot fit in one statement under max_allowed_packet (%d bytes)", len(r.Payload), s.maxStmt+1024)
+		return fmt.Sprintf("mysqlsink: record of %d bytes cannot fit in one statement under max_allowed_packet (%d bytes)", len(r.Payload), s.maxStmt+1024), sink.CodeOversize
 	}
 	if !utf8.ValidString(r.Source) {
-		return "mysqlsink: source is not valid UTF-8"
+		return "mysqlsink: source is not valid UTF-8", sink.CodeDecode
 	}
 	if utf8.RuneCountInString(r.Source) > maxSourceChars {
-		return fmt.Sprintf("mysqlsink: source is longer than %d characters", maxSourceChars)
+		return fmt.Sprintf("mysqlsink: source is longer than %d characters", maxSourceChars), sink.CodeSinkRefused
 	}
 	if y := r.Received.UTC().Year(); y < 1000 || y > 9999 {
-		return fmt.Sprintf("mysqlsink: received time %s is outside DATETIME's range", r.Received.UTC().Format(time.RFC3339Nano))
+		return fmt.Sprintf("mysqlsink: received time %s is outside DATETIME's range", r.Received.UTC().Format(time.RFC3339Nano)), sink.CodeSinkRefused
 	}
 	if s.opts.PayloadType == PayloadJSON {
 		if !utf8.Valid(r.Payload) {
-			return "mysqlsink: payload is not valid UTF-8, so not JSON for the JSON column"
+			return "mysqlsink: payload is not valid UTF-8, so not JSON for the JSON column", sink.CodeDecode
 		}
 		if !json.Valid(r.Payload) {
-			return "mysqlsink: payload is not valid JSON for the JSON column"
+			return "mysqlsink: payload is not valid JSON for the JSON column", sink.CodeDecode
 		}
 	}
-	return ""
+	return "", 0
 }
 
 // Commit implements sink.Sink; see the package documentation.

@@ -428,7 +428,7 @@ func (s *Sink) commit(b sink.Batch) (sink.CommitResult, uint64, error) {
 				skip = map[int]bool{}
 			}
 			skip[i] = true
-			res.Rejected = append(res.Rejected, sink.Rejection{Index: i,
+			res.Rejected = append(res.Rejected, sink.Rejection{Index: i, Code: sink.CodeOversize,
 				Reason: fmt.Sprintf("parquetsink: payload of %d bytes exceeds max_payload_bytes (%d)", n, s.opts.MaxPayloadBytes)})
 		}
 	}

@@ -497,7 +497,7 @@ func TestReplayedBatchSkipped(t *testing.T) {
 	b := sink.NewBatch(recs)
 	for range 2 {
 		res, err := s.Commit(ctxT(t), b)
-		if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Index != 2 {
+		if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Index != 2 || res.Rejected[0].Code != sink.CodeOversize {
 			t.Fatalf("Commit: %+v %v", res, err)
 		}
 	}

@@ -367,22 +367,22 @@ func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, err
 }
 
 // check pre-validates a record: "" means it may be sent.
-func (s *Sink) check(r *sink.Record) string {
+func (s *Sink) check(r *sink.Record) (string, sink.Code) {
 	if len(r.Payload) > s.opts.MaxPayloadBytes {
-		return fmt.Sprintf("pgsink: payload of %d bytes exceeds the limit of %d", len(r.Payload), s.opts.MaxPayloadBytes)
+		return fmt.Sprintf("pgsink: payload of %d bytes exceeds the limit of %d", len(r.Payload), s.opts.MaxPayloadBytes), sink.CodeOversize
 	}
 	if !utf8.ValidString(r.Source) || containsNUL(r.Source) {
-		return "pgsink: source is not valid UTF-8 text (or holds a NUL byte)"
+		return "pgsink: source is not valid UTF-8 text (or holds a NUL byte)", sink.CodeDecode
 	}
 	if s.opts.PayloadType == PayloadJSONB {
 		if !utf8.Valid(r.Payload) {
-			return "pgsink: payload is not valid UTF-8, so not JSON for the jsonb column"
+			return "pgsink: payload is not valid UTF-8, so not JSON for the jsonb column", sink.CodeDecode
 		}
 		if !json.Valid(r.Payload) {
-			return "pgsink: payload is not valid JSON for the jsonb column"
+			return "pgsink: payload is not valid JSON for the jsonb column", sink.CodeDecode
 		}
 	}
-	return ""
+	return "", 0
 }
 
 func containsNUL(s string) bool {

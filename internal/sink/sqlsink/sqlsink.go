@@ -9,7 +9,9 @@
 // A database package builds a Core with New and hands it, in Config:
 //
 //   - Check, the pre-validation of one record in Go ("" means it may be
-//     sent; anything else is the rejection's reason);
+//     sent; anything else is the rejection's reason, with its reason code:
+//     sink.CodeOversize for a record too large, sink.CodeDecode for bytes
+//     the column's type cannot take, sink.CodeSinkRefused otherwise);
 //   - CommitRows, which writes recs[idx...] in exactly one transaction and
 //     commits it, returning the rows the server refused with a data error
 //     (usually through Core.Bisect) or an error already classified with
@@ -57,8 +59,9 @@ type Config struct {
 	// Log receives the rejection summary of a Commit.
 	Log *slog.Logger
 
-	// Check pre-validates a record: "" means it may be sent.
-	Check func(r *sink.Record) string
+	// Check pre-validates a record: "" means it may be sent; otherwise
+	// why it may not, and the reason code.
+	Check func(r *sink.Record) (string, sink.Code)
 	// CommitRows writes recs[idx...] in one transaction and commits it;
 	// see the package documentation.
 	CommitRows func(ctx context.Context, recs []sink.Record, idx []int) ([]sink.Rejection, error)
@@ -117,8 +120,8 @@ func (c *Core) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, err
 	var res sink.CommitResult
 	good := make([]int, 0, len(b.Records))
 	for i := range b.Records {
-		if why := c.cfg.Check(&b.Records[i]); why != "" {
-			res.Rejected = append(res.Rejected, sink.Rejection{Index: i, Reason: why})
+		if why, code := c.cfg.Check(&b.Records[i]); why != "" {
+			res.Rejected = append(res.Rejected, sink.Rejection{Index: i, Reason: why, Code: code.OrRefused()})
 			continue
 		}
 		good = append(good, i)
@@ -215,7 +218,7 @@ func (c *Core) Bisect(groups [][]int, probe func(g []int) error) ([]sink.Rejecti
 			return nil, err
 		}
 		if len(g) == 1 {
-			bad = append(bad, sink.Rejection{Index: g[0], Reason: c.cfg.Server + " refused the row: " + err.Error()})
+			bad = append(bad, sink.Rejection{Index: g[0], Reason: c.cfg.Server + " refused the row: " + err.Error(), Code: sink.CodeSinkRefused})
 			continue
 		}
 		h := len(g) / 2

@@ -20,7 +20,7 @@ func testCore(maxProbes int) *Core {
 		Name: "testsink", Server: "testdb", ErrClosed: errors.New("testsink: closed"),
 		Timeout: time.Second, MaxProbes: maxProbes, Log: slog.New(slog.DiscardHandler),
 		IsDataError: func(err error) bool { return errors.Is(err, errData) },
-		Check:       func(r *sink.Record) string { return "" },
+		Check:       func(r *sink.Record) (string, sink.Code) { return "", 0 },
 		Ping:        func(context.Context) error { return nil },
 		Close:       func() error { return nil },
 	})
@@ -93,11 +93,11 @@ func TestBisectOtherError(t *testing.T) {
 func TestCommitBookkeeping(t *testing.T) {
 	c := testCore(128)
 	var fail error
-	c.cfg.Check = func(r *sink.Record) string {
+	c.cfg.Check = func(r *sink.Record) (string, sink.Code) {
 		if r.Source == "bad" {
-			return "testsink: bad source"
+			return "testsink: bad source", sink.CodeDecode
 		}
-		return ""
+		return "", 0
 	}
 	c.cfg.CommitRows = func(ctx context.Context, recs []sink.Record, idx []int) ([]sink.Rejection, error) {
 		if _, ok := ctx.Deadline(); !ok {
@@ -114,7 +114,8 @@ func TestCommitBookkeeping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rejected) != 2 || res.Rejected[0].Index != 1 || res.Rejected[1].Index != 0 {
+	if len(res.Rejected) != 2 || res.Rejected[0].Index != 1 || res.Rejected[1].Index != 0 ||
+		res.Rejected[0].Code != sink.CodeDecode || res.Rejected[1].Code != sink.CodeUnknown {
 		t.Fatalf("rejected %+v", res.Rejected)
 	}
 	if c.Batches.Load() != 1 || c.Records.Load() != 4 || c.Committed.Load() != 2 ||
