@@ -26,6 +26,7 @@ func TestConformance(t *testing.T) {
 			Sink:            open(t),
 			KeepsDuplicates: true,
 			BinaryPayloads:  true,
+			Metadata:        true,
 			ReadBack: func(ctx context.Context) ([]sinktest.Stored, error) {
 				lines, err := ReadDirFS(vfs.OS, dir, true)
 				if err != nil {
@@ -33,7 +34,8 @@ func TestConformance(t *testing.T) {
 				}
 				out := make([]sinktest.Stored, len(lines))
 				for i, l := range lines {
-					out[i] = sinktest.Stored{ID: l.ID, Payload: l.Payload, Source: l.Source, Durability: l.Durability, Received: l.Received}
+					out[i] = sinktest.Stored{ID: l.ID, Payload: l.Payload, Source: l.Source, Durability: l.Durability, Received: l.Received,
+						Key: l.Key, Headers: l.Headers, EventTime: l.EventTime}
 				}
 				return out, nil
 			},

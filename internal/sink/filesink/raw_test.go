@@ -211,6 +211,7 @@ func TestConformanceRaw(t *testing.T) {
 			Sink:            open(t),
 			KeepsDuplicates: true,
 			BinaryPayloads:  true,
+			Metadata:        true,
 			ReadBack: func(ctx context.Context) ([]sinktest.Stored, error) {
 				lines, err := ReadDirFS(vfs.OS, dir, true)
 				if err != nil {
@@ -218,7 +219,8 @@ func TestConformanceRaw(t *testing.T) {
 				}
 				out := make([]sinktest.Stored, len(lines))
 				for i, l := range lines {
-					out[i] = sinktest.Stored{ID: l.ID, Payload: l.Payload, Source: l.Source, Durability: l.Durability, Received: l.Received}
+					out[i] = sinktest.Stored{ID: l.ID, Payload: l.Payload, Source: l.Source, Durability: l.Durability, Received: l.Received,
+						Key: l.Key, Headers: l.Headers, EventTime: l.EventTime}
 				}
 				return out, nil
 			},
