@@ -35,6 +35,7 @@ func TestConformance(t *testing.T) {
 			Sink:            open(t),
 			KeepsDuplicates: true,
 			BinaryPayloads:  true,
+			Metadata:        true,
 			ReadBack: func(ctx context.Context) ([]sinktest.Stored, error) {
 				recs, err := ReadDir(vfs.OS, dir)
 				if err != nil {
@@ -56,7 +57,8 @@ func TestConformance(t *testing.T) {
 func stored(recs []Record) []sinktest.Stored {
 	out := make([]sinktest.Stored, len(recs))
 	for i, r := range recs {
-		out[i] = sinktest.Stored{ID: r.ID, Payload: r.Payload, Source: r.Source, Durability: r.Durability, Received: r.Received}
+		out[i] = sinktest.Stored{ID: r.ID, Payload: r.Payload, Source: r.Source, Durability: r.Durability, Received: r.Received,
+			Key: r.Key, Headers: r.Headers, EventTime: r.EventTime}
 	}
 	return out
 }

@@ -594,6 +594,7 @@ func TestConformanceRaw(t *testing.T) {
 			Sink:            open(t),
 			KeepsDuplicates: true,
 			BinaryPayloads:  true,
+			Metadata:        true,
 			ReadBack: func(ctx context.Context) ([]sinktest.Stored, error) {
 				recs, err := ReadDir(vfs.OS, dir)
 				if err != nil {
