@@ -109,7 +109,9 @@ func (e *env) kill(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-func (e *env) readBack(ctx context.Context) ([]sinktest.Stored, error) { return e.readBackMeta(ctx, false) }
+func (e *env) readBack(ctx context.Context) ([]sinktest.Stored, error) {
+	return e.readBackMeta(ctx, false)
+}
 
 // readBackMeta reads the table; with meta, its metadata columns too.
 func (e *env) readBackMeta(ctx context.Context, meta bool) ([]sinktest.Stored, error) {

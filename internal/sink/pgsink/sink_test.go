@@ -204,7 +204,9 @@ func TestConformance(t *testing.T) {
 					BinaryPayloads:  pt == PayloadBytea,
 					KeepsDuplicates: v.raw,
 					Metadata:        v.meta,
-					ReadBack:        func(ctx context.Context) ([]sinktest.Stored, error) { return e.readBack(ctx, pt == PayloadJSONB, v.meta) },
+					ReadBack: func(ctx context.Context) ([]sinktest.Stored, error) {
+						return e.readBack(ctx, pt == PayloadJSONB, v.meta)
+					},
 					Poison: func(k int) (sink.Record, bool) {
 						if k >= len(poisons) {
 							return sink.Record{}, false

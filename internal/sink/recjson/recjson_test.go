@@ -39,7 +39,6 @@ func TestEscapingMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
-
 // TestHeadersRoundTrip: any headers — names and values of any bytes, in
 // any order, repeated — survive AppendHeaders and ParseHeaders, as valid
 // JSON that never holds a NUL character (jsonb refuses one).

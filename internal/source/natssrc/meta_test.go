@@ -109,4 +109,3 @@ func sameHeaders(a, b []sink.Header) bool {
 	}
 	return true
 }
-
