@@ -12,6 +12,7 @@ import (
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/sink/sinktest"
 	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
 )
@@ -62,23 +63,10 @@ func TestWABGateKeepsRecordMeta(t *testing.T) {
 		if (s.Key == nil) != (r.Key == nil) || !bytes.Equal(s.Key, r.Key) {
 			t.Errorf("%s: key %q (nil %v), want %q (nil %v)", r.Payload, s.Key, s.Key == nil, r.Key, r.Key == nil)
 		}
-		if !sameHeaders(s.Headers, r.Headers) {
-			t.Errorf("%s: headers %v, want %v", r.Payload, s.Headers, r.Headers)
+		if why := sinktest.MetaDiff(sink.Record{Headers: r.Headers}, sink.Record{Headers: s.Headers}); why != "" {
+			t.Errorf("%s: %s", r.Payload, why)
 		}
 	}
-}
-
-// sameHeaders compares header lists, an empty value equal to a nil one.
-func sameHeaders(a, b []sink.Header) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Key != b[i].Key || !bytes.Equal(a[i].Value, b[i].Value) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestWABGateRefusesOversizedMeta: headers too large for a buffer

@@ -257,7 +257,7 @@ func (c *tcase) expect(want []sink.Record) {
 		} else if why := diff(w, g, eq); why != "" {
 			c.t.Errorf("record %s: %s", g.ID, why)
 			bad++
-		} else if why := metaDiff(w, g); c.h.Metadata && why != "" {
+		} else if why := MetaDiff(w, sink.Record{Key: g.Key, Headers: g.Headers, EventTime: g.EventTime}); c.h.Metadata && why != "" {
 			c.t.Errorf("record %s: %s", g.ID, why)
 			bad++
 		}
@@ -441,7 +441,12 @@ func testMetadata(t *testing.T, c *tcase) {
 	c.expect(recs)
 }
 
-func metaDiff(w sink.Record, g Stored) string {
+// MetaDiff says how got's key, headers and event time differ from
+// want's, "" when they agree: the same key (none is not an empty one), the
+// same headers in the same order (an empty value equal to a nil one), the
+// same instant.
+func MetaDiff(want, got sink.Record) string {
+	w, g := want, got
 	switch {
 	case (w.Key == nil) != (g.Key == nil) || !bytes.Equal(w.Key, g.Key):
 		return fmt.Sprintf("key %q (none: %v), want %q (none: %v)", g.Key, g.Key == nil, w.Key, w.Key == nil)

@@ -1,7 +1,6 @@
 package mysqlsink
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/sink/sinktest"
 )
 
 // todaysTable is the table the sink created before metadata columns
@@ -84,13 +84,8 @@ func TestTodaysTableWithMetadataColumns(t *testing.T) {
 		t.Fatalf("%d rows, want %d", len(got), len(want))
 	}
 	for _, g := range got {
-		w := want[g.ID]
-		same := (g.Key == nil) == (w.Key == nil) && bytes.Equal(g.Key, w.Key) && g.EventTime.Equal(w.EventTime) && len(g.Headers) == len(w.Headers)
-		for i := 0; same && i < len(w.Headers); i++ {
-			same = g.Headers[i].Key == w.Headers[i].Key && bytes.Equal(g.Headers[i].Value, w.Headers[i].Value)
-		}
-		if !same {
-			t.Errorf("%s: key %q headers %q event %s; want %q %q %s", g.Payload, g.Key, g.Headers, g.EventTime, w.Key, w.Headers, w.EventTime)
+		if why := sinktest.MetaDiff(want[g.ID], sink.Record{Key: g.Key, Headers: g.Headers, EventTime: g.EventTime}); why != "" {
+			t.Errorf("%s: %s", g.Payload, why)
 		}
 	}
 }

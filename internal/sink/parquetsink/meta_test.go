@@ -1,7 +1,6 @@
 package parquetsink
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"hash/crc32"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/sink/sinktest"
 )
 
 // withMeta gives records a key (an empty one for some), headers (a
@@ -33,17 +33,7 @@ func withMeta(recs []sink.Record) []sink.Record {
 	return recs
 }
 
-func sameMeta(a, b sink.Record) bool {
-	if (a.Key == nil) != (b.Key == nil) || !bytes.Equal(a.Key, b.Key) || !a.EventTime.Equal(b.EventTime) || len(a.Headers) != len(b.Headers) {
-		return false
-	}
-	for i := range a.Headers {
-		if a.Headers[i].Key != b.Headers[i].Key || !bytes.Equal(a.Headers[i].Value, b.Headers[i].Value) {
-			return false
-		}
-	}
-	return true
-}
+func sameMeta(a, b sink.Record) bool { return sinktest.MetaDiff(b, a) == "" }
 
 // TestRawMetadataThroughParquet: key, headers and event time survive the
 // stage, the conversion to Parquet and every way of reading raw back —

@@ -1,7 +1,6 @@
 package pgsink
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/sink/sinktest"
 )
 
 // metaRecords are records with a key (an empty one too), headers (a
@@ -25,17 +25,7 @@ func metaRecords(prefix string) []sink.Record {
 	return recs
 }
 
-func sameMeta(a, b sink.Record) bool {
-	if (a.Key == nil) != (b.Key == nil) || !bytes.Equal(a.Key, b.Key) || !a.EventTime.Equal(b.EventTime) || len(a.Headers) != len(b.Headers) {
-		return false
-	}
-	for i := range a.Headers {
-		if a.Headers[i].Key != b.Headers[i].Key || !bytes.Equal(a.Headers[i].Value, b.Headers[i].Value) {
-			return false
-		}
-	}
-	return true
-}
+func sameMeta(a, b sink.Record) bool { return sinktest.MetaDiff(b, a) == "" }
 
 // TestRawReadsMetadataBack: a raw table keeps key, headers and event time
 // (without any option) and ReadFrom — recovery's read — returns them.

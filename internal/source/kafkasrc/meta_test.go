@@ -1,7 +1,6 @@
 package kafkasrc_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/source/kafkasrc"
 	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/sink/sinktest"
 )
 
 // metaCase is one produced record with the metadata it must arrive with.
@@ -75,29 +75,15 @@ func TestRecordMetadataReachesTheSink(t *testing.T) {
 		if !ok {
 			t.Fatalf("unexpected record %q", g.Payload)
 		}
-		if (g.Key == nil) != (c.key == nil) || !bytes.Equal(g.Key, c.key) {
-			t.Errorf("%s: key %q (none: %v), want %q (none: %v)", g.Payload, g.Key, g.Key == nil, c.key, c.key == nil)
+		want := sink.Record{Key: c.key, EventTime: c.ts}
+		for _, h := range c.headers {
+			want.Headers = append(want.Headers, sink.Header{Key: h.Key, Value: h.Value})
 		}
-		if !g.EventTime.Equal(c.ts) {
-			t.Errorf("%s: event time %s, want %s", g.Payload, g.EventTime, c.ts)
-		}
-		if !sameHeaders(g.Headers, c.headers) {
-			t.Errorf("%s: headers %q, want %q", g.Payload, g.Headers, c.headers)
+		if why := sinktest.MetaDiff(want, g); why != "" {
+			t.Errorf("%s: %s", g.Payload, why)
 		}
 		if g.Source != "kafka" {
 			t.Errorf("%s: source %q", g.Payload, g.Source)
 		}
 	}
-}
-
-func sameHeaders(got []sink.Header, want []kgo.RecordHeader) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i].Key != want[i].Key || !bytes.Equal(got[i].Value, want[i].Value) {
-			return false
-		}
-	}
-	return true
 }

@@ -1,7 +1,6 @@
 package natssrc_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"reflect"
@@ -14,6 +13,7 @@ import (
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/source/natssrc"
 	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/sink/sinktest"
 )
 
 // TestRecordMetadataReachesTheSink: a message's headers (repeated names
@@ -73,11 +73,8 @@ func TestRecordMetadataReachesTheSink(t *testing.T) {
 		if !ok {
 			t.Fatalf("unexpected record %q", g.Payload)
 		}
-		if (g.Key == nil) != (w.key == nil) || !bytes.Equal(g.Key, w.key) {
-			t.Errorf("%s: key %q, want %q", g.Payload, g.Key, w.key)
-		}
-		if !sameHeaders(g.Headers, natssrc.Headers(w.hdr)) {
-			t.Errorf("%s: headers %q, want %q", g.Payload, g.Headers, natssrc.Headers(w.hdr))
+		if why := sinktest.MetaDiff(sink.Record{Key: w.key, Headers: natssrc.Headers(w.hdr)}, sink.Record{Key: g.Key, Headers: g.Headers}); why != "" {
+			t.Errorf("%s: %s", g.Payload, why)
 		}
 		// The stream's timestamp: set by the server between publish and ack.
 		if g.EventTime.Before(w.pub.Add(-time.Second)) || g.EventTime.After(time.Now()) {
@@ -96,16 +93,4 @@ func TestHeaders(t *testing.T) {
 	if natssrc.Headers(nil) != nil || natssrc.Headers(nats.Header{}) != nil {
 		t.Fatal("no headers should be nil")
 	}
-}
-
-func sameHeaders(a, b []sink.Header) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Key != b[i].Key || !bytes.Equal(a[i].Value, b[i].Value) {
-			return false
-		}
-	}
-	return true
 }
