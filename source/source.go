@@ -70,14 +70,25 @@ type Record struct {
 	Payload []byte
 	// Source names the source instance, e.g. "kafka:orders".
 	Source string
-	// Time is the record's own timestamp when the source has one (broker
-	// append time, file mtime), else when it was read. It is kept as the
-	// record's event time.
+	// Time is the record's own timestamp when the source has one (a Kafka
+	// record's timestamp, a JetStream message's stream timestamp); the
+	// zero Time when it has none (a line of a file). The gate keeps it as
+	// the record's event time (sink.Record.EventTime).
 	Time time.Time
+	// Received is when the source read the record, for a source that
+	// keeps it itself (a file source that is its own raw); the zero Time
+	// lets the gate stamp its own. It is never an event time.
+	Received time.Time
 	// Key is the record's key at the origin (a Kafka key); nil if none.
 	Key []byte
-	// Headers are the record's headers at the origin, in order.
+	// Headers are the record's headers at the origin, in order (names may
+	// repeat).
 	Headers []sink.Header
+	// OriginPos says where the origin keeps the record, for people
+	// ("orders/3@1234" for a Kafka record); empty if the source has no such
+	// place. It is stored with the record (record.Meta.OriginPos) and
+	// derives nothing.
+	OriginPos string
 }
 
 // Gate is where a source writes. Write returns nil only once every record

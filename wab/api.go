@@ -43,8 +43,9 @@ type Record struct {
 	Durability Durability
 	// Received is the daemon's receive time, Unix nanoseconds.
 	Received int64
-	// Meta is opaque metadata; empty for producer records, the rejection
-	// reason (and original identity) for dead-letter records.
+	// Meta is opaque to this package: the record's metadata as package
+	// record encodes it (record.Decode; docs/wab_format.md, "Record
+	// meta") — empty for a wire-v1 producer record.
 	Meta    []byte
 	Payload []byte
 }
@@ -107,8 +108,8 @@ type Request struct {
 	Durability Durability
 	Payloads   [][]byte
 	// Metas, when not nil, holds one Meta per payload (same length as
-	// Payloads; each at most MaxMetaBytes). Sources use it to carry a
-	// record's origin id; producer records have none.
+	// Payloads; each at most MaxMetaBytes): a record.Meta encoding, which
+	// carries a source record's id, key, headers and event time.
 	Metas    [][]byte
 	Received int64
 	Done     func(err error)

@@ -107,6 +107,8 @@ type PostgresConfig struct {
 	BatchRecords int           // sink.postgres.batch_records
 	CreateTable  bool          // sink.postgres.create_table
 	Timeout      time.Duration // sink.postgres.timeout
+	// MetadataColumns: sink.postgres.metadata_columns.
+	MetadataColumns bool
 }
 
 // MySQLConfig configures the MySQL/MariaDB sink.
@@ -116,6 +118,8 @@ type MySQLConfig struct {
 	PayloadType  string        // sink.mysql.payload_type: blob|json
 	BatchRecords int           // sink.mysql.batch_records
 	Timeout      time.Duration // sink.mysql.timeout
+	// MetadataColumns: sink.mysql.metadata_columns.
+	MetadataColumns bool
 }
 
 // FileConfig configures the NDJSON file sink.

@@ -198,6 +198,8 @@ var samples = map[string][2]string{
 	"sink.mysql.payload_type":        {"json", "json"},
 	"sink.mysql.batch_records":       {"1", "65536"},
 	"sink.mysql.timeout":             {"1s", "5m"},
+	"sink.postgres.metadata_columns": {"true", "true"},
+	"sink.mysql.metadata_columns":    {"true", "true"},
 	"metrics_bind":                   {"0.0.0.0", "metrics.internal"},
 	"metrics_port":                   {"0", "19185"},
 	"live_stall_timeout":             {"30s", "5m"},

@@ -656,6 +656,8 @@ func knobs() []knob {
 			func(p *partial) **bool { return &p.PGCreateTable }, func(c *Config) *bool { return &c.Sink.Postgres.CreateTable }),
 		durationKnob("sink.postgres.timeout", DefaultPGTimeout, time.Second, time.Hour, "Time allowed for one commit (a timeout is retried).",
 			func(p *partial) **time.Duration { return &p.PGTimeout }, func(c *Config) *time.Duration { return &c.Sink.Postgres.Timeout }),
+		boolKnob("sink.postgres.metadata_columns", false, "Also write each record's key, headers and event time, into weir_key (bytea), weir_headers (jsonb) and weir_event_time (timestamptz); missing columns are added when create_table is on, else refused. A raw table always has them.",
+			func(p *partial) **bool { return &p.PGMetadataColumns }, func(c *Config) *bool { return &c.Sink.Postgres.MetadataColumns }),
 
 		dsnKnob("sink.mysql.dsn", "a go-sql-driver DSN, user:password@tcp(host:port)/database; required when sink.type is \"mysql\"",
 			"MySQL or MariaDB connection string. Holds the password if any; never logged.",
@@ -668,6 +670,8 @@ func knobs() []knob {
 			func(p *partial) **int { return &p.MySQLBatchRecords }, func(c *Config) *int { return &c.Sink.MySQL.BatchRecords }),
 		durationKnob("sink.mysql.timeout", DefaultMySQLTimeout, time.Second, time.Hour, "Time allowed for one commit (a timeout is retried).",
 			func(p *partial) **time.Duration { return &p.MySQLTimeout }, func(c *Config) *time.Duration { return &c.Sink.MySQL.Timeout }),
+		boolKnob("sink.mysql.metadata_columns", false, "Also write each record's key, headers and event time, into weir_key (LONGBLOB), weir_headers (JSON) and weir_event_time (DATETIME(6)); missing columns are added to an existing table.",
+			func(p *partial) **bool { return &p.MySQLMetadataColumns }, func(c *Config) *bool { return &c.Sink.MySQL.MetadataColumns }),
 
 		enumKnob("gate", DefaultGate, []string{"buffer", "raw"}, "What a [[source]] waits for before it commits its position: the write-ahead buffer's durable write (buffer), or the [sink]'s own durable commit with no write-ahead buffer at all (raw: no producers, no drain; records the sink refuses go to <data_dir>/quarantine/raw).",
 			func(p *partial) **string { return &p.Gate }, func(c *Config) *string { return &c.Gate }),
@@ -741,11 +745,13 @@ type partial struct {
 	PGDSN, PGTable, PGPayloadType *string
 	PGBatchRecords                *int
 	PGCreateTable                 *bool
+	PGMetadataColumns             *bool
 	PGTimeout                     *time.Duration
 
 	MySQLDSN, MySQLTable, MySQLPayloadType *string
 	MySQLBatchRecords                      *int
 	MySQLTimeout                           *time.Duration
+	MySQLMetadataColumns                   *bool
 
 	MetricsBind      *string
 	MetricsPort      *int

@@ -206,7 +206,7 @@ func openSink(ctx context.Context, sc config.SinkConfig, fs vfs.FS, log *slog.Lo
 		pc := sc.Postgres
 		s, err := pgsink.New(ctx, pgsink.Options{
 			DSN: pc.DSN, Table: pc.Table, PayloadType: pc.PayloadType, CreateTable: pc.CreateTable,
-			MaxBatchSize: pc.BatchRecords, Timeout: pc.Timeout, Positions: raw,
+			MaxBatchSize: pc.BatchRecords, Timeout: pc.Timeout, Positions: raw, MetadataColumns: pc.MetadataColumns,
 			Logger: log,
 		})
 		if err != nil {
@@ -217,7 +217,7 @@ func openSink(ctx context.Context, sc config.SinkConfig, fs vfs.FS, log *slog.Lo
 		mc := sc.MySQL
 		s, err := mysqlsink.New(ctx, mysqlsink.Options{
 			DSN: mc.DSN, Table: mc.Table, PayloadType: mc.PayloadType,
-			MaxBatchSize: mc.BatchRecords, Timeout: mc.Timeout,
+			MaxBatchSize: mc.BatchRecords, Timeout: mc.Timeout, MetadataColumns: mc.MetadataColumns,
 			Logger: log,
 		})
 		if err != nil {

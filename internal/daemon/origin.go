@@ -101,8 +101,8 @@ func openOriginFanout(ctx context.Context, cfg *config.Config, sc config.SourceC
 // read back (Received is the record's read time).
 func sinkRecords(recs []source.Record) []sink.Record {
 	out := make([]sink.Record, len(recs))
-	for i, r := range recs {
-		out[i] = sink.Record{ID: r.ID, Payload: r.Payload, Source: r.Source, Durability: sink.Durable, Received: r.Time}
+	for i := range recs {
+		out[i] = engine.SinkRecord(&recs[i], recs[i].Received)
 	}
 	return out
 }

@@ -2,11 +2,14 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync"
 	"time"
 
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
 )
@@ -112,14 +115,16 @@ func (g *WABGate) ShardFor(sourceName string) int {
 	return int(h.Sum32() % uint32(g.log.Shards()))
 }
 
-// Write submits recs under the Durable tier, each with its encoded Origin
-// as Meta, and returns nil once every request has been acknowledged. On
-// any error none of recs may be considered durable (some may be; written
-// again they are deduplicated by id).
+// Write submits recs under the Durable tier, each with its metadata as
+// Meta (record.Meta: id, source, key, headers, event time = Record.Time,
+// origin position), and returns nil once every request has been
+// acknowledged. On any error none of recs may be considered durable (some
+// may be; written again they are deduplicated by id).
 //
-// The buffer keeps referring to the payloads until the requests are
-// finished, which may be after Write returned early because ctx ended: a
-// caller must not reuse a payload's memory after passing it to Write.
+// The buffer keeps referring to the payloads, keys and header values
+// until the requests are finished, which may be after Write returned early
+// because ctx ended: a caller must not reuse their memory after passing
+// them to Write.
 func (g *WABGate) Write(ctx context.Context, recs []source.Record) error {
 	if len(recs) == 0 {
 		return nil
@@ -130,7 +135,12 @@ func (g *WABGate) Write(ctx context.Context, recs []source.Record) error {
 				ErrGate, i, recs[i].Source, wab.ErrRecordTooLarge, n, g.opts.MaxRecordBytes)
 		}
 	}
-	reqs := g.split(recs)
+	arena := getMetaArena(recs)
+	reqs, err := g.split(recs, arena)
+	if err != nil {
+		putMetaArena(arena)
+		return err
+	}
 	done := make(chan error, len(reqs))
 	submitted := 0
 	var firstErr error
@@ -152,9 +162,12 @@ func (g *WABGate) Write(ctx context.Context, recs []source.Record) error {
 			if firstErr == nil {
 				firstErr = fmt.Errorf("%w: %w", ErrGate, ctx.Err())
 			}
+			// The buffer may still read the metas: leave the arena
+			// to the garbage collector.
 			return firstErr
 		}
 	}
+	putMetaArena(arena)
 	return firstErr
 }
 
@@ -164,14 +177,16 @@ type shardReq struct {
 }
 
 // split cuts recs into requests within the limits, keeping each source's
-// records in order on its shard.
-func (g *WABGate) split(recs []source.Record) []shardReq {
+// records in order on its shard. The records' metas are encoded into
+// arena, which the requests then refer to.
+func (g *WABGate) split(recs []source.Record, arena *[]byte) ([]shardReq, error) {
 	now := time.Now().UnixNano()
 	var out []shardReq
 	open := map[int]int{} // shard -> index in out of the request being filled
 	var openBytes = map[int]int64{}
 	var lastSource string
 	lastShard := -1
+	buf := (*arena)[:0]
 	for i := range recs {
 		r := &recs[i]
 		shard := lastShard
@@ -179,7 +194,14 @@ func (g *WABGate) split(recs []source.Record) []shardReq {
 			shard = g.ShardFor(r.Source)
 			lastSource, lastShard = r.Source, shard
 		}
-		meta := source.EncodeOrigin(source.Origin{ID: r.ID, Source: r.Source})
+		m := metaOf(r)
+		start := len(buf)
+		buf = record.Append(buf, &m)
+		meta := buf[start:len(buf):len(buf)]
+		if len(meta) > wab.MaxMetaBytes {
+			return nil, fmt.Errorf("%w: record %d of %q: %w: metadata (key and headers) of %d bytes, limit %d",
+				ErrGate, i, r.Source, wab.ErrRecordTooLarge, len(meta), wab.MaxMetaBytes)
+		}
 		size := wab.RecordSize(len(meta), len(r.Payload))
 		idx, ok := open[shard]
 		if ok {
@@ -199,5 +221,59 @@ func (g *WABGate) split(recs []source.Record) []shardReq {
 		req.Metas = append(req.Metas, meta)
 		openBytes[shard] += size
 	}
-	return out
+	*arena = buf
+	return out, nil
+}
+
+// metaOf is what the buffer keeps of a source record besides its payload.
+func metaOf(r *source.Record) record.Meta {
+	m := record.Meta{
+		ID: r.ID, HasID: true, Source: r.Source,
+		Key: r.Key, Headers: r.Headers, OriginPos: r.OriginPos,
+	}
+	if !r.Time.IsZero() {
+		m.EventTime = r.Time.UnixNano()
+	}
+	return m
+}
+
+// metaArenas recycles the buffers Write encodes metas into, so that a
+// steady source allocates none: one buffer per Write, returned only once
+// every request of the Write is finished (the buffer no longer reads it).
+var metaArenas = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledArena bounds the buffers kept for reuse.
+const maxPooledArena = 1 << 20
+
+// getMetaArena returns a buffer with room for the metas of recs, so that
+// encoding them never moves it.
+func getMetaArena(recs []source.Record) *[]byte {
+	n := 0
+	for i := range recs {
+		n += metaSizeBound(&recs[i])
+	}
+	a := metaArenas.Get().(*[]byte)
+	if cap(*a) < n {
+		*a = make([]byte, 0, n)
+	}
+	return a
+}
+
+func putMetaArena(a *[]byte) {
+	if cap(*a) <= maxPooledArena {
+		*a = (*a)[:0]
+		metaArenas.Put(a)
+	}
+}
+
+// metaSizeBound bounds the size of r's encoded meta: the version byte,
+// each field's tag and length (at most 1 + binary.MaxVarintLen64 bytes)
+// and value, and a header's key length.
+func metaSizeBound(r *source.Record) int {
+	const field = 1 + binary.MaxVarintLen64
+	n := 1 + 5*field + 16 + 8 + len(r.Source) + len(r.Key) + len(r.OriginPos)
+	for _, h := range r.Headers {
+		n += field + binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
+	}
+	return n
 }

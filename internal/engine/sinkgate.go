@@ -49,7 +49,8 @@ type SinkGateOptions struct {
 // short of them.
 //
 // Commits are serialised: one batch at a time reaches the sink, as from
-// the drain. A record's Received is when Write was called.
+// the drain. A record's Received is when Write was called (or the
+// source's own Received), its EventTime the source record's Time.
 type SinkGate struct {
 	snk  sink.Sink
 	opts SinkGateOptions
@@ -73,8 +74,8 @@ func (g *SinkGate) Write(ctx context.Context, recs []source.Record) error {
 	}
 	now := time.Now()
 	records := make([]sink.Record, len(recs))
-	for i, r := range recs {
-		records[i] = sink.Record{ID: r.ID, Payload: r.Payload, Source: r.Source, Durability: sink.Durable, Received: now}
+	for i := range recs {
+		records[i] = SinkRecord(&recs[i], now)
 	}
 	step := g.snk.MaxBatchSize()
 	if step <= 0 {
@@ -118,4 +119,20 @@ func (g *SinkGate) commit(ctx context.Context, records []sink.Record) error {
 		countByCode(qs, g.opts.Observer.GateQuarantined)
 	}
 	return nil
+}
+
+// SinkRecord is the record a sink receives for a source record that
+// bypasses the write-ahead buffer (the raw gate; a source that is its own
+// raw): the same fields the drain gives a buffered one (drain.SinkRecord) —
+// id, source, key, headers, event time = r.Time — received at r.Received,
+// or at received when the source left it zero. It aliases r's bytes.
+func SinkRecord(r *source.Record, received time.Time) sink.Record {
+	out := sink.Record{
+		ID: r.ID, Payload: r.Payload, Source: r.Source, Durability: sink.Durable, Received: r.Received,
+		Key: r.Key, Headers: r.Headers, EventTime: r.Time,
+	}
+	if out.Received.IsZero() {
+		out.Received = received
+	}
+	return out
 }

@@ -56,6 +56,11 @@ type Stored struct {
 	Source     string
 	Durability sink.Durability
 	Received   time.Time
+	// Key, Headers and EventTime are checked only with
+	// Harness.Metadata.
+	Key       []byte
+	Headers   []sink.Header
+	EventTime time.Time
 }
 
 // Harness is one fresh sink and the hooks into its destination.
@@ -78,6 +83,12 @@ type Harness struct {
 	// BinaryPayloads says the sink stores arbitrary bytes (invalid UTF-8,
 	// NUL). Otherwise payloads are small JSON strings.
 	BinaryPayloads bool
+
+	// Metadata says the sink stores a record's key, headers and event
+	// time, and ReadBack returns them: every case then checks them too
+	// (a record without them must come back without them), and the
+	// Metadata case commits records with every kind of each.
+	Metadata bool
 
 	// Payload, when set, makes the payload for record i of a test; it
 	// overrides the built-in generator.
@@ -158,6 +169,7 @@ func Run(t *testing.T, factory Factory) {
 		{"Reopen", testReopen},
 		{"MaxBatchSize", testMaxBatchSize},
 		{"BinaryPayloads", testBinaryPayloads},
+		{"Metadata", testMetadata},
 		{"PartialSuccess", testPartialSuccess},
 		{"CanceledContext", testCanceledContext},
 		{"ConcurrentHealth", testConcurrentHealth},
@@ -292,6 +304,9 @@ func (c *tcase) expectIn(readBack func(context.Context) ([]Stored, error), want 
 			c.t.Errorf("destination holds record %s that was never committed (or was rejected)", g.ID)
 			bad++
 		} else if why := diff(w, g, eq); why != "" {
+			c.t.Errorf("record %s: %s", g.ID, why)
+			bad++
+		} else if why := MetaDiff(w, sink.Record{Key: g.Key, Headers: g.Headers, EventTime: g.EventTime}); c.h.Metadata && why != "" {
 			c.t.Errorf("record %s: %s", g.ID, why)
 			bad++
 		}
@@ -475,6 +490,59 @@ func testBinaryPayloads(t *testing.T, c *tcase) {
 	}
 	c.commit(c.h.Sink, recs)
 	c.expect(recs)
+}
+
+// testMetadata commits records with and without a key (an empty one too,
+// which is not the same as none), headers (names repeated, in an order
+// that is not sorted, binary and empty values, a non-ASCII name) and an
+// event time, and reads them back.
+func testMetadata(t *testing.T, c *tcase) {
+	if !c.h.Metadata {
+		t.Skip("sink does not store key, headers and event time")
+	}
+	event := time.Date(2023, 4, 5, 6, 7, 8, 9000, time.UTC) // microseconds: what every database keeps
+	var recs []sink.Record
+	for i := range 8 {
+		r := c.record()
+		switch i % 4 {
+		case 1:
+			r.Key = []byte(fmt.Sprintf("key-%d", i))
+			r.Headers = []sink.Header{{Key: "b", Value: []byte("1")}, {Key: "a", Value: []byte{0, 0xff, '"'}}, {Key: "b", Value: []byte("2")}}
+			r.EventTime = event.Add(time.Duration(i) * time.Second)
+		case 2:
+			r.Key = []byte{}
+			r.Headers = []sink.Header{{Key: "empty"}}
+		case 3:
+			r.Key = []byte{0xff, 0, 'k'}
+			r.Headers = []sink.Header{{Key: "é-\\\"n", Value: []byte("x\u2028y\n")}}
+			r.EventTime = event.Add(-time.Duration(i) * time.Hour)
+		}
+		recs = append(recs, r)
+	}
+	c.commit(c.h.Sink, recs)
+	c.expect(recs)
+}
+
+// MetaDiff says how got's key, headers and event time differ from
+// want's, "" when they agree: the same key (none is not an empty one), the
+// same headers in the same order (an empty value equal to a nil one), the
+// same instant.
+func MetaDiff(want, got sink.Record) string {
+	w, g := want, got
+	switch {
+	case (w.Key == nil) != (g.Key == nil) || !bytes.Equal(w.Key, g.Key):
+		return fmt.Sprintf("key %q (none: %v), want %q (none: %v)", g.Key, g.Key == nil, w.Key, w.Key == nil)
+	case !w.EventTime.Equal(g.EventTime):
+		return fmt.Sprintf("event time %s, want %s", g.EventTime, w.EventTime)
+	case len(w.Headers) != len(g.Headers):
+		return fmt.Sprintf("headers %q, want %q", g.Headers, w.Headers)
+	}
+	for i := range w.Headers {
+		if w.Headers[i].Key != g.Headers[i].Key || !bytes.Equal(w.Headers[i].Value, g.Headers[i].Value) {
+			return fmt.Sprintf("headers %q, want %q", g.Headers, w.Headers)
+		}
+	}
+	return ""
 }
 
 // testPartialSuccess puts poison records among good ones: each must be

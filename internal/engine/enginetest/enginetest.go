@@ -3,6 +3,7 @@
 package enginetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
@@ -56,15 +58,21 @@ func (w *WAB) Close() error {
 	return w.Log.Close(ctx)
 }
 
-// Stored is one source record as the buffer holds it.
+// Stored is one source record as the buffer holds it: its payload and
+// what its meta (record.Meta) says.
 type Stored struct {
-	ID      sink.RecordID
-	Source  string
-	Payload string
+	ID        sink.RecordID
+	Source    string
+	Payload   string
+	Key       []byte        // nil: none
+	Headers   []sink.Header // in order
+	EventTime int64         // Unix nanoseconds; 0: none
+	OriginPos string
 }
 
 // Records closes the buffer and returns every record in it, by shard then
-// segment then position. A record without a valid origin fails the test.
+// segment then position. A record whose meta does not decode, or carries
+// no id, fails the test.
 func (w *WAB) Records(t testing.TB) []Stored {
 	t.Helper()
 	if err := w.Close(); err != nil {
@@ -89,12 +97,18 @@ func (w *WAB) Records(t testing.TB) []Stored {
 				r.Close()
 				t.Fatalf("read %s: %v", ref.Path, err)
 			}
-			o, err := source.DecodeOrigin(rec.Meta)
+			m, err := record.Decode(bytes.Clone(rec.Meta), record.LegacyOrigin)
+			if err == nil && !m.HasID {
+				err = errors.New("no id")
+			}
 			if err != nil {
 				r.Close()
-				t.Fatalf("%s: record without origin: %v", ref.Path, err)
+				t.Fatalf("%s: record without a source record's meta: %v", ref.Path, err)
 			}
-			out = append(out, Stored{ID: o.ID, Source: o.Source, Payload: string(rec.Payload)})
+			out = append(out, Stored{
+				ID: m.ID, Source: m.Source, Payload: string(rec.Payload),
+				Key: m.Key, Headers: m.Headers, EventTime: m.EventTime, OriginPos: m.OriginPos,
+			})
 		}
 		r.Close()
 	}

@@ -43,6 +43,7 @@ func harness(t *testing.T, opts Options, mem bool, wrap func(vfs.FS) vfs.FS) *si
 		Sink:            openOn(t, fs),
 		KeepsDuplicates: true,
 		BinaryPayloads:  true,
+		Metadata:        true,
 		ReadBack:        readBack(fs, dir),
 		Reopen:          func(t *testing.T) sink.Sink { return openOn(t, fs) },
 	}
@@ -59,7 +60,8 @@ func readBack(fs vfs.FS, dir string) func(context.Context) ([]sinktest.Stored, e
 		}
 		out := make([]sinktest.Stored, len(lines))
 		for i, l := range lines {
-			out[i] = sinktest.Stored{ID: l.ID, Payload: l.Payload, Source: l.Source, Durability: l.Durability, Received: l.Received}
+			out[i] = sinktest.Stored{ID: l.ID, Payload: l.Payload, Source: l.Source, Durability: l.Durability, Received: l.Received,
+				Key: l.Key, Headers: l.Headers, EventTime: l.EventTime}
 		}
 		return out, nil
 	}

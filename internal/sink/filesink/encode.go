@@ -6,10 +6,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/weir-io/weir/internal/sink/recjson"
 	"github.com/weir-io/weir/sink"
 )
 
-// appendRecord appends r as one NDJSON line.
+// appendRecord appends r as one NDJSON line. A record's key, headers and
+// event time follow the payload, each only when the record has one, so a
+// record without them is written exactly as before they existed.
 func appendRecord(buf []byte, r *sink.Record) []byte {
 	buf = append(buf, `{"weir_record_id":"`...)
 	buf = hex.AppendEncode(buf, r.ID[:])
@@ -20,94 +23,38 @@ func appendRecord(buf []byte, r *sink.Record) []byte {
 	case sink.Buffered:
 		buf = append(buf, "buffered"...)
 	default:
-		buf = appendSource(buf, r.Durability.String())
+		buf = recjson.AppendShort(buf, r.Durability.String())
 	}
 	buf = append(buf, `","received_at":"`...)
 	buf = r.Received.UTC().AppendFormat(buf, time.RFC3339Nano)
 	buf = append(buf, `","source":"`...)
-	buf = appendSource(buf, r.Source)
+	buf = recjson.AppendShort(buf, r.Source)
 	buf = append(buf, `","payload":"`...)
 	if utf8.Valid(r.Payload) {
-		buf = appendString(buf, r.Payload)
-		buf = append(buf, `","payload_encoding":"utf8"}`...)
+		buf = recjson.AppendString(buf, r.Payload)
+		buf = append(buf, `","payload_encoding":"utf8"`...)
 	} else {
 		buf = base64.StdEncoding.AppendEncode(buf, r.Payload)
-		buf = append(buf, `","payload_encoding":"base64"}`...)
+		buf = append(buf, `","payload_encoding":"base64"`...)
 	}
-	return append(buf, '\n')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// safe[b] is true for ASCII bytes that appear unescaped inside a JSON
-// string.
-var safe = func() (t [utf8.RuneSelf]bool) {
-	for b := 0x20; b < utf8.RuneSelf; b++ {
-		t[b] = b != '"' && b != '\\'
+	if r.Key != nil {
+		buf = append(buf, `,"key":`...)
+		var enc string
+		buf, enc = recjson.AppendValue(buf, r.Key)
+		buf = append(buf, `,"key_encoding":"`...)
+		buf = append(buf, enc...)
+		buf = append(buf, '"')
 	}
-	return t
-}()
-
-// appendString appends s, escaped as the body of a JSON string (without the
-// quotes). Quotes, backslashes and control characters are escaped, and so
-// are U+2028 and U+2029, which JavaScript does not allow raw in a string.
-// Invalid UTF-8 becomes U+FFFD, as encoding/json does; payloads never reach
-// here unless they are valid.
-func appendString(buf []byte, s []byte) []byte {
-	start := 0
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if safe[b] {
-				i++
-				continue
-			}
-			buf = append(buf, s[start:i]...)
-			switch b {
-			case '"', '\\':
-				buf = append(buf, '\\', b)
-			case '\n':
-				buf = append(buf, '\\', 'n')
-			case '\r':
-				buf = append(buf, '\\', 'r')
-			case '\t':
-				buf = append(buf, '\\', 't')
-			default:
-				buf = append(buf, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRune(s[i:])
-		if c == utf8.RuneError && size == 1 {
-			buf = append(buf, s[start:i]...)
-			buf = append(buf, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if c == '\u2028' || c == '\u2029' {
-			buf = append(buf, s[start:i]...)
-			buf = append(buf, '\\', 'u', '2', '0', '2', hexDigits[c&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
+	if len(r.Headers) > 0 {
+		buf = append(buf, `,"headers":`...)
+		buf = recjson.AppendHeaders(buf, r.Headers)
 	}
-	return append(buf, s[start:]...)
-}
-
-// appendSource appends a short string field such as the source name,
-// without converting it when it needs no escaping.
-func appendSource(buf []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf || !safe[s[i]] {
-			return appendString(buf, []byte(s))
-		}
+	if !r.EventTime.IsZero() {
+		buf = append(buf, `,"event_time":"`...)
+		buf = r.EventTime.UTC().AppendFormat(buf, time.RFC3339Nano)
+		buf = append(buf, '"')
 	}
-	return append(buf, s...)
+	return append(buf, '}', '\n')
 }
 
 // AppendNDJSON appends r as one line of the file sink's format (with its

@@ -262,9 +262,7 @@ func (d *rawDir) readFrom(ctx context.Context, from, end uint64, max int) ([]sin
 				perr = fmt.Errorf("filesink: %s: position %d: %w", filepath.Join(d.dir, f.name), p, err)
 				return false
 			}
-			out = append(out, sink.Positioned{Pos: p, Record: sink.Record{
-				ID: l.ID, Payload: l.Payload, Durability: l.Durability, Received: l.Received, Source: l.Source,
-			}})
+			out = append(out, sink.Positioned{Pos: p, Record: l.Record()})
 			d.hint = readHint{true, f.first, pos, next}
 			return true
 		})

@@ -3,13 +3,12 @@ package filesink
 import (
 	"bufio"
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"github.com/weir-io/weir/internal/sink/recjson"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 )
@@ -23,15 +22,30 @@ type Line struct {
 	Received   time.Time
 	Source     string
 	Payload    []byte // decoded
+	Key        []byte // decoded; nil when the record has none
+	Headers    []sink.Header
+	EventTime  time.Time // zero when the record has none
+}
+
+// Record is the line as the record a sink was given (the raw reader's).
+func (l *Line) Record() sink.Record {
+	return sink.Record{
+		ID: l.ID, Payload: l.Payload, Durability: l.Durability, Received: l.Received, Source: l.Source,
+		Key: l.Key, Headers: l.Headers, EventTime: l.EventTime,
+	}
 }
 
 type lineJSON struct {
-	ID         string    `json:"weir_record_id"`
-	Durability string    `json:"durability"`
-	Received   time.Time `json:"received_at"`
-	Source     string    `json:"source"`
-	Payload    *string   `json:"payload"`
-	Encoding   string    `json:"payload_encoding"`
+	ID          string           `json:"weir_record_id"`
+	Durability  string           `json:"durability"`
+	Received    time.Time        `json:"received_at"`
+	Source      string           `json:"source"`
+	Payload     *string          `json:"payload"`
+	Encoding    string           `json:"payload_encoding"`
+	Key         *string          `json:"key"`
+	KeyEncoding string           `json:"key_encoding"`
+	Headers     []recjson.Header `json:"headers"`
+	EventTime   *time.Time       `json:"event_time"`
 }
 
 // ReadDir reads every finished (.ndjson) file in dir, in name order, which
@@ -117,15 +131,19 @@ func parseLine(raw []byte) (Line, error) {
 	if j.Payload == nil {
 		return Line{}, fmt.Errorf("no payload")
 	}
-	switch j.Encoding {
-	case "utf8":
-		l.Payload = []byte(*j.Payload)
-	case "base64":
-		if l.Payload, err = base64.StdEncoding.DecodeString(*j.Payload); err != nil {
-			return Line{}, fmt.Errorf("payload: %w", err)
+	if l.Payload, err = recjson.Decode(*j.Payload, j.Encoding); err != nil {
+		return Line{}, fmt.Errorf("payload: %w", err)
+	}
+	if j.Key != nil {
+		if l.Key, err = recjson.Decode(*j.Key, j.KeyEncoding); err != nil {
+			return Line{}, fmt.Errorf("key: %w", err)
 		}
-	default:
-		return Line{}, fmt.Errorf("unknown payload_encoding %q", strings.ToValidUTF8(j.Encoding, "?"))
+	}
+	if l.Headers, err = recjson.DecodeHeaders(j.Headers); err != nil {
+		return Line{}, err
+	}
+	if j.EventTime != nil {
+		l.EventTime = *j.EventTime
 	}
 	l.Received, l.Source = j.Received, j.Source
 	return l, nil

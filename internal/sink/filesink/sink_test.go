@@ -181,33 +181,6 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// TestEscapingMatchesEncodingJSON checks the hand-written escaper against
-// encoding/json on the decoded value.
-func TestEscapingMatchesEncodingJSON(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
-	alphabet := []rune{'a', '"', '\\', '/', '\n', 0, 0x1f, 0x7f, 'é', '\u2028', '\u2029', '😀', 0xfffd, '<'}
-	for range 2000 {
-		var sb strings.Builder
-		for range r.IntN(20) {
-			sb.WriteRune(alphabet[r.IntN(len(alphabet))])
-		}
-		s := sb.String()
-		enc := append([]byte{'"'}, appendString(nil, []byte(s))...)
-		enc = append(enc, '"')
-		var back string
-		if err := json.Unmarshal(enc, &back); err != nil {
-			t.Fatalf("%q -> %s: %v", s, enc, err)
-		}
-		if back != s {
-			t.Fatalf("%q -> %s -> %q", s, enc, back)
-		}
-	}
-	// Invalid UTF-8 in a string field becomes U+FFFD, like encoding/json.
-	if got := string(appendSource(nil, "a\xffb")); got != `a\ufffdb` {
-		t.Errorf("invalid source: %s", got)
-	}
-}
-
 var nameRE = regexp.MustCompile(`^weir-\d{20}-\d{6}\.ndjson(\.open)?$`)
 
 func TestRollBySize(t *testing.T) {

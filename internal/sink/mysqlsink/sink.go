@@ -15,6 +15,22 @@
 // key that is not weir_record_id alone, a non-InnoDB engine, or an extra
 // NOT NULL column without a default is reported by name.
 //
+// With MetadataColumns (metadata_columns = true) each row also keeps the
+// record's key, headers and event time:
+//
+//	weir_key        LONGBLOB NULL      -- NULL: no key ('' is an empty key)
+//	weir_headers    JSON NULL          -- NULL: none; else an array in order,
+//	                                   -- [{"key":…,"value":…,"value_encoding":…}]
+//	weir_event_time DATETIME(6) NULL   -- UTC; NULL: none
+//
+// (the headers' form is package recjson's). The option is off by default,
+// and then the sink neither writes nor needs these columns: a table made
+// before they existed keeps working unchanged. With it on, a table
+// without them gets the missing ones added at New (ALTER TABLE … ADD
+// COLUMN, nullable; old rows read as having none) — the sink creates its
+// table anyway, so it may also extend it. A record whose event time falls
+// outside DATETIME's range is rejected like one with such a receive time.
+//
 // # Commit
 //
 // A batch is one multi-row
@@ -119,6 +135,10 @@ type Options struct {
 	MaxPayloadBytes int
 	// MaxProbes bounds bisection. Zero means DefaultMaxProbes.
 	MaxProbes int
+	// MetadataColumns also writes each record's key, headers and event
+	// time into weir_key, weir_headers and weir_event_time (see the
+	// package documentation).
+	MetadataColumns bool
 	// Logger receives lifecycle events and rejections; nil discards.
 	Logger *slog.Logger
 }
@@ -247,6 +267,10 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	s.prefix = "INSERT INTO " + s.table + " (weir_record_id, payload, source, durability, received_at) VALUES "
 	s.suffix = " ON DUPLICATE KEY UPDATE weir_record_id = weir_record_id"
 	s.rowPlace = "(?,?,?,?,?)"
+	if opts.MetadataColumns {
+		s.prefix = "INSERT INTO " + s.table + " (weir_record_id, payload, source, durability, received_at, weir_key, weir_headers, weir_event_time) VALUES "
+		s.rowPlace = "(?,?,?,?,?,?,?,?)"
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
@@ -315,7 +339,11 @@ func (s *Sink) Close() error { return s.core.Close() }
 // rowBytes bounds a row's size in the interpolated statement: every byte
 // of a string may be escaped to two.
 func rowBytes(r *sink.Record) int {
-	return 2*(len(r.Payload)+len(r.Source)) + 2*16 + 96
+	n := 2*(len(r.Payload)+len(r.Source)) + 2*16 + 96
+	if r.Key != nil || len(r.Headers) > 0 || !r.EventTime.IsZero() {
+		n += metaBytes(r)
+	}
+	return n
 }
 
 // check pre-validates a record: "" means it may be sent.
@@ -334,6 +362,9 @@ func (s *Sink) check(r *sink.Record) (string, sink.Code) {
 	}
 	if y := r.Received.UTC().Year(); y < 1000 || y > 9999 {
 		return fmt.Sprintf("mysqlsink: received time %s is outside DATETIME's range", r.Received.UTC().Format(time.RFC3339Nano)), sink.CodeSinkRefused
+	}
+	if y := r.EventTime.UTC().Year(); s.opts.MetadataColumns && !r.EventTime.IsZero() && (y < 1000 || y > 9999) {
+		return fmt.Sprintf("mysqlsink: event time %s is outside DATETIME's range", r.EventTime.UTC().Format(time.RFC3339Nano)), sink.CodeSinkRefused
 	}
 	if s.opts.PayloadType == PayloadJSON {
 		if !utf8.Valid(r.Payload) {
@@ -426,6 +457,9 @@ func (s *Sink) insert(ctx context.Context, tx *sql.Tx, recs []sink.Record, idx [
 			p = string(r.Payload)
 		}
 		args = append(args, r.ID[:], p, r.Source, r.Durability.String(), r.Received.UTC())
+		if s.opts.MetadataColumns {
+			args = appendMetaArgs(args, r)
+		}
 	}
 	q.WriteString(s.suffix)
 	s.core.Statements.Add(1)

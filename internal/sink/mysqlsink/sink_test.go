@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/goleak"
 
+	"github.com/weir-io/weir/internal/sink/recjson"
 	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/sink/sinktest"
@@ -109,6 +110,11 @@ func (e *env) kill(ctx context.Context) (int, error) {
 }
 
 func (e *env) readBack(ctx context.Context) ([]sinktest.Stored, error) {
+	return e.readBackMeta(ctx, false)
+}
+
+// readBackMeta reads the table; with meta, its metadata columns too.
+func (e *env) readBackMeta(ctx context.Context, meta bool) ([]sinktest.Stored, error) {
 	cfg, _ := mysql.ParseDSN(e.rootDSN)
 	cfg.ParseTime, cfg.Loc = true, time.UTC
 	db, err := sql.Open("mysql", cfg.FormatDSN())
@@ -116,7 +122,11 @@ func (e *env) readBack(ctx context.Context) ([]sinktest.Stored, error) {
 		return nil, err
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(ctx, "SELECT weir_record_id, payload, source, durability, received_at FROM "+quoteIdent(e.table))
+	m := "NULL, NULL, NULL"
+	if meta {
+		m = "weir_key, weir_headers, weir_event_time"
+	}
+	rows, err := db.QueryContext(ctx, "SELECT weir_record_id, payload, source, durability, received_at, "+m+" FROM "+quoteIdent(e.table))
 	if err != nil {
 		return nil, err
 	}
@@ -126,8 +136,18 @@ func (e *env) readBack(ctx context.Context) ([]sinktest.Stored, error) {
 		var id []byte
 		var dur string
 		var st sinktest.Stored
-		if err := rows.Scan(&id, &st.Payload, &st.Source, &dur, &st.Received); err != nil {
+		var headers sql.NullString
+		var event sql.NullTime
+		if err := rows.Scan(&id, &st.Payload, &st.Source, &dur, &st.Received, &st.Key, &headers, &event); err != nil {
 			return nil, err
+		}
+		if headers.Valid {
+			if st.Headers, err = recjson.ParseHeaders([]byte(headers.String)); err != nil {
+				return nil, err
+			}
+		}
+		if event.Valid {
+			st.EventTime = event.Time
 		}
 		if len(id) != 16 {
 			return nil, fmt.Errorf("id %x", id)
@@ -147,8 +167,12 @@ func (e *env) readBack(ctx context.Context) ([]sinktest.Stored, error) {
 }
 
 func TestConformance(t *testing.T) {
-	for _, pt := range []string{PayloadBlob, PayloadJSON} {
-		t.Run(pt, func(t *testing.T) {
+	for _, v := range []struct {
+		name, pt string
+		meta     bool
+	}{{PayloadBlob, PayloadBlob, false}, {PayloadJSON, PayloadJSON, false}, {"metadata", PayloadBlob, true}} {
+		pt := v.pt
+		t.Run(v.name, func(t *testing.T) {
 			sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
 				e := newEnv(t)
 				target, err := testenv.MySQLTarget(e.dsn)
@@ -160,7 +184,7 @@ func TestConformance(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				opts := Options{PayloadType: pt, MaxPayloadBytes: 100 << 10, HealthTimeout: time.Second, Timeout: 20 * time.Second}
+				opts := Options{PayloadType: pt, MaxPayloadBytes: 100 << 10, HealthTimeout: time.Second, Timeout: 20 * time.Second, MetadataColumns: v.meta}
 				s := e.open(t, via, opts)
 				e.exec("ALTER TABLE " + quoteIdent(e.table) + " ADD CONSTRAINT no_poison CHECK (payload <> 'poison' AND payload <> '\"poison\"')")
 				poisons := []sink.Record{
@@ -168,6 +192,9 @@ func TestConformance(t *testing.T) {
 					{Payload: []byte(`"ok"`), Source: "bad\xffsource"},                              // invalid UTF-8 (Go)
 					{Payload: []byte(`"ok"`), Source: strings.Repeat("s", 256)},                     // too long (Go)
 					{Payload: []byte(`"ok"`), Received: time.Date(999, 1, 1, 0, 0, 0, 0, time.UTC)}, // DATETIME range (Go)
+				}
+				if v.meta {
+					poisons = append(poisons, sink.Record{Payload: []byte(`"ok"`), EventTime: time.Date(999, 1, 1, 0, 0, 0, 0, time.UTC)}) // DATETIME range (Go)
 				}
 				if pt == PayloadBlob {
 					poisons = append(poisons, sink.Record{Payload: []byte("poison")}) // CHECK (server)
@@ -181,7 +208,8 @@ func TestConformance(t *testing.T) {
 				h := &sinktest.Harness{
 					Sink:           s,
 					BinaryPayloads: pt == PayloadBlob,
-					ReadBack:       e.readBack,
+					Metadata:       v.meta,
+					ReadBack:       func(ctx context.Context) ([]sinktest.Stored, error) { return e.readBackMeta(ctx, v.meta) },
 					Poison: func(k int) (sink.Record, bool) {
 						if k >= len(poisons) {
 							return sink.Record{}, false

@@ -12,14 +12,20 @@ func (s *Sink) createSQL() string {
 	if s.opts.PayloadType == PayloadJSON {
 		payload = "JSON"
 	}
+	meta := ""
+	if s.opts.MetadataColumns {
+		for _, c := range metaColumns {
+			meta += ",\n\t" + c.name + " " + c.def
+		}
+	}
 	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	weir_record_id BINARY(16) NOT NULL PRIMARY KEY,
 	payload %s NOT NULL,
 	source VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
 	durability VARCHAR(16) NOT NULL,
 	received_at DATETIME(6) NOT NULL,
-	committed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`, s.table, payload)
+	committed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)%s
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`, s.table, payload, meta)
 }
 
 // prepareTable creates the table if it is missing, then checks it.
@@ -40,6 +46,20 @@ func (s *Sink) prepareTable(ctx context.Context, dbName, tblName string) error {
 	if !strings.EqualFold(engine.String, "InnoDB") {
 		return fmt.Errorf("mysqlsink: table %s uses engine %q; the sink needs InnoDB (transactions)", s.table, engine.String)
 	}
+	if s.opts.MetadataColumns {
+		have, err := s.columnNames(ctx, schema, tblName)
+		if err != nil {
+			return err
+		}
+		if err := s.addMetaColumns(ctx, have); err != nil {
+			return err
+		}
+	}
+	return s.checkColumns(ctx, schema, tblName)
+}
+
+// checkColumns checks the table's columns and primary key.
+func (s *Sink) checkColumns(ctx context.Context, schema sql.NullString, tblName string) error {
 	rows, err := s.db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE,
 			IS_NULLABLE = 'NO' AND COLUMN_DEFAULT IS NULL AND EXTRA NOT LIKE '%auto_increment%' AND EXTRA NOT LIKE '%GENERATED%'
 		FROM information_schema.COLUMNS
@@ -85,6 +105,17 @@ func (s *Sink) prepareTable(ctx context.Context, dbName, tblName string) error {
 		{"durability", "VARCHAR(16)", func(c col) bool { return c.dataType == "varchar" }},
 		{"received_at", "DATETIME(6)", func(c col) bool { return c.colType == "datetime(6)" }},
 		{"committed_at", "DATETIME(6)", func(c col) bool { return c.colType == "datetime(6)" }},
+	}
+	if s.opts.MetadataColumns {
+		want = append(want, []struct {
+			name, typ string
+			ok        func(col) bool
+		}{
+			{"weir_key", "LONGBLOB", func(c col) bool { return c.dataType == "longblob" }},
+			// MariaDB's JSON is LONGTEXT with a JSON_VALID check.
+			{"weir_headers", "JSON", func(c col) bool { return c.dataType == "json" || c.dataType == "longtext" }},
+			{"weir_event_time", "DATETIME(6)", func(c col) bool { return c.colType == "datetime(6)" }},
+		}...)
 	}
 	known := map[string]bool{}
 	var problems []string

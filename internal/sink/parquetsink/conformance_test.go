@@ -51,6 +51,7 @@ func harness(t *testing.T, opts Options, mem bool, check func([]Record) error) *
 		Sink:            openOn(t, fs),
 		KeepsDuplicates: true,
 		BinaryPayloads:  true,
+		Metadata:        true,
 		ReadBack:        readBack(fs, dir, check),
 		Poison: func(kind int) (sink.Record, bool) {
 			if kind > 0 {
@@ -80,7 +81,8 @@ func readBack(fs vfs.FS, dir string, check func([]Record) error) func(context.Co
 func stored(recs []Record) []sinktest.Stored {
 	out := make([]sinktest.Stored, len(recs))
 	for i, r := range recs {
-		out[i] = sinktest.Stored{ID: r.ID, Payload: r.Payload, Source: r.Source, Durability: r.Durability, Received: r.Received}
+		out[i] = sinktest.Stored{ID: r.ID, Payload: r.Payload, Source: r.Source, Durability: r.Durability, Received: r.Received,
+			Key: r.Key, Headers: r.Headers, EventTime: r.EventTime}
 	}
 	return out
 }

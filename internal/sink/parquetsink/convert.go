@@ -2,9 +2,11 @@ package parquetsink
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
@@ -21,7 +23,21 @@ import (
 //	  required binary durability (STRING);
 //	  required int64 received_at (TIMESTAMP(NANOS,true));
 //	  required int64 committed_at (TIMESTAMP(NANOS,true));
+//	  optional binary key;
+//	  required group headers (LIST) {
+//	    repeated group list {
+//	      required group element {
+//	        required binary key (STRING);
+//	        required binary value;
+//	      }
+//	    }
+//	  }
+//	  optional int64 event_time (TIMESTAMP(NANOS,true));
 //	}
+//
+// key (null: no key; empty: an empty key), headers (empty: none) and
+// event_time (null: none) came with the record model's version 2; a file
+// written before them reads with no key, no headers and no event time.
 type row struct {
 	ID          [16]byte `parquet:"weir_record_id"`
 	Payload     []byte   `parquet:"payload"`
@@ -29,6 +45,31 @@ type row struct {
 	Durability  string   `parquet:"durability,dict"`
 	ReceivedAt  int64    `parquet:"received_at,timestamp(nanosecond:utc)"`
 	CommittedAt int64    `parquet:"committed_at,timestamp(nanosecond:utc)"`
+	// Key is a pointer so that an empty key and none differ (a nil slice
+	// and an empty one would both be written as null).
+	Key       *[]byte  `parquet:"key,optional"`
+	Headers   []header `parquet:"headers,list"`
+	EventTime int64    `parquet:"event_time,optional,timestamp(nanosecond:utc)"`
+}
+
+// header is one element of a row's headers.
+type header struct {
+	Key   string `parquet:"key"`
+	Value []byte `parquet:"value"`
+}
+
+// detach copies what a row read from a Parquet reader shares with the
+// reader's buffers.
+func (rw *row) detach() {
+	rw.Payload = bytes.Clone(rw.Payload)
+	rw.Source = strings.Clone(rw.Source)
+	if rw.Key != nil {
+		k := bytes.Clone(*rw.Key)
+		rw.Key = &k
+	}
+	for i := range rw.Headers {
+		rw.Headers[i] = header{Key: strings.Clone(rw.Headers[i].Key), Value: bytes.Clone(rw.Headers[i].Value)}
+	}
 }
 
 // rowGroupBytes bounds the payload bytes buffered in memory per row group.

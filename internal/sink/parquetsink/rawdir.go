@@ -1,7 +1,6 @@
 package parquetsink
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -184,9 +183,7 @@ func positioned(f rawFile, pos uint64, rw *row) (sink.Positioned, error) {
 	if err != nil {
 		return sink.Positioned{}, err
 	}
-	return sink.Positioned{Pos: pos, Record: sink.Record{
-		ID: r.ID, Payload: r.Payload, Durability: r.Durability, Received: r.Received, Source: r.Source,
-	}}, nil
+	return sink.Positioned{Pos: pos, Record: r.sinkRecord()}, nil
 }
 
 // readStage appends the rows of a stage at positions [start, limit), up to
@@ -255,7 +252,7 @@ func hasMagic(r io.ReaderAt, size int64) (bool, error) {
 	if _, err := r.ReadAt(m[:], 0); err != nil {
 		return false, fmt.Errorf("parquetsink: read stage header: %w", err)
 	}
-	return string(m[:]) == stageMagic, nil
+	return isStageMagic(m[:]), nil
 }
 
 // readParquet appends the rows of a Parquet file at positions [start,
@@ -294,8 +291,7 @@ func (d *rawDir) readParquet(ctx context.Context, f rawFile, start, limit uint64
 		}
 		k, rerr := c.rd.Read(buf[:min(want, int64(len(buf)))])
 		for j := range k {
-			buf[j].Payload = bytes.Clone(buf[j].Payload) // not aliasing the reader's buffers
-			buf[j].Source = strings.Clone(buf[j].Source)
+			buf[j].detach()
 			rec, err := positioned(f, f.first+uint64(c.next), &buf[j])
 			if err != nil {
 				return fail(err)

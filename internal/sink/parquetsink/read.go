@@ -1,7 +1,6 @@
 package parquetsink
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +47,17 @@ type Record struct {
 	Durability sink.Durability
 	Received   time.Time
 	Committed  time.Time
+	Key        []byte // nil when the record has none
+	Headers    []sink.Header
+	EventTime  time.Time // zero when the record has none
+}
+
+// sinkRecord is the record a sink was given.
+func (r *Record) sinkRecord() sink.Record {
+	return sink.Record{
+		ID: r.ID, Payload: r.Payload, Durability: r.Durability, Received: r.Received, Source: r.Source,
+		Key: r.Key, Headers: r.Headers, EventTime: r.EventTime,
+	}
 }
 
 // ReadDir returns every committed record in dir, in position order:
@@ -130,6 +140,21 @@ func toRecord(base string, i int64, rw *row) (Record, error) {
 		Received:  time.Unix(0, rw.ReceivedAt).UTC(),
 		Committed: time.Unix(0, rw.CommittedAt).UTC(),
 	}
+	if rw.Key != nil {
+		r.Key = *rw.Key
+		if r.Key == nil {
+			r.Key = []byte{}
+		}
+	}
+	if len(rw.Headers) > 0 {
+		r.Headers = make([]sink.Header, len(rw.Headers))
+		for k, h := range rw.Headers {
+			r.Headers[k] = sink.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	if rw.EventTime != 0 {
+		r.EventTime = time.Unix(0, rw.EventTime).UTC()
+	}
 	switch rw.Durability {
 	case "durable":
 		r.Durability = sink.Durable
@@ -207,7 +232,7 @@ func readParquet(fs vfs.FS, dir, base string, start int64, yield func(Record, er
 	for i < n {
 		k, rerr := rd.Read(buf)
 		for j := range k {
-			buf[j].Payload = bytes.Clone(buf[j].Payload) // not aliasing the reader's buffers
+			buf[j].detach()
 			r, err := toRecord(base, i, &buf[j])
 			if err != nil {
 				return false, err

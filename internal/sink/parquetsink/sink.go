@@ -9,6 +9,13 @@
 //	durability      binary (STRING)            "durable" or "buffered"
 //	received_at     int64 TIMESTAMP(NANOS, UTC) when the daemon accepted it
 //	committed_at    int64 TIMESTAMP(NANOS, UTC) when this sink committed it
+//	key             optional binary            the record's key (null: none)
+//	headers         LIST of {key STRING, value binary}  in order; empty: none
+//	event_time      optional int64 TIMESTAMP(NANOS, UTC) the record's own time
+//
+// key, headers and event_time came with the record model's version 2
+// (source metadata); files written before them read as records without
+// any (see the row type).
 //
 // # Files and durability
 //

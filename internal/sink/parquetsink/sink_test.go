@@ -187,6 +187,9 @@ func TestGenericReader(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, Options{Dir: dir})
 	recs := mkRecords("generic", 50)
+	recs[0].Key = []byte("k0")
+	recs[0].EventTime = t0.Add(-time.Hour)
+	recs[1].Headers = []sink.Header{{Key: "h", Value: []byte("v")}, {Key: "h", Value: []byte("w")}}
 	commit(t, s, recs)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -209,12 +212,19 @@ func TestGenericReader(t *testing.T) {
 	want := map[string]string{
 		"weir_record_id": "FIXED_LEN_BYTE_ARRAY", "payload": "BYTE_ARRAY", "source": "BYTE_ARRAY",
 		"durability": "BYTE_ARRAY", "received_at": "INT64", "committed_at": "INT64",
+		"key": "BYTE_ARRAY", "headers": "LIST", "event_time": "INT64",
 	}
 	fields := f.Schema().Fields()
 	if len(fields) != len(want) {
 		t.Fatalf("schema %v", f.Schema())
 	}
 	for _, fl := range fields {
+		if fl.Name() == "headers" {
+			if fl.Leaf() || fl.Type().LogicalType() == nil || fl.Type().LogicalType().List == nil {
+				t.Errorf("column headers: %v, want a LIST", fl.Type())
+			}
+			continue
+		}
 		if got := fl.Type().Kind().String(); got != want[fl.Name()] {
 			t.Errorf("column %s: %s, want %s", fl.Name(), got, want[fl.Name()])
 		}
@@ -237,27 +247,48 @@ func TestGenericReader(t *testing.T) {
 	if n != 50 {
 		t.Fatalf("generic reader: %d rows", n)
 	}
-	col := func(name string) int {
-		leaf, ok := f.Schema().Lookup(name)
+	col := func(name ...string) int {
+		leaf, ok := f.Schema().Lookup(name...)
 		if !ok {
 			t.Fatalf("no column %s", name)
 		}
 		return leaf.ColumnIndex
 	}
+	// values is a row's values of one column (a repeated one has several).
+	values := func(r parquet.Row, c int) (out []parquet.Value) {
+		for _, v := range r {
+			if v.Column() == c {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	if got := values(rows[0], col("key")); len(got) != 1 || string(got[0].ByteArray()) != "k0" {
+		t.Errorf("key %v", got)
+	}
+	if got := values(rows[0], col("event_time")); len(got) != 1 || got[0].Int64() != recs[0].EventTime.UnixNano() {
+		t.Errorf("event_time %v", got)
+	}
+	if got := values(rows[1], col("key")); len(got) != 1 || !got[0].IsNull() {
+		t.Errorf("key of a record without one: %v, want null", got)
+	}
+	if got := values(rows[1], col("headers", "list", "element", "value")); len(got) != 2 || string(got[0].ByteArray()) != "v" || string(got[1].ByteArray()) != "w" {
+		t.Errorf("header values %v", got)
+	}
 	r0 := rows[0]
-	if got := r0[col("source")].String(); got != "socket" {
+	if got := values(r0, col("source"))[0].String(); got != "socket" {
 		t.Errorf("source %q", got)
 	}
-	if got := r0[col("durability")].String(); got != "durable" {
+	if got := values(r0, col("durability"))[0].String(); got != "durable" {
 		t.Errorf("durability %q", got)
 	}
-	if got := r0[col("weir_record_id")].ByteArray(); !bytes.Equal(got, recs[0].ID[:]) {
+	if got := values(r0, col("weir_record_id"))[0].ByteArray(); !bytes.Equal(got, recs[0].ID[:]) {
 		t.Errorf("weir_record_id %x", got)
 	}
-	if got := r0[col("payload")].ByteArray(); !bytes.Equal(got, recs[0].Payload) {
+	if got := values(r0, col("payload"))[0].ByteArray(); !bytes.Equal(got, recs[0].Payload) {
 		t.Errorf("payload %x", got)
 	}
-	if got := r0[col("received_at")].Int64(); got != recs[0].Received.UnixNano() {
+	if got := values(r0, col("received_at"))[0].Int64(); got != recs[0].Received.UnixNano() {
 		t.Errorf("received_at %d", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weir-io/weir/sink"
@@ -139,22 +140,26 @@ func (s *Sink) ReadFrom(ctx context.Context, from uint64, max int) ([]sink.Posit
 	out := make([]sink.Positioned, 0, min(max, 4096))
 	for rows.Next() {
 		var (
-			pos        int64
-			id         [16]byte
-			payload    []byte
-			src, dur   string
-			receivedAt time.Time
+			pos          int64
+			id           [16]byte
+			payload      []byte
+			src, dur     string
+			receivedAt   time.Time
+			key, headers []byte
+			event        pgtype.Timestamptz
 		)
-		if err := rows.Scan(&pos, &id, &payload, &src, &dur, &receivedAt); err != nil {
+		if err := rows.Scan(&pos, &id, &payload, &src, &dur, &receivedAt, &key, &headers, &event); err != nil {
 			return nil, classify("read raw", err, false)
 		}
 		d := sink.Durable
 		if dur == sink.Buffered.String() {
 			d = sink.Buffered
 		}
-		out = append(out, sink.Positioned{Pos: uint64(pos), Record: sink.Record{
-			ID: sink.RecordID(id), Payload: payload, Source: src, Durability: d, Received: receivedAt,
-		}})
+		r := sink.Record{ID: sink.RecordID(id), Payload: payload, Source: src, Durability: d, Received: receivedAt}
+		if err := rawMeta(&r, key, headers, event); err != nil {
+			return nil, sink.Permanent(fmt.Errorf("pgsink: raw position %d: %w", pos, err))
+		}
+		out = append(out, sink.Positioned{Pos: uint64(pos), Record: r})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, classify("read raw", err, false)

@@ -16,6 +16,22 @@
 // added. It is a hash, not an RFC 4122 UUID, so its version bits mean
 // nothing.
 //
+// With MetadataColumns (metadata_columns = true) each row also keeps the
+// record's key, headers and event time:
+//
+//	weir_key        bytea         -- NULL: no key ('' is an empty key)
+//	weir_headers    jsonb         -- NULL: none; else an array in order,
+//	                              -- [{"key":…,"value":…,"value_encoding":…}]
+//	weir_event_time timestamptz   -- NULL: none; to the microsecond
+//
+// (the headers' form is package recjson's). The option is off by default,
+// and then the sink neither writes nor needs these columns: a table made
+// before they existed keeps working unchanged. With it on, an existing
+// table without them gets them added at New when CreateTable is on
+// (ALTER TABLE … ADD COLUMN IF NOT EXISTS: nullable, no rewrite, old rows
+// read as having none); with CreateTable off New refuses the table and
+// prints the ALTER TABLE to run. A raw table (below) always has them.
+//
 // The table may be schema-qualified ("ingest.events"); each part is used
 // verbatim and quoted, so case matters. With CreateTable the table is
 // created when missing; an existing table is checked at New and a missing
@@ -87,8 +103,11 @@
 // the server refuses are found by bisection as above and the rest are
 // inserted again with contiguous positions, because raw numbers only
 // what it keeps. The payload must be bytea: raw returns every payload
-// byte for byte, which jsonb would not. The same table also keeps the
-// offset store (OffsetStore).
+// byte for byte, which jsonb would not. A raw table always has the
+// metadata columns, whatever MetadataColumns says, and ReadFrom returns
+// them, so a secondary recovered from it gets each record's key, headers
+// and event time; a raw table made before they existed gets them at New
+// (as above). The same table also keeps the offset store (OffsetStore).
 //
 // # Durability
 //
@@ -105,6 +124,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -168,6 +188,10 @@ type Options struct {
 	// ApplicationName is the connections' application_name, unless the
 	// DSN sets one. Empty means DefaultApplicationName.
 	ApplicationName string
+	// MetadataColumns also writes each record's key, headers and event
+	// time into weir_key, weir_headers and weir_event_time (see the
+	// package documentation). A raw table (Positions) always has them.
+	MetadataColumns bool
 	// Positions opens the table as primary raw (sink.Raw): every row gets
 	// a weir_position, numbered by the raw end row of the offsets table in
 	// the same transaction. The payload must be bytea.
@@ -255,19 +279,7 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 		Check: s.check, CommitRows: s.commitRows, IsDataError: isDataError,
 		Ping: s.pingTwice, Close: func() error { s.pool.Close(); return nil },
 	})
-	cols, arrays := "weir_record_id, payload, source, durability, received_at", ""
-	if opts.Positions {
-		cols, arrays = cols+", weir_position", ", $6::bigint[]"
-		s.readSQL = fmt.Sprintf(`SELECT weir_position, weir_record_id, payload, source, durability, received_at
-FROM %s WHERE weir_position >= $1 ORDER BY weir_position LIMIT $2`, s.table)
-	}
-	conflict := "\nON CONFLICT (weir_record_id) DO NOTHING"
-	if opts.Positions {
-		conflict = "" // raw keeps a replayed record again, at its new position
-	}
-	s.insertSQL = fmt.Sprintf(`INSERT INTO %s (%s)
-SELECT * FROM unnest($1::uuid[], $2::%s[], $3::text[], $4::text[], $5::timestamptz[]%s)%s`,
-		s.table, cols, opts.PayloadType, arrays, conflict)
+	s.buildSQL()
 
 	cfg, err := pgxpool.ParseConfig(opts.DSN)
 	if err != nil {
@@ -312,6 +324,35 @@ SELECT * FROM unnest($1::uuid[], $2::%s[], $3::text[], $4::text[], $5::timestamp
 	s.pool = pool
 	return s, nil
 }
+
+// buildSQL makes the insert statement (and, for raw, the read).
+func (s *Sink) buildSQL() {
+	cols := []string{"weir_record_id", "payload", "source", "durability", "received_at"}
+	types := []string{"uuid", s.opts.PayloadType, "text", "text", "timestamptz"}
+	if s.metadata() {
+		cols = append(cols, "weir_key", "weir_headers", "weir_event_time")
+		types = append(types, "bytea", "jsonb", "timestamptz")
+	}
+	conflict := "\nON CONFLICT (weir_record_id) DO NOTHING"
+	if s.opts.Positions {
+		cols, types = append(cols, "weir_position"), append(types, "bigint")
+		conflict = "" // raw keeps a replayed record again, at its new position
+		s.readSQL = fmt.Sprintf(`SELECT weir_position, weir_record_id, payload, source, durability, received_at,
+	weir_key, weir_headers, weir_event_time
+FROM %s WHERE weir_position >= $1 ORDER BY weir_position LIMIT $2`, s.table)
+	}
+	arrays := make([]string, len(types))
+	for i, t := range types {
+		arrays[i] = fmt.Sprintf("$%d::%s[]", i+1, t)
+	}
+	s.insertSQL = fmt.Sprintf("INSERT INTO %s (%s)\nSELECT * FROM unnest(%s)%s",
+		s.table, strings.Join(cols, ", "), strings.Join(arrays, ", "), conflict)
+}
+
+// metadata reports whether the sink writes key, headers and event time:
+// with MetadataColumns, and always for a raw table, which recovery reads
+// them back from.
+func (s *Sink) metadata() bool { return s.opts.MetadataColumns || s.opts.Positions }
 
 // Name implements sink.Sink.
 func (s *Sink) Name() string { return "postgres" }
@@ -489,6 +530,9 @@ func (s *Sink) chunks(recs []sink.Record, idx []int) [][]int {
 	start, size := 0, 0
 	for i, j := range idx {
 		n := len(recs[j].Payload) + len(recs[j].Source) + 64
+		if s.metadata() {
+			n += metaBytes(&recs[j])
+		}
 		if i > start && size+n > s.opts.MaxStatementBytes {
 			out = append(out, idx[start:i])
 			start, size = i, 0
@@ -538,16 +582,20 @@ func (s *Sink) insertUnnest(ctx context.Context, tx pgx.Tx, recs []sink.Record, 
 		slices.SortFunc(sorted, func(a, b int) int { return bytes.Compare(recs[a].ID[:], recs[b].ID[:]) })
 	}
 	ids, payloads, sources, durs, recv := columnsOf(recs, sorted)
+	args := []any{ids, payloads, sources, durs, recv}
+	if s.metadata() {
+		keys, headers, events := metaColumnsOf(recs, sorted)
+		args = append(args, keys, headers, events)
+	}
+	if pos != nil {
+		positions := make([]int64, len(sorted))
+		for k, j := range sorted {
+			positions[k] = pos[j]
+		}
+		args = append(args, positions)
+	}
 	s.core.Statements.Add(1)
-	if pos == nil {
-		_, err := tx.Exec(ctx, s.insertSQL, ids, payloads, sources, durs, recv)
-		return err
-	}
-	positions := make([]int64, len(sorted))
-	for k, j := range sorted {
-		positions[k] = pos[j]
-	}
-	_, err := tx.Exec(ctx, s.insertSQL, ids, payloads, sources, durs, recv, positions)
+	_, err := tx.Exec(ctx, s.insertSQL, args...)
 	return err
 }
 

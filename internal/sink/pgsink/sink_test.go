@@ -94,7 +94,7 @@ func (e *env) terminate(ctx context.Context) (int, error) {
 	return n, err
 }
 
-func (e *env) readBack(ctx context.Context, jsonb bool) ([]sinktest.Stored, error) {
+func (e *env) readBack(ctx context.Context, jsonb, meta bool) ([]sinktest.Stored, error) {
 	c, err := pgx.Connect(ctx, e.dsn)
 	if err != nil {
 		return nil, err
@@ -104,8 +104,12 @@ func (e *env) readBack(ctx context.Context, jsonb bool) ([]sinktest.Stored, erro
 	if jsonb {
 		p = "convert_to(payload::text, 'UTF8')"
 	}
-	rows, err := c.Query(ctx, fmt.Sprintf(`SELECT weir_record_id, %s, source, durability, received_at FROM %s`,
-		p, pgx.Identifier{e.table}.Sanitize()))
+	m := "NULL::bytea, NULL::jsonb, NULL::timestamptz"
+	if meta {
+		m = "weir_key, weir_headers, weir_event_time"
+	}
+	rows, err := c.Query(ctx, fmt.Sprintf(`SELECT weir_record_id, %s, source, durability, received_at, %s FROM %s`,
+		p, m, pgx.Identifier{e.table}.Sanitize()))
 	if err != nil {
 		return nil, err
 	}
@@ -115,9 +119,16 @@ func (e *env) readBack(ctx context.Context, jsonb bool) ([]sinktest.Stored, erro
 		var id pgtype.UUID
 		var st sinktest.Stored
 		var dur string
-		if err := rows.Scan(&id, &st.Payload, &st.Source, &dur, &st.Received); err != nil {
+		var headers []byte
+		var event pgtype.Timestamptz
+		if err := rows.Scan(&id, &st.Payload, &st.Source, &dur, &st.Received, &st.Key, &headers, &event); err != nil {
 			return nil, err
 		}
+		var r sink.Record
+		if err := rawMeta(&r, st.Key, headers, event); err != nil {
+			return nil, err
+		}
+		st.Headers, st.EventTime = r.Headers, r.EventTime
 		st.ID = id.Bytes
 		switch dur {
 		case "durable":
@@ -142,9 +153,12 @@ func jsonEqual(a, b []byte) bool {
 
 func TestConformance(t *testing.T) {
 	for _, v := range []struct {
-		name, pt string
-		raw      bool
-	}{{PayloadBytea, PayloadBytea, false}, {PayloadJSONB, PayloadJSONB, false}, {"raw", PayloadBytea, true}} {
+		name, pt  string
+		raw, meta bool
+	}{
+		{PayloadBytea, PayloadBytea, false, false}, {PayloadJSONB, PayloadJSONB, false, false},
+		{"metadata", PayloadJSONB, false, true}, {"raw", PayloadBytea, true, true},
+	} {
 		pt := v.pt
 		t.Run(v.name, func(t *testing.T) {
 			sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
@@ -158,7 +172,8 @@ func TestConformance(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				opts := Options{PayloadType: pt, MaxPayloadBytes: 100 << 10, HealthTimeout: time.Second, Timeout: 20 * time.Second, Positions: v.raw}
+				opts := Options{PayloadType: pt, MaxPayloadBytes: 100 << 10, HealthTimeout: time.Second, Timeout: 20 * time.Second,
+					Positions: v.raw, MetadataColumns: v.meta && !v.raw}
 				s := e.open(t, via, opts)
 				// A constraint only the server knows about, to exercise
 				// bisection.
@@ -188,7 +203,10 @@ func TestConformance(t *testing.T) {
 					Sink:            s,
 					BinaryPayloads:  pt == PayloadBytea,
 					KeepsDuplicates: v.raw,
-					ReadBack:        func(ctx context.Context) ([]sinktest.Stored, error) { return e.readBack(ctx, pt == PayloadJSONB) },
+					Metadata:        v.meta,
+					ReadBack: func(ctx context.Context) ([]sinktest.Stored, error) {
+						return e.readBack(ctx, pt == PayloadJSONB, v.meta)
+					},
 					Poison: func(k int) (sink.Record, bool) {
 						if k >= len(poisons) {
 							return sink.Record{}, false

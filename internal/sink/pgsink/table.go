@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -46,6 +47,9 @@ func (s *Sink) columns() []column {
 		{"received_at", "timestamp with time zone"},
 		{"committed_at", "timestamp with time zone"},
 	}
+	if s.metadata() {
+		cols = append(cols, metaColumns...)
+	}
 	if s.opts.Positions {
 		cols = append(cols, column{"weir_position", "bigint"})
 	}
@@ -60,14 +64,18 @@ func (s *Sink) createSQL() string {
 		// so no position ever holds nothing.
 		key = "weir_position bigint PRIMARY KEY,\n\tweir_record_id uuid NOT NULL"
 	}
+	meta := ""
+	if s.metadata() {
+		meta = ",\n\tweir_key bytea,\n\tweir_headers jsonb,\n\tweir_event_time timestamptz"
+	}
 	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	%s,
 	payload %s NOT NULL,
 	source text NOT NULL,
 	durability text NOT NULL,
 	received_at timestamptz NOT NULL,
-	committed_at timestamptz NOT NULL DEFAULT now()
-)`, s.table, key, s.opts.PayloadType)
+	committed_at timestamptz NOT NULL DEFAULT now()%s
+)`, s.table, key, s.opts.PayloadType, meta)
 }
 
 // prepareTable creates the table when it is missing (and CreateTable is
@@ -88,6 +96,10 @@ func (s *Sink) prepareTable(ctx context.Context, pool *pgxpool.Pool) error {
 			return classify("create table "+s.table, err, false)
 		}
 		s.log.Info("created table", "table", s.table)
+	} else if s.metadata() {
+		if err := s.addMetaColumns(ctx, pool); err != nil {
+			return err
+		}
 	}
 	return s.validateTable(ctx, pool)
 }
@@ -139,15 +151,20 @@ func (s *Sink) validateTable(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	var problems []string
 	want := map[string]bool{}
+	missingMeta := false
 	for _, c := range s.columns() {
 		want[c.name] = true
 		h, ok := have[c.name]
 		switch {
 		case !ok:
 			problems = append(problems, fmt.Sprintf("missing column %q (%s)", c.name, c.typ))
+			missingMeta = missingMeta || slices.Contains(metaColumns, c)
 		case h.typ != c.typ:
 			problems = append(problems, fmt.Sprintf("column %q has type %s, want %s", c.name, h.typ, c.typ))
 		}
+	}
+	if missingMeta {
+		problems = append(problems, s.metaHint())
 	}
 	if h, ok := have["committed_at"]; ok && h.required {
 		problems = append(problems, `column "committed_at" needs a default (DEFAULT now())`)

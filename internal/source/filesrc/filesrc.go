@@ -661,14 +661,15 @@ func nextLine(buf []byte, maxLine int, atEnd bool) (line []byte, consumed int, c
 }
 
 // record makes the record of a line read at off; every record of a batch
-// gets the batch's read time.
+// gets the batch's read time as Received. A line has no time of its own:
+// no event time (Time stays zero), and no key or headers.
 func (s *Source) record(f *file, off int64, line []byte, now time.Time) source.Record {
 	p := slices.Clone(line)
 	return source.Record{
-		ID:      recordID(s.opts.Name, f.Dev, f.Ino, f.Gen, off, p),
-		Payload: p,
-		Source:  s.opts.Name,
-		Time:    now,
+		ID:       recordID(s.opts.Name, f.Dev, f.Ino, f.Gen, off, p),
+		Payload:  p,
+		Source:   s.opts.Name,
+		Received: now,
 	}
 }
 

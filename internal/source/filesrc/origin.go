@@ -356,7 +356,7 @@ func (o *OriginRaw) Append(ctx context.Context, extents []Extent, recs []source.
 		*e = entry{
 			first: pos, count: uint32(x.Count), dev: x.Dev, ino: x.Ino, gen: x.Gen,
 			start: x.Start, end: x.End, maxLine: uint32(o.maxLine), fpLen: fpLen, fp: fp,
-			time: recs[k].Time.UnixNano(), digest: digestIDs(recs[k : k+x.Count]), path: x.Path,
+			time: recs[k].Received.UnixNano(), digest: digestIDs(recs[k : k+x.Count]), path: x.Path,
 		}
 		if i == 0 {
 			e.flags |= flagBatchStart

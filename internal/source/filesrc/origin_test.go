@@ -131,7 +131,7 @@ func (e *originEnv) source() *filesrc.Source {
 		b := make([]sink.Positioned, len(recs))
 		for i, r := range recs {
 			b[i] = sink.Positioned{Pos: first + uint64(i), Record: sink.Record{
-				ID: r.ID, Payload: r.Payload, Durability: sink.Durable, Received: r.Time, Source: r.Source}}
+				ID: r.ID, Payload: r.Payload, Durability: sink.Durable, Received: r.Received, Source: r.Source}}
 		}
 		e.mu.Lock()
 		e.batches = append(e.batches, b)
@@ -936,7 +936,7 @@ func TestOriginDirSyncedForNewFileOnReusedInode(t *testing.T) {
 			t.Fatal(err)
 		}
 		x := []filesrc.Extent{{Dev: dev, Ino: ino, Path: path, Start: off, End: off + int64(len(line)+1), Count: 1, File: f}}
-		if _, err := e.o.Append(ctx, x, []source.Record{{Payload: []byte(line), Source: srcName, Time: time.Now()}}); err != nil {
+		if _, err := e.o.Append(ctx, x, []source.Record{{Payload: []byte(line), Source: srcName, Received: time.Now()}}); err != nil {
 			t.Fatal(err)
 		}
 		off += int64(len(line) + 1)

@@ -30,7 +30,7 @@ import (
 //	    u32   MaxLineBytes the lines were cut with
 //	    u32   fingerprint length, u64 fingerprint: FNV-1a of the file's
 //	          first bytes, as the source's cursor keeps it
-//	    i64   read time (Unix nanoseconds; the records' Time)
+//	    i64   read time (Unix nanoseconds; the records' Received)
 //	    [8]   digest: the first 8 bytes of SHA-256 over the records' ids
 //	    u16   path length, then the path the file had when read
 //	  u32     CRC32C of the frame's bytes before it

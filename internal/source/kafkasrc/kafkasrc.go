@@ -27,10 +27,15 @@
 // a time: a failure then replays at most one record, at the cost of one
 // fdatasync and one commit round trip per record.
 //
-// # Record ids
+// # Record ids and metadata
 //
 // source.ID(cluster, topic, partition, offset, payload): a redelivered
-// record gets the id of its first copy.
+// record gets the id of its first copy. A record's key (nil for a null
+// key, kept empty for an empty one), its headers (in order, repeats kept)
+// and its timestamp — the producer's CreateTime or the broker's
+// LogAppendTime, whichever the topic uses; none for Kafka's "no
+// timestamp" (-1) — travel with it as key, headers and event time, and
+// "topic/partition@offset" as its origin position.
 //
 // # Failures
 //
@@ -56,6 +61,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
 
@@ -261,23 +267,54 @@ func (s *Source) handle(ctx context.Context, cl *kgo.Client, gate source.Gate, c
 		n := min(step, len(krecs))
 		batch := krecs[:n]
 		krecs = krecs[n:]
-		recs := make([]source.Record, len(batch))
-		for i, r := range batch {
-			recs[i] = source.Record{
-				ID: source.ID([]byte(cluster), []byte(r.Topic), source.Uint64(uint64(r.Partition)),
-					source.Uint64(uint64(r.Offset)), r.Value),
-				Payload: r.Value,
-				Source:  s.opts.Name,
-				Time:    r.Timestamp,
-			}
-		}
-		if err := gate.Write(ctx, recs); err != nil {
+		if err := gate.Write(ctx, s.records(cluster, batch)); err != nil {
 			return fmt.Errorf("kafkasrc: %s: gate: %w", s.opts.Name, err)
 		}
 		s.markDurable(batch)
 		s.commit(ctx, cl)
 	}
 	return nil
+}
+
+// records turns a batch into source records: the id, the value as
+// payload, the key (nil for a null key), the headers in order and the
+// record's timestamp as event time (none for Kafka's "no timestamp", -1).
+// The headers of the whole batch share one allocation.
+func (s *Source) records(cluster string, batch []*kgo.Record) []source.Record {
+	nh := 0
+	for _, r := range batch {
+		nh += len(r.Headers)
+	}
+	hdrs := make([]sink.Header, 0, nh)
+	recs := make([]source.Record, len(batch))
+	for i, r := range batch {
+		rec := &recs[i]
+		*rec = source.Record{
+			ID: source.ID([]byte(cluster), []byte(r.Topic), source.Uint64(uint64(r.Partition)),
+				source.Uint64(uint64(r.Offset)), r.Value),
+			Payload:   r.Value,
+			Source:    s.opts.Name,
+			Key:       r.Key,
+			OriginPos: OriginPos(r.Topic, r.Partition, r.Offset),
+		}
+		if r.Timestamp.UnixMilli() >= 0 {
+			rec.Time = r.Timestamp
+		}
+		if len(r.Headers) > 0 {
+			start := len(hdrs)
+			for _, h := range r.Headers {
+				hdrs = append(hdrs, sink.Header{Key: h.Key, Value: h.Value})
+			}
+			rec.Headers = hdrs[start:len(hdrs):len(hdrs)]
+		}
+	}
+	return recs
+}
+
+// OriginPos is how a record's place in Kafka is written in its metadata:
+// "topic/partition@offset".
+func OriginPos(topic string, partition int32, offset int64) string {
+	return PartitionKey(topic, partition) + "@" + strconv.FormatInt(offset, 10)
 }
 
 // markDurable adds the batch high water per partition to pending.

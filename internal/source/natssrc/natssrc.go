@@ -19,6 +19,17 @@
 // depend on the consumer or on the delivery attempt, so a redelivered
 // message gets the id of its first copy and sinks drop the duplicate.
 //
+// # Metadata
+//
+// A message's headers travel with it (see Headers: nats.go hands them over
+// as a map, so names come in sorted order, each name's values in the order
+// they were sent). Its key is the value of its Nats-Msg-Id header — the
+// publisher's deduplication id, the one per-message identity JetStream
+// knows — and none when it has no such header; the header stays among
+// the headers too. Its event time is the stream timestamp (when the server
+// stored it). Its origin position is "stream/subject@stream sequence"; the
+// subject reaches no sink field of its own.
+//
 // # Sizing
 //
 // AckWait is the time from a message's delivery to its ack. A message can
@@ -38,11 +49,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
 
@@ -228,15 +243,9 @@ func (s *Source) once(ctx context.Context, cons jetstream.Consumer, gate source.
 			s.log.Error("message without metadata; left for redelivery", "subject", m.Subject(), "err", err)
 			continue
 		}
-		seq := md.Sequence.Stream
 		msgs = append(msgs, m)
-		seqs = append(seqs, seq)
-		recs = append(recs, source.Record{
-			ID:      source.ID([]byte(md.Stream), source.Uint64(seq), m.Data()),
-			Payload: m.Data(),
-			Source:  s.opts.Name,
-			Time:    md.Timestamp,
-		})
+		seqs = append(seqs, md.Sequence.Stream)
+		recs = append(recs, s.record(m, md))
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 		s.log.Warn("fetch ended with an error", "err", err, "messages", len(msgs))
@@ -257,6 +266,50 @@ func (s *Source) once(ctx context.Context, cons jetstream.Consumer, gate source.
 		s.ack(ctx, m, seqs[i])
 	}
 	return nil
+}
+
+// record is the source record of a JetStream message: its id, data,
+// headers, key (the Nats-Msg-Id header), stream timestamp as event time,
+// and "stream/subject@sequence" as origin position.
+func (s *Source) record(m jetstream.Msg, md *jetstream.MsgMetadata) source.Record {
+	seq := md.Sequence.Stream
+	hdrs := Headers(m.Headers())
+	r := source.Record{
+		ID:        source.ID([]byte(md.Stream), source.Uint64(seq), m.Data()),
+		Payload:   m.Data(),
+		Source:    s.opts.Name,
+		Time:      md.Timestamp,
+		Headers:   hdrs,
+		OriginPos: md.Stream + "/" + m.Subject() + "@" + strconv.FormatUint(seq, 10),
+	}
+	for _, h := range hdrs {
+		if h.Key == jetstream.MsgIDHeader {
+			r.Key = h.Value
+			break
+		}
+	}
+	return r
+}
+
+// Headers turns a message's headers into a record's: names in sorted
+// order (nats.Header is a map, so the order they were sent in is gone),
+// each name's values in the order they were sent, a repeated name once
+// per value. Nil when there are none.
+func Headers(h nats.Header) []sink.Header {
+	if len(h) == 0 {
+		return nil
+	}
+	n := 0
+	for _, vs := range h {
+		n += len(vs)
+	}
+	out := make([]sink.Header, 0, n)
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		for _, v := range h[k] {
+			out = append(out, sink.Header{Key: k, Value: []byte(v)})
+		}
+	}
+	return out
 }
 
 // ack acks one durable message with server confirmation, retrying an
