@@ -481,6 +481,47 @@ type = "file"
 [source.file]
 glob = "/x/*"
 poll_interval = "soon"`, []string{`[[source]] "s" file.poll_interval`, `not a duration`}},
+		{"source key ranges", `
+[[source]]
+name = "orders"
+type = "kafka"
+[source.kafka]
+brokers = "k1:9092, k2:9092"
+topics = ["t"]
+group = "g"
+max_poll_records = -1
+session_timeout = "2h"`, []string{`[[source]] "orders": kafka.max_poll_records = -1: must be between 1 and 1048576 (or 0 for the default)`,
+			`[[source]] "orders": kafka.session_timeout = 2h: must be between 1s and 1h`}},
+		{"source key type", `
+[[source]]
+name = "ev"
+type = "nats"
+[source.nats]
+stream = "S"
+consumer = "c"
+fetch_batch = "many"`, []string{`[[source]] "ev" nats.fetch_batch: "many" is not an integer`}},
+		{"nats pending below batch", `
+[[source]]
+name = "ev"
+type = "nats"
+[source.nats]
+stream = "S"
+consumer = "c"
+fetch_batch = 100
+max_ack_pending = 10`, []string{`[[source]] "ev": nats.max_ack_pending = 10: must be at least fetch_batch (100)`}},
+		{"source type names the kinds", `
+[[source]]
+name = "s"`, []string{`[[source]] "s": type is required: one of "kafka", "nats", "file"`}},
+		{"secondary type names the kinds", `
+[[secondary]]
+name = "a"
+type = "redis"`, []string{`[[secondary]] "a": type = "redis": must be one of "file", "parquet", "postgres", "mysql"`}},
+		{"secondary relative dir resolved", `
+[[secondary]]
+name = "a"
+type = "file"
+[secondary.file]
+dir = "../x"`, []string{`[[secondary]] "a": file.dir = "../x": must not contain a ".." element`}},
 		{"recovery node without secondaries", `
 role = "recovery"`, []string{`role = "recovery": needs [[secondary]] tables`}},
 		{"recovery node with a source and tcp", `
@@ -511,5 +552,41 @@ glob = "/x/*"`, []string{`[[source]] "s": table is not allowed with role = "reco
 				}
 			}
 		})
+	}
+}
+
+// TestSourceKeysAsSettings: a source's keys read like any setting — a
+// list as an array or one comma-separated string, a size with a unit, 0
+// for a kind default — and unset keys take the kind's defaults.
+func TestSourceKeysAsSettings(t *testing.T) {
+	c, err, warns := loadTOML(t, `
+[[source]]
+name = "k"
+type = "kafka"
+[source.kafka]
+brokers = "k1:9092, k2:9092"
+topics = ["a", "b"]
+group = "g"
+max_poll_records = 0
+[[source]]
+name = "f"
+type = "file"
+[source.file]
+glob = "/logs/*.log"
+max_line_bytes = "64KiB"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 0 {
+		t.Errorf("warnings: %v", warns)
+	}
+	k := c.Sources[0].Settings.(*kafkasrc.Config)
+	if strings.Join(k.Brokers, ",") != "k1:9092,k2:9092" || strings.Join(k.Topics, ",") != "a,b" || k.MaxPollRecords != 0 ||
+		k.SessionTimeout != kafkasrc.DefaultSessionTimeout {
+		t.Errorf("kafka: %+v", k)
+	}
+	if f := c.Sources[1].Settings.(*filesrc.Config); f.MaxLineBytes != 64<<10 || f.PollInterval != filesrc.DefaultPollInterval {
+		t.Errorf("file: %+v", f)
 	}
 }
