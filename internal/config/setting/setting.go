@@ -351,6 +351,14 @@ func List(rangeText string, check func(string) error) Type[[]string] {
 	}
 }
 
+// TableList is a List that only a TOML table holds (no flag or variable):
+// an array of strings, or one comma-separated string.
+func TableList(rangeText string, check func(string) error) Type[[]string] {
+	t := List(rangeText, check)
+	t.Range = rangeText + "; an array of strings, or one comma-separated string"
+	return t
+}
+
 // Bool is true or false; TOML takes a boolean (or the string form).
 func Bool() Type[bool] {
 	parse := func(s string) (bool, error) {

@@ -35,9 +35,9 @@ func Component() component.SourceDef {
 		Summary: "a Kafka consumer group; offsets committed after the gate's durable write",
 		Caps:    component.SourceCaps{Regime: source.BrokerManaged, PerRecordCommit: true},
 		Fields: []component.Field{
-			component.Key("brokers", setting.List("host:port of one or more brokers", nil), nil, "Bootstrap brokers.",
+			component.Key("brokers", setting.TableList("host:port of one or more brokers", nil), nil, "Bootstrap brokers.",
 				func(c *Config) *[]string { return &c.Brokers }, component.Required()),
-			component.Key("topics", setting.List("topic names", nil), nil, "Topics the group reads.",
+			component.Key("topics", setting.TableList("topic names", nil), nil, "Topics the group reads.",
 				func(c *Config) *[]string { return &c.Topics }, component.Required()),
 			component.Key("group", setting.Text("a consumer group id", nil), "", "Consumer group; its committed offsets are the source's position.",
 				func(c *Config) *string { return &c.Group }, component.Required()),

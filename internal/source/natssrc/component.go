@@ -43,7 +43,7 @@ func Component() component.SourceDef {
 				func(c *Config) *string { return &c.Stream }, component.Required()),
 			component.Key("consumer", setting.Text("a durable consumer name", nil), "", "Durable consumer; created, or updated to this configuration, at start. Its ack floor is the source's position.",
 				func(c *Config) *string { return &c.Consumer }, component.Required()),
-			component.Key("filter_subjects", setting.List("subjects, wildcards allowed", nil), nil, "Subjects the consumer reads; empty reads the whole stream.",
+			component.Key("filter_subjects", setting.TableList("subjects, wildcards allowed", nil), nil, "Subjects the consumer reads; empty reads the whole stream.",
 				func(c *Config) *[]string { return &c.FilterSubjects }),
 			component.Key("fetch_batch", setting.OrZero(setting.Int(1, 1<<16), "the default"), DefaultFetchBatch, "Messages per fetch (one gate write).",
 				func(c *Config) *int { return &c.FetchBatch }),
