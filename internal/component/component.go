@@ -172,15 +172,17 @@ func (f *Field) Value(cfg any) string { return f.format(cfg) }
 // IsZero reports whether the key holds its type's zero value in cfg.
 func (f *Field) IsZero(cfg any) bool { return reflect.ValueOf(f.get(cfg)).IsZero() }
 
-// spec is a kind's keys and the type of its settings.
+// spec is what every kind has: a name, a summary, its keys and the type
+// of its settings.
 type spec struct {
-	kind   string
-	fields []Field
-	cfg    reflect.Type // *C
+	kind    string
+	summary string
+	fields  []Field
+	cfg     reflect.Type // *C
 }
 
-func newSpec[C any](kind string, fields []Field) (spec, error) {
-	s := spec{kind: kind, fields: fields, cfg: reflect.TypeFor[*C]()}
+func newSpec[C any](kind, summary string, fields []Field) (spec, error) {
+	s := spec{kind: kind, summary: summary, fields: fields, cfg: reflect.TypeFor[*C]()}
 	if !validKindName(kind) {
 		return s, fmt.Errorf("component: kind name %q: want lowercase letters, digits and '_'", kind)
 	}
@@ -215,6 +217,21 @@ func validKindName(s string) bool {
 	}
 	return true
 }
+
+// Name is the kind's name.
+func (s *spec) Name() string { return s.kind }
+
+// Summary is the kind's one-line description.
+func (s *spec) Summary() string { return s.summary }
+
+// Fields are the kind's keys, in documentation order.
+func (s *spec) Fields() []Field { return s.fields }
+
+// Field is the key's Field, or nil.
+func (s *spec) Field(key string) *Field { return s.field(key) }
+
+// NewConfig returns the kind's settings (a *C) with every default set.
+func (s *spec) NewConfig() any { return s.newConfig() }
 
 // newConfig is a *C with every default set.
 func (s *spec) newConfig() any {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -63,6 +64,40 @@ type RawMode[C any] struct {
 	Where func(c *C) string
 }
 
+// DirRaw is the raw mode of a sink that keeps raw in a directory, with the
+// offset store as a file beside its records (engine.OpenOffsetStore):
+// dir names the directory, open opens the sink in raw mode, read opens a
+// read-only reader of the directory and returns what closes it.
+func DirRaw[C any](dir func(*C) string,
+	open func(ctx context.Context, p SinkParams[C]) (sink.Raw, error),
+	read func(fsys vfs.FS, dir string) (sink.RawReader, func() error, error)) *RawMode[C] {
+	return &RawMode[C]{
+		Open: func(ctx context.Context, p SinkParams[C]) (RawSink, error) {
+			s, err := open(ctx, p)
+			if err != nil {
+				return RawSink{}, err
+			}
+			store, err := engine.OpenOffsetStore(ctx, p.FS, dir(p.Config))
+			if err != nil {
+				return RawSink{}, errors.Join(fmt.Errorf("open offset store: %w", err), s.Close())
+			}
+			return RawSink{Sink: s, Store: store}, nil
+		},
+		Read: func(ctx context.Context, p SinkParams[C]) (RawRead, error) {
+			r, closeReader, err := read(p.FS, dir(p.Config))
+			if err != nil {
+				return RawRead{}, err
+			}
+			store, err := engine.OpenOffsetStore(ctx, p.FS, dir(p.Config))
+			if err != nil {
+				return RawRead{}, errors.Join(fmt.Errorf("open offset store: %w", err), closeReader())
+			}
+			return RawRead{Reader: r, Store: store, Close: closeReader}, nil
+		},
+		Where: dir,
+	}
+}
+
 // Sink defines a sink kind.
 type Sink[C any] struct {
 	Name    string // the kind: the value of type = "..."
@@ -88,7 +123,7 @@ type SinkDef interface {
 }
 
 func (d Sink[C]) sinkKind() (*SinkKind, error) {
-	s, err := newSpec[C](d.Name, d.Fields)
+	s, err := newSpec[C](d.Name, d.Summary, d.Fields)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +137,7 @@ func (d Sink[C]) sinkKind() (*SinkKind, error) {
 		s.mustOwn(cfg)
 		return SinkParams[C]{Env: env.withDefaults(), Config: cfg.(*C)}
 	}
-	k := &SinkKind{spec: s, summary: d.Summary, caps: d.Caps,
+	k := &SinkKind{spec: s, caps: d.Caps,
 		open:     func(ctx context.Context, env Env, cfg any) (sink.Sink, error) { return d.Open(ctx, params(env, cfg)) },
 		maxBatch: func(cfg any) int { s.mustOwn(cfg); return d.MaxBatch(cfg.(*C)) },
 		check:    problems(d.Check),
@@ -130,7 +165,6 @@ func problems[C any](check func(*C) []Problem) func(any) []Problem {
 // SinkKind is a registered sink kind.
 type SinkKind struct {
 	spec
-	summary  string
 	caps     SinkCaps
 	open     func(context.Context, Env, any) (sink.Sink, error)
 	maxBatch func(any) int
@@ -149,27 +183,12 @@ type rawKind struct {
 // primary raw.
 var ErrNoRawMode = errors.New("component: the sink kind has no raw mode")
 
-// Name is the kind's name.
-func (k *SinkKind) Name() string { return k.kind }
-
-// Summary is the kind's one-line description.
-func (k *SinkKind) Summary() string { return k.summary }
-
-// Fields are the kind's keys, in documentation order.
-func (k *SinkKind) Fields() []Field { return k.fields }
-
-// Field is the key's Field, or nil.
-func (k *SinkKind) Field(key string) *Field { return k.field(key) }
-
 // Caps are the kind's static capabilities.
 func (k *SinkKind) Caps() SinkCaps { return k.caps }
 
 // PrimaryRaw reports whether the kind has a raw mode, so may be primary
 // raw.
 func (k *SinkKind) PrimaryRaw() bool { return k.raw != nil }
-
-// NewConfig returns the kind's settings with every default set.
-func (k *SinkKind) NewConfig() any { return k.newConfig() }
 
 // Dir is the key naming the directory the sink writes, or nil.
 func (k *SinkKind) Dir() *Field {

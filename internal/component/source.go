@@ -78,7 +78,7 @@ type SourceDef interface {
 }
 
 func (d Source[C]) sourceKind() (*SourceKind, error) {
-	s, err := newSpec[C](d.Name, d.Fields)
+	s, err := newSpec[C](d.Name, d.Summary, d.Fields)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func (d Source[C]) sourceKind() (*SourceKind, error) {
 		}
 		return SourceParams[C]{Env: in.Env.withDefaults(), Config: in.Config.(*C), OnCommit: onCommit}
 	}
-	k := &SourceKind{spec: s, summary: d.Summary, caps: d.Caps, check: problems(d.Check),
+	k := &SourceKind{spec: s, caps: d.Caps, check: problems(d.Check),
 		open: func(ctx context.Context, in SourceInstance) (source.Source, error) { return d.Open(ctx, params(in)) },
 	}
 	if o := d.Origin; o != nil {
@@ -111,11 +111,10 @@ func (d Source[C]) sourceKind() (*SourceKind, error) {
 // SourceKind is a registered source kind.
 type SourceKind struct {
 	spec
-	summary string
-	caps    SourceCaps
-	check   func(any) []Problem
-	open    func(context.Context, SourceInstance) (source.Source, error)
-	origin  func(context.Context, SourceInstance) (OwnRaw, error)
+	caps   SourceCaps
+	check  func(any) []Problem
+	open   func(context.Context, SourceInstance) (source.Source, error)
+	origin func(context.Context, SourceInstance) (OwnRaw, error)
 }
 
 // SourceInstance is one configured source as the daemon opens it.
@@ -130,27 +129,12 @@ type SourceInstance struct {
 	OnDurable func(first uint64, recs []source.Record)
 }
 
-// Name is the kind's name.
-func (k *SourceKind) Name() string { return k.kind }
-
-// Summary is the kind's one-line description.
-func (k *SourceKind) Summary() string { return k.summary }
-
-// Fields are the kind's keys, in documentation order.
-func (k *SourceKind) Fields() []Field { return k.fields }
-
-// Field is the key's Field, or nil.
-func (k *SourceKind) Field(key string) *Field { return k.field(key) }
-
 // Caps are the kind's static capabilities.
 func (k *SourceKind) Caps() SourceCaps { return k.caps }
 
 // Replayable reports whether the kind's origin can be read again by
 // position, so may be its own primary raw.
 func (k *SourceKind) Replayable() bool { return k.origin != nil }
-
-// NewConfig returns the kind's settings with every default set.
-func (k *SourceKind) NewConfig() any { return k.newConfig() }
 
 // Check returns the rules over several keys that cfg breaks.
 func (k *SourceKind) Check(cfg any) []Problem { k.mustOwn(cfg); return k.check(cfg) }

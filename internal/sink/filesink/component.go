@@ -2,13 +2,11 @@ package filesink
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/weir-io/weir/internal/component"
 	"github.com/weir-io/weir/internal/config/setting"
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -47,31 +45,17 @@ func Component() component.SinkDef {
 			return New(ctx, options(p, false))
 		},
 		MaxBatch: func(c *Config) int { return c.BatchRecords },
-		Raw: &component.RawMode[Config]{
-			Open: func(ctx context.Context, p component.SinkParams[Config]) (component.RawSink, error) {
-				s, err := New(ctx, options(p, true))
-				if err != nil {
-					return component.RawSink{}, err
-				}
-				store, err := engine.OpenOffsetStore(ctx, p.FS, p.Config.Dir)
-				if err != nil {
-					return component.RawSink{}, errors.Join(fmt.Errorf("open offset store: %w", err), s.Close())
-				}
-				return component.RawSink{Sink: s, Store: store}, nil
+		Raw: component.DirRaw(func(c *Config) string { return c.Dir },
+			func(ctx context.Context, p component.SinkParams[Config]) (sink.Raw, error) {
+				return New(ctx, options(p, true))
 			},
-			Read: func(ctx context.Context, p component.SinkParams[Config]) (component.RawRead, error) {
-				r, err := OpenRawReader(p.FS, p.Config.Dir)
+			func(fsys vfs.FS, dir string) (sink.RawReader, func() error, error) {
+				r, err := OpenRawReader(fsys, dir)
 				if err != nil {
-					return component.RawRead{}, err
+					return nil, nil, err
 				}
-				store, err := engine.OpenOffsetStore(ctx, p.FS, p.Config.Dir)
-				if err != nil {
-					return component.RawRead{}, fmt.Errorf("open offset store: %w", err)
-				}
-				return component.RawRead{Reader: r, Store: store, Close: func() error { return nil }}, nil
-			},
-			Where: func(c *Config) string { return c.Dir },
-		},
+				return r, func() error { return nil }, nil
+			}),
 	}
 }
 
