@@ -8,6 +8,14 @@
 // durations ("250ms", "5s"); sizes are integers of bytes or carry a KiB, MiB
 // or GiB suffix. docs/configuration.md is checked against the table by the
 // package's tests.
+//
+// The sink and source kinds are not declared here but in the component
+// registry (internal/component, the built-in list in internal/components):
+// each kind's keys become the [sink.<kind>] knobs, and the [[secondary]]
+// and [[source]] tables are read and checked key by key through them, with
+// the same value types (package setting), the same range checks and the
+// same warnings for unknown keys. Config.Components is the registry a
+// configuration was checked against.
 package config
 
 import (
