@@ -26,6 +26,7 @@ Usage:
   weir verify  [DIR]   check a WAB directory; exit 1 on corruption (offline, read-only)
   weir deadletter list|show|replay|purge   manage the dead-letter lane
   weir status          summary of a running daemon (reads its /metrics, /live, /ready)
+  weir kinds [KIND]    the sink and source kinds and their capabilities, or one kind's keys
   weir version         print the version
 
 Documentation: docs/ in the source tree.
@@ -53,6 +54,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return status(args[1:], stdout, stderr)
 	case "deadletter":
 		return deadletter(args[1:], stdout, stderr)
+	case "kinds":
+		return kinds(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "weir", Version)
 		return 0

@@ -8,6 +8,14 @@
 // durations ("250ms", "5s"); sizes are integers of bytes or carry a KiB, MiB
 // or GiB suffix. docs/configuration.md is checked against the table by the
 // package's tests.
+//
+// The sink and source kinds are not declared here but in the component
+// registry (internal/component, the built-in list in internal/components):
+// each kind's keys become the [sink.<kind>] knobs, and the [[secondary]]
+// and [[source]] tables are read and checked key by key through them, with
+// the same value types (package setting), the same range checks and the
+// same warnings for unknown keys. Config.Components is the registry a
+// configuration was checked against.
 package config
 
 import (
@@ -24,6 +32,9 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/weir-io/weir/internal/component"
+	"github.com/weir-io/weir/internal/components"
 )
 
 // Config is the daemon's validated configuration. Paths are absolute and
@@ -87,57 +98,46 @@ type Config struct {
 
 	LogLevel  string // log_level: debug|info|warn|error
 	LogFormat string // log_format: text|json
+
+	// Components are the sink and source kinds the configuration was
+	// read and checked against; the daemon opens its sinks and sources
+	// through them.
+	Components *component.Registry
 }
 
-// SinkConfig chooses and configures the sink the drain delivers to.
+// SinkConfig chooses and configures a sink: the [sink], or a
+// [[secondary]]'s.
 type SinkConfig struct {
-	Type     string         // sink.type: "file", "parquet", "postgres" or "mysql"
-	Durable  bool           // sink.durable; must be true for the [sink]
-	File     FileConfig     // [sink.file]
-	Parquet  ParquetConfig  // [sink.parquet]
-	Postgres PostgresConfig // [sink.postgres]
-	MySQL    MySQLConfig    // [sink.mysql]
+	Type    string // sink.type: a registered sink kind
+	Durable bool   // sink.durable; must be true for the [sink]
+	// Kinds holds each kind's table ([sink.<kind>]) with its defaults
+	// filled in and paths made absolute, keyed by kind: the kind's own
+	// settings type (for "file", *filesink.Config). The [sink] holds every
+	// registered kind's (flags and variables may set any of them); a
+	// secondary only its own.
+	Kinds map[string]any
 }
 
-// PostgresConfig configures the PostgreSQL sink.
-type PostgresConfig struct {
-	DSN          string        // sink.postgres.dsn
-	Table        string        // sink.postgres.table
-	PayloadType  string        // sink.postgres.payload_type: bytea|jsonb
-	BatchRecords int           // sink.postgres.batch_records
-	CreateTable  bool          // sink.postgres.create_table
-	Timeout      time.Duration // sink.postgres.timeout
-	// MetadataColumns: sink.postgres.metadata_columns.
-	MetadataColumns bool
+// Settings are the settings of the kind in use, s.Kinds[s.Type].
+func (s SinkConfig) Settings() any { return s.Kinds[s.Type] }
+
+// SinkDir is the directory a sink configured by s writes — its kind's
+// directory key, such as sink.file.dir — or "" for a kind that writes no
+// directory.
+func (c *Config) SinkDir(s SinkConfig) string {
+	f := c.sinkDirField(s.Type)
+	if f == nil || s.Settings() == nil {
+		return ""
+	}
+	return f.Get(s.Settings()).(string)
 }
 
-// MySQLConfig configures the MySQL/MariaDB sink.
-type MySQLConfig struct {
-	DSN          string        // sink.mysql.dsn
-	Table        string        // sink.mysql.table
-	PayloadType  string        // sink.mysql.payload_type: blob|json
-	BatchRecords int           // sink.mysql.batch_records
-	Timeout      time.Duration // sink.mysql.timeout
-	// MetadataColumns: sink.mysql.metadata_columns.
-	MetadataColumns bool
-}
-
-// FileConfig configures the NDJSON file sink.
-type FileConfig struct {
-	Dir          string        // sink.file.dir; default <data_dir>/out
-	MaxBytes     int64         // sink.file.max_bytes
-	MaxAge       time.Duration // sink.file.max_age
-	BatchRecords int           // sink.file.batch_records (MaxBatchSize)
-}
-
-// ParquetConfig configures the Parquet sink.
-type ParquetConfig struct {
-	Dir             string        // sink.parquet.dir; default <data_dir>/parquet
-	MaxBytes        int64         // sink.parquet.max_bytes (staged bytes per file)
-	MaxAge          time.Duration // sink.parquet.max_age
-	BatchRecords    int           // sink.parquet.batch_records (MaxBatchSize)
-	MaxPayloadBytes int64         // sink.parquet.max_payload_bytes
-	Compression     string        // sink.parquet.compression: zstd level name
+func (c *Config) sinkDirField(kind string) *component.Field {
+	sk, ok := c.Components.Sink(kind)
+	if !ok {
+		return nil
+	}
+	return sk.Dir()
 }
 
 // ConfigFlag and ConfigEnv name the TOML file to read. Without either, no
@@ -169,19 +169,31 @@ func (c *Config) Level() slog.Level {
 // them). Every parse and validation error is reported, joined; each names
 // the setting, its value and where it came from or what is allowed. For
 // --help or -h Load returns an error matching flag.ErrHelp; print Usage.
+//
+// The sink and source kinds are the built-in ones (internal/components);
+// LoadWith reads a configuration against another registry.
 func Load(args []string, environ []string, logger *slog.Logger) (*Config, error) {
+	return LoadWith(components.Registry(), args, environ, logger)
+}
+
+// LoadWith is Load with the sink and source kinds of reg.
+func LoadWith(reg *component.Registry, args []string, environ []string, logger *slog.Logger) (*Config, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return nil, fmt.Errorf("config: working directory: %w", err)
 	}
-	return load(args, environ, logger, wd)
+	return loadWith(reg, args, environ, logger, wd)
 }
 
 func load(args, environ []string, logger *slog.Logger, wd string) (*Config, error) {
+	return loadWith(components.Registry(), args, environ, logger, wd)
+}
+
+func loadWith(reg *component.Registry, args, environ []string, logger *slog.Logger, wd string) (*Config, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	ks := knobs()
+	ks := knobsFor(reg)
 	var errs []error
 
 	cli, cliFile, err := parseFlags(ks, args)
@@ -204,7 +216,7 @@ func load(args, environ []string, logger *slog.Logger, wd string) (*Config, erro
 			path = filepath.Join(wd, path)
 		}
 		var ferrs []error
-		file, ferrs = parseFile(ks, path, logger)
+		file, ferrs = parseFile(reg, ks, path, logger)
 		errs = append(errs, ferrs...)
 	}
 
@@ -214,7 +226,7 @@ func load(args, environ []string, logger *slog.Logger, wd string) (*Config, erro
 			ks[i].merge(merged, layer)
 		}
 	}
-	c := &Config{}
+	c := &Config{Components: reg}
 	for i := range ks {
 		ks[i].apply(c, merged)
 	}
@@ -282,28 +294,21 @@ func validate(ks []knob, c *Config, wd string) []error {
 	resolve("data_dir", &c.DataDir, "")
 	resolve("socket_path", &c.SocketPath, DefaultSocketName)
 	resolve("wab_dir", &c.WABDir, DefaultWABName)
-	resolve("sink.file.dir", &c.Sink.File.Dir, DefaultFileSinkName)
-	resolve("sink.parquet.dir", &c.Sink.Parquet.Dir, DefaultParquetSinkName)
-
-	errs = append(errs, validateTLS(ks, c, wd)...)
-
-	if c.WABDir != "" && c.WABDir == c.Sink.File.Dir {
-		k := knobByKey(ks, "sink.file.dir")
-		errs = append(errs, invalid(k, fmt.Sprintf("%q", c.Sink.File.Dir), "must differ from wab_dir"))
-	}
-	if c.WABDir != "" && c.WABDir == c.Sink.Parquet.Dir {
-		k := knobByKey(ks, "sink.parquet.dir")
-		errs = append(errs, invalid(k, fmt.Sprintf("%q", c.Sink.Parquet.Dir), "must differ from wab_dir"))
-	}
-	for _, need := range []struct{ typ, key, dsn string }{
-		{"postgres", "sink.postgres.dsn", c.Sink.Postgres.DSN},
-		{"mysql", "sink.mysql.dsn", c.Sink.MySQL.DSN},
-	} {
-		if c.Sink.Type == need.typ && need.dsn == "" {
-			errs = append(errs, invalid(knobByKey(ks, need.key), `""`,
-				fmt.Sprintf("is required because sink.type is %q", need.typ)))
+	// Every sink kind's directory, in use or not: a flag may set any.
+	for _, sk := range c.Components.Sinks() {
+		if f := sk.Dir(); f != nil {
+			settings := c.Sink.settings(sk)
+			dir := f.Get(settings).(string)
+			resolve("sink."+sk.Name()+"."+f.Key, &dir, f.DirName)
+			f.Set(settings, dir)
+			if c.WABDir != "" && c.WABDir == dir {
+				errs = append(errs, invalid(knobByKey(ks, "sink."+sk.Name()+"."+f.Key), fmt.Sprintf("%q", dir), "must differ from wab_dir"))
+			}
 		}
 	}
+
+	errs = append(errs, validateTLS(ks, c, wd)...)
+	errs = append(errs, validateSinkKind(ks, c, wd)...)
 	if c.DrainRetryMax < c.DrainRetryBase {
 		k := knobByKey(ks, "drain_retry_max")
 		errs = append(errs, invalid(k, formatDuration(c.DrainRetryMax),
@@ -314,6 +319,26 @@ func validate(ks []knob, c *Config, wd string) []error {
 		errs = append(errs, invalid(k, FormatSize(c.PreallocateBytes),
 			fmt.Sprintf("must not exceed segment_max_bytes (%s)", FormatSize(c.SegmentMaxBytes))))
 	}
+	return errs
+}
+
+// validateSinkKind checks the [sink]'s kind: its required keys, its rules
+// over several keys, its other paths.
+func validateSinkKind(ks []knob, c *Config, wd string) []error {
+	sk, ok := c.Components.Sink(c.Sink.Type)
+	if !ok {
+		return nil // sink.type itself is reported
+	}
+	var errs []error
+	settings := c.Sink.Settings()
+	report := func(key, value, why string) {
+		if value == "" {
+			value = `""`
+		}
+		errs = append(errs, invalid(knobByKey(ks, "sink."+c.Sink.Type+"."+key), value, why))
+	}
+	checkKind(sk.Fields(), settings, sk.Check(settings), fmt.Sprintf("sink.type is %q", c.Sink.Type), report)
+	resolveFields(sk.Fields(), settings, wd, false, report) // its directory is resolved with the other paths
 	return errs
 }
 
@@ -522,7 +547,7 @@ type tomlLeaf struct {
 
 func (l *tomlLeaf) UnmarshalTOML(v any) error { return l.k.parseTOML(l.p, v) }
 
-func parseFile(ks []knob, path string, logger *slog.Logger) (*partial, []error) {
+func parseFile(reg *component.Registry, ks []knob, path string, logger *slog.Logger) (*partial, []error) {
 	p := &partial{}
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -553,7 +578,7 @@ func parseFile(ks []knob, path string, logger *slog.Logger) (*partial, []error) 
 		}
 	}
 	walk(root, doc.Elem())
-	errs = append(errs, decodeTopology(root, md, doc.Elem(), p, path)...)
+	errs = append(errs, decodeTopology(reg, root, md, doc.Elem(), p, path)...)
 	for _, key := range md.Undecoded() {
 		logger.Warn("config: unknown key in configuration file ignored", "file", path, "key", key.String())
 	}

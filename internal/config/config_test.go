@@ -15,6 +15,13 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/weir-io/weir/internal/components"
+	"github.com/weir-io/weir/internal/config/setting"
+	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/sink/mysqlsink"
+	"github.com/weir-io/weir/internal/sink/parquetsink"
+	"github.com/weir-io/weir/internal/sink/pgsink"
 )
 
 const wd = "/srv/weir"
@@ -65,6 +72,9 @@ func writeFile(t *testing.T, body string) string {
 	return p
 }
 
+// fileSink is the file sink's settings in s.
+func fileSink(s SinkConfig) *filesink.Config { return s.Kinds["file"].(*filesink.Config) }
+
 func mustLoad(t *testing.T, args, env []string) *Config {
 	t.Helper()
 	c, err := load(args, env, nil, wd)
@@ -108,14 +118,14 @@ func TestDefaults(t *testing.T) {
 		RecoveryWindowRecords:   4096,
 		RecoveryWindowTime:      10 * time.Second,
 		CoverageFlushInterval:   250 * time.Millisecond,
-		Sink: SinkConfig{Type: "file", Durable: true, File: FileConfig{
-			Dir: "/srv/weir/data/out", MaxBytes: 128 << 20, MaxAge: time.Minute, BatchRecords: 4096,
-		},
-			Parquet: ParquetConfig{Dir: "/srv/weir/data/parquet", MaxBytes: 64 << 20, MaxAge: time.Minute, BatchRecords: 4096,
+		Sink: SinkConfig{Type: "file", Durable: true, Kinds: map[string]any{
+			"file": &filesink.Config{Dir: "/srv/weir/data/out", MaxBytes: 128 << 20, MaxAge: time.Minute, BatchRecords: 4096},
+			"parquet": &parquetsink.Config{Dir: "/srv/weir/data/parquet", MaxBytes: 64 << 20, MaxAge: time.Minute, BatchRecords: 4096,
 				MaxPayloadBytes: 16 << 20, Compression: "default"},
-			Postgres: PostgresConfig{Table: "weir_records", PayloadType: "bytea", BatchRecords: 4096, CreateTable: true, Timeout: 30 * time.Second},
-			MySQL:    MySQLConfig{Table: "weir_records", PayloadType: "blob", BatchRecords: 4096, Timeout: 30 * time.Second},
-		},
+			"postgres": &pgsink.Config{Table: "weir_records", PayloadType: "bytea", BatchRecords: 4096, CreateTable: true, Timeout: 30 * time.Second},
+			"mysql":    &mysqlsink.Config{Table: "weir_records", PayloadType: "blob", BatchRecords: 4096, Timeout: 30 * time.Second},
+		}},
+		Components:       components.Registry(),
 		MetricsBind:      "127.0.0.1",
 		MetricsPort:      9185,
 		LiveStallTimeout: time.Minute,
@@ -244,10 +254,10 @@ func companionFlags(key string) []string {
 func tomlFor(k *knob, v string) string {
 	lit := fmt.Sprintf("%q", v)
 	switch k.Kind {
-	case kindInt:
+	case setting.KindInt:
 		lit = v
-	case kindList:
-		lit = "[" + strings.Join(quoteAll(splitList(v)), ", ") + "]"
+	case setting.KindList:
+		lit = "[" + strings.Join(setting.QuoteAll(setting.SplitList(v)), ", ") + "]"
 	}
 	parts := strings.Split(k.Key, ".")
 	if len(parts) == 1 {
@@ -345,8 +355,8 @@ max_age = "10s"
 		{"shards: flag over env over file", c.Shards, 16},
 		{"idle_timeout: env over file", c.IdleTimeout, 2 * time.Minute},
 		{"queue_timeout: file over default", c.QueueTimeout, 3 * time.Second},
-		{"sink.file.max_bytes: file", c.Sink.File.MaxBytes, int64(8192)},
-		{"sink.file.max_age: flag", c.Sink.File.MaxAge, 5 * time.Second},
+		{"sink.file.max_bytes: file", fileSink(c.Sink).MaxBytes, int64(8192)},
+		{"sink.file.max_age: flag", fileSink(c.Sink).MaxAge, 5 * time.Second},
 		{"write_timeout: default", c.WriteTimeout, DefaultWriteTimeout},
 	}
 	for _, ch := range checks {
@@ -358,8 +368,8 @@ max_age = "10s"
 
 func TestDerivedPathsFollowDataDir(t *testing.T) {
 	c := mustLoad(t, nil, []string{"WEIR_DATA_DIR=/var/lib/weir"})
-	if c.SocketPath != "/var/lib/weir/weir.sock" || c.WABDir != "/var/lib/weir/wab" || c.Sink.File.Dir != "/var/lib/weir/out" {
-		t.Errorf("derived paths: %q %q %q", c.SocketPath, c.WABDir, c.Sink.File.Dir)
+	if c.SocketPath != "/var/lib/weir/weir.sock" || c.WABDir != "/var/lib/weir/wab" || fileSink(c.Sink).Dir != "/var/lib/weir/out" {
+		t.Errorf("derived paths: %q %q %q", c.SocketPath, c.WABDir, fileSink(c.Sink).Dir)
 	}
 	c = mustLoad(t, []string{"--data-dir=/d", "--wab-dir=/elsewhere/wab"}, nil)
 	if c.WABDir != "/elsewhere/wab" || c.SocketPath != "/d/weir.sock" {
@@ -499,8 +509,8 @@ func TestPathsResolved(t *testing.T) {
 		"--wab-dir=/a/b/../c",
 		"--sink-file-dir=out/../files",
 	}, nil)
-	if c.Sink.File.Dir != "/srv/weir/files" {
-		t.Errorf("Sink.File.Dir = %q", c.Sink.File.Dir)
+	if fileSink(c.Sink).Dir != "/srv/weir/files" {
+		t.Errorf("Sink.File.Dir = %q", fileSink(c.Sink).Dir)
 	}
 	// Cleaning a rooted path drops the leading "..": nothing is left to escape.
 	c = mustLoad(t, []string{
@@ -572,7 +582,7 @@ port = 9185
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Shards != 2 || c.Sink.File.MaxBytes != 1<<20 {
+	if c.Shards != 2 || fileSink(c.Sink).MaxBytes != 1<<20 {
 		t.Errorf("known keys not applied: %+v", c)
 	}
 	got := strings.Join(h.warnings(), "\n")
@@ -645,75 +655,6 @@ func TestFlagEnvMapping(t *testing.T) {
 	k = knobByKey(knobs(), "socket_path")
 	if k.Flag() != "socket-path" || k.Env() != "WEIR_SOCKET_PATH" {
 		t.Errorf("mapping: %s %s", k.Flag(), k.Env())
-	}
-}
-
-func TestParseSize(t *testing.T) {
-	cases := []struct {
-		in   string
-		want int64
-		err  bool
-	}{
-		{"0", 0, false},
-		{"4096", 4096, false},
-		{" 4096 ", 4096, false},
-		{"1KiB", 1 << 10, false},
-		{"64MiB", 64 << 20, false},
-		{"256 MiB", 256 << 20, false},
-		{"4GiB", 4 << 30, false},
-		{"10B", 10, false},
-		{"", 0, true},
-		{"MiB", 0, true},
-		{"-1", 0, true},
-		{"+5", 0, true},
-		{"1.5MiB", 0, true},
-		{"1MB", 0, true},
-		{"1mib", 0, true},
-		{"1 KB", 0, true},
-		{"99999999999GiB", 0, true},
-		{"0x10", 0, true},
-	}
-	for _, tc := range cases {
-		got, err := ParseSize(tc.in)
-		if (err != nil) != tc.err || got != tc.want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d, err=%v", tc.in, got, err, tc.want, tc.err)
-		}
-	}
-	for n, want := range map[int64]string{0: "0", 64: "64", 1536: "1536", 3072: "3KiB", 4 << 20: "4MiB", 4<<30 + 1: "4294967297", 3 << 30: "3GiB"} {
-		if got := FormatSize(n); got != want {
-			t.Errorf("FormatSize(%d) = %q, want %q", n, got, want)
-		}
-		if back, err := ParseSize(FormatSize(n)); err != nil || back != n {
-			t.Errorf("round trip %d: %d, %v", n, back, err)
-		}
-	}
-}
-
-func TestParseDuration(t *testing.T) {
-	cases := []struct {
-		in   string
-		want time.Duration
-		err  bool
-	}{
-		{"250ms", 250 * time.Millisecond, false},
-		{"5s", 5 * time.Second, false},
-		{"1h30m", 90 * time.Minute, false},
-		{"0", 0, false},
-		{"", 0, true},
-		{"5", 0, true},
-		{"5 s", 0, true},
-		{"five seconds", 0, true},
-	}
-	for _, tc := range cases {
-		got, err := parseDuration(tc.in)
-		if (err != nil) != tc.err || got != tc.want {
-			t.Errorf("parseDuration(%q) = %v, %v; want %v, err=%v", tc.in, got, err, tc.want, tc.err)
-		}
-	}
-	for d, want := range map[time.Duration]string{0: "0s", time.Minute: "1m", 5 * time.Minute: "5m", time.Hour: "1h", 90 * time.Second: "1m30s", 24 * time.Hour: "24h", 100 * time.Millisecond: "100ms"} {
-		if got := formatDuration(d); got != want {
-			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
-		}
 	}
 }
 

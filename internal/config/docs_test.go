@@ -6,15 +6,26 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/weir-io/weir/internal/component"
+	"github.com/weir-io/weir/internal/components"
 )
 
-var update = flag.Bool("update", false, "rewrite the knob table in docs/configuration.md")
+var update = flag.Bool("update", false, "rewrite the generated sections of docs/configuration.md")
 
-const (
-	docPath    = "../../docs/configuration.md"
-	tableBegin = "<!-- knob table: generated from internal/config; go test ./internal/config -update -->"
-	tableEnd   = "<!-- end of knob table -->"
-)
+const docPath = "../../docs/configuration.md"
+
+// generated is one section of docs/configuration.md made from code.
+type generated struct {
+	begin, end string
+	body       func() string
+}
+
+var sections = []generated{
+	{"<!-- knob table: generated from internal/config; go test ./internal/config -update -->", "<!-- end of knob table -->", referenceTable},
+	{"<!-- kinds: generated from the component registry; go test ./internal/config -update -->", "<!-- end of kinds -->", kindsTables},
+	{"<!-- source keys: generated from the component registry; go test ./internal/config -update -->", "<!-- end of source keys -->", sourceKeyTables},
+}
 
 // referenceTable renders the knob table as Markdown.
 func referenceTable() string {
@@ -28,31 +39,69 @@ func referenceTable() string {
 	return b.String()
 }
 
-// TestDocsListEveryKnob keeps docs/configuration.md in step with the table:
-// the generated section must match exactly, and every knob's key, default,
-// flag and environment variable must appear in it.
+// kindsTables renders the kinds and their capabilities, as `weir kinds`.
+func kindsTables() string {
+	r := components.Registry()
+	var b strings.Builder
+	b.WriteString(r.SinkTable().Markdown())
+	b.WriteString("\n")
+	b.WriteString(r.SourceTable().Markdown())
+	b.WriteString("\n")
+	for _, l := range strings.Split(component.CapabilityLegend, "\n") {
+		name, what, _ := strings.Cut(l, ": ")
+		fmt.Fprintf(&b, "- **%s**: %s\n", name, what)
+	}
+	return b.String()
+}
+
+// sourceKeyTables renders every source kind's keys.
+func sourceKeyTables() string {
+	var b strings.Builder
+	for i, k := range components.Registry().Sources() {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "`[source.%s]` — %s:\n\n", k.Name(), k.Summary())
+		b.WriteString(component.KeyTable("", k.Fields(), true).Markdown())
+	}
+	return b.String()
+}
+
+// TestDocsListEveryKnob keeps docs/configuration.md in step with the code:
+// each generated section must match exactly, and every knob's key,
+// default, flag and environment variable must appear in the knob table.
 func TestDocsListEveryKnob(t *testing.T) {
 	raw, err := os.ReadFile(docPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := string(raw)
-	i := strings.Index(doc, tableBegin)
-	j := strings.Index(doc, tableEnd)
-	if i < 0 || j < i {
-		t.Fatalf("%s: markers %q … %q not found", docPath, tableBegin, tableEnd)
-	}
-	got := strings.TrimSpace(doc[i+len(tableBegin) : j])
-	want := strings.TrimSpace(referenceTable())
-	if got != want {
-		if *update {
-			doc = doc[:i+len(tableBegin)] + "\n\n" + want + "\n\n" + doc[j:]
-			if err := os.WriteFile(docPath, []byte(doc), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			return
+	var got string
+	for _, s := range sections {
+		i := strings.Index(doc, s.begin)
+		j := strings.Index(doc, s.end)
+		if i < 0 || j < i {
+			t.Fatalf("%s: markers %q … %q not found", docPath, s.begin, s.end)
 		}
-		t.Errorf("%s: knob table is out of date; run go test ./internal/config -run TestDocs -update\nwant:\n%s", docPath, want)
+		have := strings.TrimSpace(doc[i+len(s.begin) : j])
+		want := strings.TrimSpace(s.body())
+		if s.begin == sections[0].begin {
+			got = have
+		}
+		if have == want {
+			continue
+		}
+		if *update {
+			doc = doc[:i+len(s.begin)] + "\n\n" + want + "\n\n" + doc[j:]
+			continue
+		}
+		t.Errorf("%s: the section after %q is out of date; run go test ./internal/config -run TestDocs -update\nwant:\n%s", docPath, s.begin, want)
+	}
+	if *update {
+		if err := os.WriteFile(docPath, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
 	}
 	rows := map[string]string{}
 	for _, line := range strings.Split(got, "\n") {

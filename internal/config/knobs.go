@@ -1,17 +1,16 @@
 package config
 
 import (
-	"errors"
 	"fmt"
-	"net"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/weir-io/weir/internal/component"
+	"github.com/weir-io/weir/internal/components"
+	"github.com/weir-io/weir/internal/config/setting"
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/engine"
-	"github.com/weir-io/weir/internal/sink/filesink"
-	"github.com/weir-io/weir/internal/sink/parquetsink"
 	"github.com/weir-io/weir/internal/tlsconf"
 	"github.com/weir-io/weir/wab"
 	"github.com/weir-io/weir/wire"
@@ -23,7 +22,6 @@ const (
 	DefaultDataDir          = "./data"
 	DefaultSocketName       = "weir.sock" // under data_dir
 	DefaultWABName          = "wab"       // under data_dir
-	DefaultFileSinkName     = "out"       // under data_dir
 	DefaultShards           = 4
 	DefaultMaxConnections   = 1024
 	DefaultMaxFrameBytes    = wire.DefaultMaxFrameBytes
@@ -45,24 +43,6 @@ const (
 	DefaultDeadLetterMax    = drain.DefaultDeadLetterMaxBytes
 	DefaultDeadLetterCheck  = drain.DefaultDeadLetterCheckInterval
 	DefaultHealthInterval   = drain.DefaultHealthInterval
-	DefaultSinkType         = "file"
-	DefaultFileMaxBytes     = filesink.DefaultMaxBytes
-	DefaultFileMaxAge       = filesink.DefaultMaxAge
-	DefaultFileBatchRecords = filesink.DefaultMaxBatchSize
-	DefaultParquetSinkName  = "parquet" // under data_dir
-	DefaultParquetMaxBytes  = parquetsink.DefaultMaxBytes
-	DefaultParquetMaxAge    = parquetsink.DefaultMaxAge
-	DefaultParquetBatch     = parquetsink.DefaultMaxBatchSize
-	DefaultParquetMaxRecord = parquetsink.DefaultMaxPayloadBytes
-	DefaultParquetLevel     = parquetsink.DefaultCompression
-	DefaultPGTable          = "weir_records"
-	DefaultPGPayloadType    = "bytea"
-	DefaultPGBatchRecords   = 4096
-	DefaultPGTimeout        = 30 * time.Second
-	DefaultMySQLTable       = "weir_records"
-	DefaultMySQLPayloadType = "blob"
-	DefaultMySQLBatch       = 4096
-	DefaultMySQLTimeout     = 30 * time.Second
 	DefaultMetricsBind      = "127.0.0.1"
 	DefaultMetricsPort      = 9185
 	DefaultLiveStallTimeout = time.Minute
@@ -90,23 +70,16 @@ const (
 )
 
 // kind is how a knob's value is written.
-type kind string
+type kind = setting.Kind
 
-const (
-	kindString   kind = "string"
-	kindPath     kind = "path"
-	kindInt      kind = "integer"
-	kindSize     kind = "size"
-	kindDuration kind = "duration"
-	kindAddress  kind = "address"
-	kindList     kind = "list"
-	kindBool     kind = "boolean"
-)
+const kindBool = setting.KindBool
 
 // knob is one configuration setting. The table returned by knobs is the only
 // place a setting is declared: the flag set, the environment reader, the TOML
 // reader, defaults, validation, Usage and the reference table in
-// docs/configuration.md are all generated from it.
+// docs/configuration.md are all generated from it. The keys of the sink
+// kinds' tables ([sink.<kind>]) come from the component registry
+// (sinkKnobs) and take their place in the table like any other.
 type knob struct {
 	Key     string // TOML key, dotted for nested tables
 	Kind    kind
@@ -143,28 +116,23 @@ func (k *knob) Env() string {
 // spec describes a knob of Go type T; newKnob turns it into the closures.
 type spec[T any] struct {
 	key, help  string
-	kind       kind
+	typ        setting.Type[T]
 	def        T
 	defText    string // overrides the rendered default when non-empty
-	rangeText  string
 	field      func(*partial) **T
 	out        func(*Config) *T
-	parse      func(string) (T, error)
-	fromTOML   func(any) (T, error)
-	check      func(T) string
-	format     func(T) string
 	skipDefApp bool // default is derived later (paths under data_dir)
 }
 
 func newKnob[T any](s spec[T]) knob {
-	k := knob{Key: s.key, Kind: s.kind, Help: s.help, Range: s.rangeText}
+	k := knob{Key: s.key, Kind: s.typ.Kind, Help: s.help, Range: s.typ.Range}
 	k.Default = s.defText
 	if k.Default == "" {
-		k.Default = s.format(s.def)
+		k.Default = s.typ.Format(s.def)
 	}
 	set := func(p *partial, v T) { *s.field(p) = &v }
 	k.parse = func(p *partial, text string) error {
-		v, err := s.parse(text)
+		v, err := s.typ.Parse(text)
 		if err != nil {
 			return err
 		}
@@ -172,7 +140,7 @@ func newKnob[T any](s spec[T]) knob {
 		return nil
 	}
 	k.parseTOML = func(p *partial, raw any) error {
-		v, err := s.fromTOML(raw)
+		v, err := s.typ.FromTOML(raw)
 		if err != nil {
 			return err
 		}
@@ -192,360 +160,147 @@ func newKnob[T any](s spec[T]) knob {
 			*s.out(c) = s.def
 		}
 	}
-	k.check = func(c *Config) string {
-		if s.check == nil {
-			return ""
-		}
-		return s.check(*s.out(c))
-	}
-	k.value = func(c *Config) string { return s.format(*s.out(c)) }
+	k.check = func(c *Config) string { return s.typ.Valid(*s.out(c)) }
+	k.value = func(c *Config) string { return s.typ.Format(*s.out(c)) }
 	return k
 }
 
 func intKnob(key string, def, lo, hi int, help string, field func(*partial) **int, out func(*Config) *int) knob {
-	return newKnob(spec[int]{
-		key: key, help: help, kind: kindInt, def: def,
-		rangeText: fmt.Sprintf("%s – %s", formatCount(int64(lo)), formatCount(int64(hi))),
-		field:     field, out: out,
-		parse: func(s string) (int, error) {
-			n, err := parseInt(s)
-			return int(n), err
-		},
-		fromTOML: func(v any) (int, error) {
-			switch v := v.(type) {
-			case int64:
-				return int(v), nil
-			case string:
-				n, err := parseInt(v)
-				return int(n), err
-			}
-			return 0, fmt.Errorf("want an integer, got %s", tomlType(v))
-		},
-		check:  func(v int) string { return between(int64(v), int64(lo), int64(hi), formatCount) },
-		format: func(v int) string { return formatCount(int64(v)) },
-	})
+	return newKnob(spec[int]{key: key, help: help, typ: setting.Int(lo, hi), def: def, field: field, out: out})
 }
 
 func sizeKnob(key string, def, lo, hi int64, help string, field func(*partial) **int64, out func(*Config) *int64) knob {
-	return newKnob(spec[int64]{
-		key: key, help: help, kind: kindSize, def: def,
-		rangeText: fmt.Sprintf("%s – %s", FormatSize(lo), FormatSize(hi)),
-		field:     field, out: out,
-		parse: ParseSize,
-		fromTOML: func(v any) (int64, error) {
-			switch v := v.(type) {
-			case int64:
-				return v, nil
-			case string:
-				return ParseSize(v)
-			}
-			return 0, fmt.Errorf("want a size (integer bytes or a string like \"64MiB\"), got %s", tomlType(v))
-		},
-		check:  func(v int64) string { return between(v, lo, hi, FormatSize) },
-		format: FormatSize,
-	})
+	return newKnob(spec[int64]{key: key, help: help, typ: setting.Size(lo, hi), def: def, field: field, out: out})
 }
 
 // intSizeKnob is a size held in an int field.
 func intSizeKnob(key string, def, lo, hi int64, help string, field func(*partial) **int, out func(*Config) *int) knob {
-	return newKnob(spec[int]{
-		key: key, help: help, kind: kindSize, def: int(def),
-		rangeText: fmt.Sprintf("%s – %s", FormatSize(lo), FormatSize(hi)),
-		field:     field, out: out,
-		parse: func(s string) (int, error) {
-			n, err := ParseSize(s)
-			return int(n), err
-		},
-		fromTOML: func(v any) (int, error) {
-			switch v := v.(type) {
-			case int64:
-				return int(v), nil
-			case string:
-				n, err := ParseSize(v)
-				return int(n), err
-			}
-			return 0, fmt.Errorf("want a size (integer bytes or a string like \"64MiB\"), got %s", tomlType(v))
-		},
-		check:  func(v int) string { return between(int64(v), lo, hi, FormatSize) },
-		format: func(v int) string { return FormatSize(int64(v)) },
-	})
+	return newKnob(spec[int]{key: key, help: help, typ: setting.IntSize(lo, hi), def: int(def), field: field, out: out})
 }
 
 func durationKnob(key string, def, lo, hi time.Duration, help string, field func(*partial) **time.Duration, out func(*Config) *time.Duration) knob {
-	return newKnob(spec[time.Duration]{
-		key: key, help: help, kind: kindDuration, def: def,
-		rangeText: fmt.Sprintf("%s – %s", formatDuration(lo), formatDuration(hi)),
-		field:     field, out: out,
-		parse: parseDuration,
-		fromTOML: func(v any) (time.Duration, error) {
-			switch v := v.(type) {
-			case string:
-				return parseDuration(v)
-			case int64:
-				if v == 0 {
-					return 0, nil
-				}
-				return 0, fmt.Errorf("want a duration string such as \"%s\", got the integer %d", formatDuration(def+time.Second), v)
-			}
-			return 0, fmt.Errorf("want a duration string such as \"5s\", got %s", tomlType(v))
-		},
-		check: func(v time.Duration) string {
-			if v < lo || v > hi {
-				return fmt.Sprintf("must be between %s and %s", formatDuration(lo), formatDuration(hi))
-			}
-			return ""
-		},
-		format: formatDuration,
-	})
+	return newKnob(spec[time.Duration]{key: key, help: help, typ: setting.Duration(lo, hi), def: def, field: field, out: out})
 }
 
 func enumKnob(key, def string, values []string, help string, field func(*partial) **string, out func(*Config) *string) knob {
-	return newKnob(spec[string]{
-		key: key, help: help, kind: kindString, def: def,
-		rangeText: "one of " + strings.Join(quoteAll(values), ", "),
-		field:     field, out: out,
-		parse:    func(s string) (string, error) { return s, nil },
-		fromTOML: tomlString,
-		check: func(v string) string {
-			for _, ok := range values {
-				if v == ok {
-					return ""
-				}
-			}
-			return "must be one of " + strings.Join(quoteAll(values), ", ")
-		},
-		format: func(v string) string { return fmt.Sprintf("%q", v) },
-	})
+	return newKnob(spec[string]{key: key, help: help, typ: setting.Enum(values...), def: def, field: field, out: out})
 }
 
 // hostKnob is a listen address: an IP address or a host name, without a
 // port.
 func hostKnob(key, def, help string, field func(*partial) **string, out func(*Config) *string) knob {
-	return newKnob(spec[string]{
-		key: key, help: help, kind: kindString, def: def,
-		rangeText: "an IP address or a host name, without a port",
-		field:     field, out: out,
-		parse:    func(s string) (string, error) { return s, nil },
-		fromTOML: tomlString,
-		check:    checkHost,
-		format:   func(v string) string { return fmt.Sprintf("%q", v) },
-	})
-}
-
-// checkHost accepts an IP address or a host name made of letters, digits,
-// dots, dashes and underscores.
-func checkHost(v string) string {
-	const msg = "must be an IP address or a host name, without a port"
-	if v == "" || len(v) > 253 {
-		return msg
-	}
-	if net.ParseIP(v) != nil {
-		return ""
-	}
-	for _, r := range v {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
-		default:
-			return msg
-		}
-	}
-	return ""
+	return newKnob(spec[string]{key: key, help: help, typ: setting.Host(), def: def, field: field, out: out})
 }
 
 // pathKnob is a path; defText documents a default derived from data_dir
 // (applied by derivePaths), or def is the default itself.
 func pathKnob(key, def, defText, help string, field func(*partial) **string, out func(*Config) *string) knob {
-	rangeText := "absolute or relative to the working directory; no NUL, no `..`"
+	typ := setting.Path()
 	if key == "socket_path" {
-		rangeText = fmt.Sprintf("%s; at most %d bytes once absolute", rangeText, MaxSocketPathBytes)
+		typ.Range = fmt.Sprintf("%s; at most %d bytes once absolute", typ.Range, MaxSocketPathBytes)
 	}
-	return newKnob(spec[string]{
-		key: key, help: help, kind: kindPath, def: def, defText: defText,
-		rangeText: rangeText,
-		field:     field, out: out,
-		parse: func(s string) (string, error) {
-			if s == "" {
-				return "", errors.New("empty path")
-			}
-			return s, nil
-		},
-		fromTOML: func(v any) (string, error) {
-			s, err := tomlString(v)
-			if err == nil && s == "" {
-				err = errors.New("empty path")
-			}
-			return s, err
-		},
-		format:     func(v string) string { return fmt.Sprintf("%q", v) },
-		skipDefApp: def == "",
-	})
+	return newKnob(spec[string]{key: key, help: help, typ: typ, def: def, defText: defText,
+		field: field, out: out, skipDefApp: def == ""})
 }
 
 // optPathKnob is a path with no default: empty means not set.
 func optPathKnob(key, rangeText, help string, field func(*partial) **string, out func(*Config) *string) knob {
-	return newKnob(spec[string]{
-		key: key, help: help, kind: kindPath, def: "",
-		rangeText: rangeText + "; absolute or relative to the working directory; no NUL, no `..`",
-		field:     field, out: out,
-		parse:    func(s string) (string, error) { return s, nil },
-		fromTOML: tomlString,
-		format:   func(v string) string { return fmt.Sprintf("%q", v) },
-	})
+	return newKnob(spec[string]{key: key, help: help, typ: setting.OptionalPath(rangeText), field: field, out: out})
 }
 
 // addressKnob is a TCP host:port to listen on; empty turns it off.
 func addressKnob(key, help string, field func(*partial) **string, out func(*Config) *string) knob {
-	return newKnob(spec[string]{
-		key: key, help: help, kind: kindAddress, def: "",
-		rangeText: "empty (off) or host:port; the host may be an IP address, a name, or empty for every interface; port 0 – 65535",
-		field:     field, out: out,
-		parse:    func(s string) (string, error) { return strings.TrimSpace(s), nil },
-		fromTOML: tomlString,
-		check: func(v string) string {
-			if v == "" {
-				return ""
-			}
-			_, port, err := net.SplitHostPort(v)
-			if err != nil {
-				return "must be host:port, such as \"127.0.0.1:9443\" or \":9443\" (IPv6 hosts in brackets: \"[::1]:9443\")"
-			}
-			if n, err := strconv.ParseUint(port, 10, 16); err != nil || port == "" || n > 65535 {
-				return fmt.Sprintf("port %q must be a number from 0 to 65535", port)
-			}
-			return ""
-		},
-		format: func(v string) string { return fmt.Sprintf("%q", v) },
-	})
+	return newKnob(spec[string]{key: key, help: help, typ: setting.Address(), field: field, out: out})
 }
 
 // listKnob is a list of strings: comma-separated in flags and environment
 // variables, an array of strings (or one comma-separated string) in TOML.
 // An empty list is nil. check validates one entry.
 func listKnob(key, rangeText, help string, check func(string) error, field func(*partial) **[]string, out func(*Config) *[]string) knob {
-	return newKnob(spec[[]string]{
-		key: key, help: help, kind: kindList, def: nil,
-		rangeText: rangeText + "; comma-separated in a flag or variable, an array of strings in TOML",
-		field:     field, out: out,
-		parse: func(s string) ([]string, error) { return splitList(s), nil },
-		fromTOML: func(v any) ([]string, error) {
-			switch v := v.(type) {
-			case string:
-				return splitList(v), nil
-			case []any:
-				var out []string
-				for i, e := range v {
-					s, ok := e.(string)
-					if !ok {
-						return nil, fmt.Errorf("want an array of strings, element %d is %s", i+1, tomlType(e))
-					}
-					if s = strings.TrimSpace(s); s != "" {
-						out = append(out, s)
-					}
-				}
-				return out, nil
-			}
-			return nil, fmt.Errorf("want an array of strings, got %s", tomlType(v))
-		},
-		check: func(vs []string) string {
-			var why []string
-			for _, v := range vs {
-				if err := check(v); err != nil {
-					why = append(why, err.Error())
-				}
-			}
-			return strings.Join(why, "; ")
-		},
-		format: func(vs []string) string {
-			return "[" + strings.Join(quoteAll(vs), ", ") + "]"
-		},
-	})
+	return newKnob(spec[[]string]{key: key, help: help, typ: setting.List(rangeText, check), field: field, out: out})
 }
 
 // boolKnob is true or false; TOML takes a boolean (or the string form).
 func boolKnob(key string, def bool, help string, field func(*partial) **bool, out func(*Config) *bool) knob {
-	parse := func(s string) (bool, error) {
-		switch strings.ToLower(strings.TrimSpace(s)) {
-		case "true", "1", "yes", "on":
-			return true, nil
-		case "false", "0", "no", "off":
-			return false, nil
-		}
-		return false, fmt.Errorf("want true or false, got %q", s)
-	}
-	return newKnob(spec[bool]{
-		key: key, help: help, kind: kindBool, def: def,
-		rangeText: "true or false",
-		field:     field, out: out,
-		parse: parse,
-		fromTOML: func(v any) (bool, error) {
-			switch v := v.(type) {
-			case bool:
-				return v, nil
-			case string:
-				return parse(v)
-			}
-			return false, fmt.Errorf("want a boolean, got %s", tomlType(v))
-		},
-		format: strconv.FormatBool,
-	})
+	return newKnob(spec[bool]{key: key, help: help, typ: setting.Bool(), def: def, field: field, out: out})
 }
 
-// dsnKnob is a database connection string. It is never echoed back in
-// messages: it may hold a password.
-func dsnKnob(key, rangeText, help string, field func(*partial) **string, out func(*Config) *string) knob {
-	return newKnob(spec[string]{
-		key: key, help: help, kind: kindString, def: "",
-		rangeText: rangeText,
-		field:     field, out: out,
-		parse:    func(s string) (string, error) { return s, nil },
-		fromTOML: tomlString,
-		format: func(v string) string {
-			if v == "" {
-				return `""`
-			}
-			return "(set, not shown)"
-		},
-	})
-}
-
-// identKnob is a table name: "name" or "schema.name", used verbatim.
-func identKnob(key, def, help string, field func(*partial) **string, out func(*Config) *string) knob {
-	return newKnob(spec[string]{
-		key: key, help: help, kind: kindString, def: def,
-		rangeText: "a table name or schema.table, used verbatim (case-sensitive), at most 63 bytes per part",
-		field:     field, out: out,
-		parse:    func(s string) (string, error) { return s, nil },
-		fromTOML: tomlString,
-		check: func(v string) string {
-			parts := strings.Split(v, ".")
-			if v == "" || len(parts) > 2 {
-				return "must be a table name or schema.table"
-			}
-			for _, p := range parts {
-				if p == "" || len(p) > 63 || strings.ContainsRune(p, 0) {
-					return "each part must be 1 to 63 bytes, without NUL"
-				}
-			}
-			return ""
-		},
-		format: func(v string) string { return fmt.Sprintf("%q", v) },
-	})
-}
-
-// splitList splits a comma-separated list, trimming space and dropping
-// empty entries.
-func splitList(s string) []string {
-	var out []string
-	for _, e := range strings.Split(s, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
+// sinkKnobs are the keys of every registered sink kind, [sink.<kind>]:
+// sink.<kind>.<key>, with a flag and a variable like every knob. A kind's
+// settings live in Config.Sink.Kinds, made by the kind with its defaults.
+func sinkKnobs(reg *component.Registry) []knob {
+	var ks []knob
+	for _, sk := range reg.Sinks() {
+		fields := sk.Fields()
+		for i := range fields {
+			ks = append(ks, fieldKnob(sk, &fields[i]))
 		}
 	}
-	return out
+	return ks
 }
 
-// knobs is the table of every setting, in documentation order.
-func knobs() []knob {
+func fieldKnob(sk *component.SinkKind, f *component.Field) knob {
+	key := "sink." + sk.Name() + "." + f.Key
+	settings := func(c *Config) any { return c.Sink.settings(sk) }
+	k := knob{Key: key, Kind: f.Kind, Default: f.Default, Range: f.Range, Help: f.Help}
+	k.parse = func(p *partial, s string) error {
+		v, err := f.Parse(s)
+		if err == nil {
+			p.setKindValue(key, v)
+		}
+		return err
+	}
+	k.parseTOML = func(p *partial, raw any) error {
+		v, err := f.ParseTOML(raw)
+		if err == nil {
+			p.setKindValue(key, v)
+		}
+		return err
+	}
+	k.merge = func(dst, src *partial) {
+		if v, ok := src.kindValues[key]; ok {
+			dst.setKindValue(key, v)
+		}
+	}
+	k.isSet = func(p *partial) bool { _, ok := p.kindValues[key]; return ok }
+	k.apply = func(c *Config, p *partial) {
+		s := settings(c) // made with the kind's defaults
+		if v, ok := p.kindValues[key]; ok {
+			f.Set(s, v)
+		}
+	}
+	k.check = func(c *Config) string { return f.Check(settings(c)) }
+	k.value = func(c *Config) string { return f.Value(settings(c)) }
+	return k
+}
+
+// settings returns the settings of kind k in s, made with k's defaults
+// if s has none yet.
+func (s *SinkConfig) settings(k *component.SinkKind) any {
+	if s.Kinds == nil {
+		s.Kinds = map[string]any{}
+	}
+	v, ok := s.Kinds[k.Name()]
+	if !ok {
+		v = k.NewConfig()
+		s.Kinds[k.Name()] = v
+	}
+	return v
+}
+
+// knobs is the table of every setting with the built-in kinds.
+func knobs() []knob { return knobsFor(components.Registry()) }
+
+// knobsFor is the table of every setting, in documentation order, with
+// reg's sink kinds: their keys follow sink.durable.
+func knobsFor(reg *component.Registry) []knob {
+	ks := scalarKnobs(reg)
+	i := slices.IndexFunc(ks, func(k knob) bool { return k.Key == "sink.durable" }) + 1
+	return slices.Insert(ks, i, sinkKnobs(reg)...)
+}
+
+// scalarKnobs are the settings declared here, in documentation order.
+func scalarKnobs(reg *component.Registry) []knob {
 	return []knob{
 		pathKnob("data_dir", DefaultDataDir, "", "Directory for the daemon's state; the other paths default to places under it.",
 			func(p *partial) **string { return &p.DataDir }, func(c *Config) *string { return &c.DataDir }),
@@ -617,61 +372,10 @@ func knobs() []knob {
 		durationKnob("sink_health_interval", DefaultHealthInterval, 100*time.Millisecond, time.Hour, "How often the sink's health is polled, also while idle or blocked (the weir_sink_health gauge).",
 			func(p *partial) **time.Duration { return &p.SinkHealthInterval }, func(c *Config) *time.Duration { return &c.SinkHealthInterval }),
 
-		enumKnob("sink.type", DefaultSinkType, []string{"file", "parquet", "postgres", "mysql"}, "Which sink the drain delivers to. With [[secondary]] sinks it is primary raw and must have a raw mode (file, parquet or postgres).",
+		enumKnob("sink.type", reg.DefaultSink(), reg.SinkNames(), "Which sink the drain delivers to. With [[secondary]] sinks it is primary raw and must have a raw mode ("+orList(reg.RawSinkNames())+").",
 			func(p *partial) **string { return &p.SinkType }, func(c *Config) *string { return &c.Sink.Type }),
 		boolKnob("sink.durable", true, "The [sink] acknowledges only what is on stable storage. It is the pipeline's primary raw (its system of record), so false is refused.",
 			func(p *partial) **bool { return &p.SinkDurable }, func(c *Config) *bool { return &c.Sink.Durable }),
-		pathKnob("sink.file.dir", "", "<data_dir>/"+DefaultFileSinkName, "Directory the file sink writes its NDJSON files to.",
-			func(p *partial) **string { return &p.FileDir }, func(c *Config) *string { return &c.Sink.File.Dir }),
-		sizeKnob("sink.file.max_bytes", DefaultFileMaxBytes, 4*kib, 64*gib, "An output file is closed and a new one started once it reaches this size.",
-			func(p *partial) **int64 { return &p.FileMaxBytes }, func(c *Config) *int64 { return &c.Sink.File.MaxBytes }),
-		durationKnob("sink.file.max_age", DefaultFileMaxAge, 10*time.Millisecond, 24*time.Hour, "An output file is closed and a new one started once it is this old.",
-			func(p *partial) **time.Duration { return &p.FileMaxAge }, func(c *Config) *time.Duration { return &c.Sink.File.MaxAge }),
-		intKnob("sink.file.batch_records", DefaultFileBatchRecords, 1, 1<<20, "Most records the file sink takes per commit.",
-			func(p *partial) **int { return &p.FileBatchRecords }, func(c *Config) *int { return &c.Sink.File.BatchRecords }),
-
-		pathKnob("sink.parquet.dir", "", "<data_dir>/"+DefaultParquetSinkName, "Directory the Parquet sink writes its files (and their staging logs) to.",
-			func(p *partial) **string { return &p.ParquetDir }, func(c *Config) *string { return &c.Sink.Parquet.Dir }),
-		sizeKnob("sink.parquet.max_bytes", DefaultParquetMaxBytes, 64*kib, 16*gib, "A Parquet file is written once its staged records reach this size (before compression); the file is smaller.",
-			func(p *partial) **int64 { return &p.ParquetMaxBytes }, func(c *Config) *int64 { return &c.Sink.Parquet.MaxBytes }),
-		durationKnob("sink.parquet.max_age", DefaultParquetMaxAge, 10*time.Millisecond, 24*time.Hour, "A Parquet file is written once its first staged record is this old.",
-			func(p *partial) **time.Duration { return &p.ParquetMaxAge }, func(c *Config) *time.Duration { return &c.Sink.Parquet.MaxAge }),
-		intKnob("sink.parquet.batch_records", DefaultParquetBatch, 1, 1<<20, "Most records the Parquet sink takes per commit.",
-			func(p *partial) **int { return &p.ParquetBatchRecords }, func(c *Config) *int { return &c.Sink.Parquet.BatchRecords }),
-		sizeKnob("sink.parquet.max_payload_bytes", DefaultParquetMaxRecord, 1, 1*gib, "A record with a larger payload is dead-lettered by the Parquet sink.",
-			func(p *partial) **int64 { return &p.ParquetMaxPayload }, func(c *Config) *int64 { return &c.Sink.Parquet.MaxPayloadBytes }),
-		enumKnob("sink.parquet.compression", DefaultParquetLevel, parquetsink.CompressionLevels, "zstd level of the Parquet files: fastest, default (about zstd 3), better (about 7) or best.",
-			func(p *partial) **string { return &p.ParquetCompression }, func(c *Config) *string { return &c.Sink.Parquet.Compression }),
-
-		dsnKnob("sink.postgres.dsn", "a libpq URL or key=value string; required when sink.type is \"postgres\"",
-			"PostgreSQL connection string, such as postgres://weir@db:5432/ingest?sslmode=verify-full. Holds the password if any; never logged.",
-			func(p *partial) **string { return &p.PGDSN }, func(c *Config) *string { return &c.Sink.Postgres.DSN }),
-		identKnob("sink.postgres.table", DefaultPGTable, "Table the Postgres sink writes to.",
-			func(p *partial) **string { return &p.PGTable }, func(c *Config) *string { return &c.Sink.Postgres.Table }),
-		enumKnob("sink.postgres.payload_type", DefaultPGPayloadType, []string{"bytea", "jsonb"}, "Column type of payload; with jsonb a record that is not valid JSON is dead-lettered.",
-			func(p *partial) **string { return &p.PGPayloadType }, func(c *Config) *string { return &c.Sink.Postgres.PayloadType }),
-		intKnob("sink.postgres.batch_records", DefaultPGBatchRecords, 1, 65536, "Most records the Postgres sink takes per transaction.",
-			func(p *partial) **int { return &p.PGBatchRecords }, func(c *Config) *int { return &c.Sink.Postgres.BatchRecords }),
-		boolKnob("sink.postgres.create_table", true, "Create the table when it does not exist; an existing table is always checked.",
-			func(p *partial) **bool { return &p.PGCreateTable }, func(c *Config) *bool { return &c.Sink.Postgres.CreateTable }),
-		durationKnob("sink.postgres.timeout", DefaultPGTimeout, time.Second, time.Hour, "Time allowed for one commit (a timeout is retried).",
-			func(p *partial) **time.Duration { return &p.PGTimeout }, func(c *Config) *time.Duration { return &c.Sink.Postgres.Timeout }),
-		boolKnob("sink.postgres.metadata_columns", false, "Also write each record's key, headers and event time, into weir_key (bytea), weir_headers (jsonb) and weir_event_time (timestamptz); missing columns are added when create_table is on, else refused. A raw table always has them.",
-			func(p *partial) **bool { return &p.PGMetadataColumns }, func(c *Config) *bool { return &c.Sink.Postgres.MetadataColumns }),
-
-		dsnKnob("sink.mysql.dsn", "a go-sql-driver DSN, user:password@tcp(host:port)/database; required when sink.type is \"mysql\"",
-			"MySQL or MariaDB connection string. Holds the password if any; never logged.",
-			func(p *partial) **string { return &p.MySQLDSN }, func(c *Config) *string { return &c.Sink.MySQL.DSN }),
-		identKnob("sink.mysql.table", DefaultMySQLTable, "Table (or database.table) the MySQL sink writes to; created when missing.",
-			func(p *partial) **string { return &p.MySQLTable }, func(c *Config) *string { return &c.Sink.MySQL.Table }),
-		enumKnob("sink.mysql.payload_type", DefaultMySQLPayloadType, []string{"blob", "json"}, "Column type of payload (LONGBLOB or JSON); with json a record that is not valid JSON is dead-lettered.",
-			func(p *partial) **string { return &p.MySQLPayloadType }, func(c *Config) *string { return &c.Sink.MySQL.PayloadType }),
-		intKnob("sink.mysql.batch_records", DefaultMySQLBatch, 1, 65536, "Most records the MySQL sink takes per commit (one INSERT unless max_allowed_packet forces a split).",
-			func(p *partial) **int { return &p.MySQLBatchRecords }, func(c *Config) *int { return &c.Sink.MySQL.BatchRecords }),
-		durationKnob("sink.mysql.timeout", DefaultMySQLTimeout, time.Second, time.Hour, "Time allowed for one commit (a timeout is retried).",
-			func(p *partial) **time.Duration { return &p.MySQLTimeout }, func(c *Config) *time.Duration { return &c.Sink.MySQL.Timeout }),
-		boolKnob("sink.mysql.metadata_columns", false, "Also write each record's key, headers and event time, into weir_key (LONGBLOB), weir_headers (JSON) and weir_event_time (DATETIME(6)); missing columns are added to an existing table.",
-			func(p *partial) **bool { return &p.MySQLMetadataColumns }, func(c *Config) *bool { return &c.Sink.MySQL.MetadataColumns }),
 
 		enumKnob("gate", DefaultGate, []string{"buffer", "raw"}, "What a [[source]] waits for before it commits its position: the write-ahead buffer's durable write (buffer), or the [sink]'s own durable commit with no write-ahead buffer at all (raw: no producers, no drain; records the sink refuses go to <data_dir>/quarantine/raw).",
 			func(p *partial) **string { return &p.Gate }, func(c *Config) *string { return &c.Gate }),
@@ -730,28 +434,12 @@ type partial struct {
 	DeadLetterCheckInterval       *time.Duration
 	SinkHealthInterval            *time.Duration
 
-	SinkType         *string
-	SinkDurable      *bool
-	FileDir          *string
-	FileMaxBytes     *int64
-	FileMaxAge       *time.Duration
-	FileBatchRecords *int
+	SinkType    *string
+	SinkDurable *bool
 
-	ParquetDir, ParquetCompression     *string
-	ParquetMaxBytes, ParquetMaxPayload *int64
-	ParquetMaxAge                      *time.Duration
-	ParquetBatchRecords                *int
-
-	PGDSN, PGTable, PGPayloadType *string
-	PGBatchRecords                *int
-	PGCreateTable                 *bool
-	PGMetadataColumns             *bool
-	PGTimeout                     *time.Duration
-
-	MySQLDSN, MySQLTable, MySQLPayloadType *string
-	MySQLBatchRecords                      *int
-	MySQLTimeout                           *time.Duration
-	MySQLMetadataColumns                   *bool
+	// kindValues holds the sink kinds' keys this layer sets, by knob key
+	// (sink.<kind>.<key>); see fieldKnob.
+	kindValues map[string]any
 
 	MetricsBind      *string
 	MetricsPort      *int
@@ -771,43 +459,17 @@ type partial struct {
 	topology *topologyTOML
 }
 
-func between(v, lo, hi int64, f func(int64) string) string {
-	if v < lo || v > hi {
-		return fmt.Sprintf("must be between %s and %s", f(lo), f(hi))
+func (p *partial) setKindValue(key string, v any) {
+	if p.kindValues == nil {
+		p.kindValues = map[string]any{}
 	}
-	return ""
+	p.kindValues[key] = v
 }
 
-func quoteAll(vs []string) []string {
-	out := make([]string, len(vs))
-	for i, v := range vs {
-		out[i] = fmt.Sprintf("%q", v)
+// orList writes "a, b or c".
+func orList(vs []string) string {
+	if len(vs) < 2 {
+		return strings.Join(vs, "")
 	}
-	return out
-}
-
-func tomlString(v any) (string, error) {
-	if s, ok := v.(string); ok {
-		return s, nil
-	}
-	return "", fmt.Errorf("want a string, got %s", tomlType(v))
-}
-
-func tomlType(v any) string {
-	switch v := v.(type) {
-	case string:
-		return fmt.Sprintf("the string %q", v)
-	case int64:
-		return fmt.Sprintf("the integer %d", v)
-	case float64:
-		return fmt.Sprintf("the float %v", v)
-	case bool:
-		return fmt.Sprintf("the boolean %v", v)
-	case map[string]any:
-		return "a table"
-	case []any, []map[string]any:
-		return "an array"
-	default:
-		return fmt.Sprintf("a %T", v)
-	}
+	return strings.Join(vs[:len(vs)-1], ", ") + " or " + vs[len(vs)-1]
 }

@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/weir-io/weir/internal/component"
+	"github.com/weir-io/weir/internal/config/setting"
 )
 
 // The topology tables, [[secondary]] and [[source]], are arrays of tables:
@@ -28,13 +29,6 @@ const DefaultQuarantineDirName = "quarantine"
 // quarantine_max_bytes says otherwise.
 const DefaultQuarantineMaxBytes = 256 << 20
 
-// Source types.
-const (
-	SourceKafka = "kafka"
-	SourceNATS  = "nats"
-	SourceFile  = "file"
-)
-
 // SecondaryConfig is one [[secondary]] sink: delivered from primary raw
 // after raw is durable, never on the source's path.
 type SecondaryConfig struct {
@@ -53,61 +47,25 @@ type SecondaryConfig struct {
 	// StartAtEnd: a secondary the offset store has never seen starts at
 	// raw's end instead of being filled from all of raw (start_at_end).
 	StartAtEnd bool
-	Sink       SinkConfig // type and [secondary.<type>], the keys of [sink.<type>]
+	// Sink is type, durable and [secondary.<type>] — the keys of
+	// [sink.<type>]; Sink.Kinds holds only that kind's settings.
+	Sink SinkConfig
 }
 
 // SourceConfig is one [[source]]: a broker or file source the daemon runs,
-// writing through the write-ahead buffer (its gate).
+// writing through the gate.
 type SourceConfig struct {
 	Name string // name: its metrics label and cursor key
-	Type string // type: kafka|nats|file
+	Type string // type: a registered source kind
 	// OwnRaw: the source's replayable origin is the primary raw (own_raw,
-	// file sources only). RawDir holds its position index and the offset
-	// store (raw_dir; default <data_dir>/origin/<name>).
+	// kinds with a replayable origin only). RawDir holds its position
+	// index and the offset store (raw_dir; default <data_dir>/origin/<name>).
 	OwnRaw bool
 	RawDir string
-	Kafka  KafkaSourceConfig // [source.kafka]
-	NATS   NATSSourceConfig  // [source.nats]
-	File   FileSourceConfig  // [source.file]
-}
-
-// KafkaSourceConfig is [source.kafka]. Zero values take the kafkasrc
-// defaults.
-type KafkaSourceConfig struct {
-	Brokers          []string      // brokers (required)
-	Topics           []string      // topics (required)
-	Group            string        // group (required)
-	Cluster          string        // cluster: names the cluster in record ids
-	MaxPollRecords   int           // max_poll_records
-	PerRecordCommit  bool          // per_record_commit
-	StartAtEnd       bool          // start_at_end
-	CommitTimeout    time.Duration // commit_timeout
-	RebalanceTimeout time.Duration // rebalance_timeout
-	SessionTimeout   time.Duration // session_timeout
-}
-
-// NATSSourceConfig is [source.nats]. Zero values take the natssrc
-// defaults.
-type NATSSourceConfig struct {
-	URL            string        // url (default nats://127.0.0.1:4222)
-	Stream         string        // stream (required)
-	Consumer       string        // consumer (required): durable consumer name
-	FilterSubjects []string      // filter_subjects
-	FetchBatch     int           // fetch_batch
-	FetchMaxWait   time.Duration // fetch_max_wait
-	AckWait        time.Duration // ack_wait
-	MaxAckPending  int           // max_ack_pending
-	MaxDeliver     int           // max_deliver
-}
-
-// FileSourceConfig is [source.file]. Zero values take the filesrc
-// defaults.
-type FileSourceConfig struct {
-	Glob            string        // glob (required)
-	PollInterval    time.Duration // poll_interval
-	MaxBatchRecords int           // max_batch_records
-	MaxLineBytes    int           // max_line_bytes
-	RotateGrace     time.Duration // rotate_grace
+	// Settings is the kind's table, [source.<type>], defaults filled in
+	// and paths made absolute: the kind's own settings type (for "kafka",
+	// *kafkasrc.Config).
+	Settings any
 }
 
 // topologyTOML is what the file said, before defaults and validation.
@@ -128,62 +86,13 @@ type secondaryTOML struct {
 	present    []string // [secondary.<table>] tables given
 }
 
-// tomlDuration reads a Go duration string.
-type tomlDuration struct{ d time.Duration }
-
-func (t *tomlDuration) UnmarshalText(b []byte) error {
-	d, err := parseDuration(string(b))
-	if err != nil {
-		return err
-	}
-	if d < 0 {
-		return fmt.Errorf("%q is negative", string(b))
-	}
-	t.d = d
-	return nil
-}
-
 type sourceTOML struct {
-	Name   *string    `toml:"name"`
-	Type   *string    `toml:"type"`
-	OwnRaw bool       `toml:"own_raw"`
-	RawDir string     `toml:"raw_dir"`
-	Kafka  *kafkaTOML `toml:"kafka"`
-	NATS   *natsTOML  `toml:"nats"`
-	File   *fileTOML  `toml:"file"`
-}
-
-type kafkaTOML struct {
-	Brokers          []string     `toml:"brokers"`
-	Topics           []string     `toml:"topics"`
-	Group            string       `toml:"group"`
-	Cluster          string       `toml:"cluster"`
-	MaxPollRecords   int          `toml:"max_poll_records"`
-	PerRecordCommit  bool         `toml:"per_record_commit"`
-	StartAtEnd       bool         `toml:"start_at_end"`
-	CommitTimeout    tomlDuration `toml:"commit_timeout"`
-	RebalanceTimeout tomlDuration `toml:"rebalance_timeout"`
-	SessionTimeout   tomlDuration `toml:"session_timeout"`
-}
-
-type natsTOML struct {
-	URL            string       `toml:"url"`
-	Stream         string       `toml:"stream"`
-	Consumer       string       `toml:"consumer"`
-	FilterSubjects []string     `toml:"filter_subjects"`
-	FetchBatch     int          `toml:"fetch_batch"`
-	FetchMaxWait   tomlDuration `toml:"fetch_max_wait"`
-	AckWait        tomlDuration `toml:"ack_wait"`
-	MaxAckPending  int          `toml:"max_ack_pending"`
-	MaxDeliver     int          `toml:"max_deliver"`
-}
-
-type fileTOML struct {
-	Glob            string       `toml:"glob"`
-	PollInterval    tomlDuration `toml:"poll_interval"`
-	MaxBatchRecords int          `toml:"max_batch_records"`
-	MaxLineBytes    int          `toml:"max_line_bytes"`
-	RotateGrace     tomlDuration `toml:"rotate_grace"`
+	name    *string
+	typ     *string
+	ownRaw  bool
+	rawDir  string
+	values  map[string]map[string]any // kind → key → value given
+	present []string                  // [source.<table>] tables given
 }
 
 const (
@@ -214,9 +123,20 @@ func childNode(n *tomlNode, name string) *tomlNode {
 }
 
 // decodeTopology decodes [[secondary]] and [[source]] into p.topology.
-func decodeTopology(root *tomlNode, md toml.MetaData, doc reflect.Value, p *partial, path string) []error {
-	var errs []error
+func decodeTopology(reg *component.Registry, root *tomlNode, md toml.MetaData, doc reflect.Value, p *partial, path string) []error {
 	topo := &topologyTOML{path: path}
+	errs := decodeSecondaries(root, md, doc, topo)
+	errs = append(errs, decodeSources(reg, md, doc, topo)...)
+	p.topology = topo
+	return errs
+}
+
+// decodeSecondaries reads each [[secondary]]: its own keys, and type,
+// durable and the [secondary.<kind>] tables through the [sink] knobs, so
+// they get the same parsing and ranges as [sink] and [sink.<kind>].
+func decodeSecondaries(root *tomlNode, md toml.MetaData, doc reflect.Value, topo *topologyTOML) []error {
+	var errs []error
+	path := topo.path
 	sinkNode := childNode(root, "sink")
 	bodyType := sinkNode.structType()
 	for i, prim := range doc.FieldByName(secondaryField).Interface().([]toml.Primitive) {
@@ -266,15 +186,89 @@ func decodeTopology(root *tomlNode, md toml.MetaData, doc reflect.Value, p *part
 		walk(sinkNode, body.Elem(), true)
 		topo.secondaries = append(topo.secondaries, sec)
 	}
+	return errs
+}
+
+// sourceBodyType mirrors the [source.<kind>] tables of reg's source
+// kinds: a pointer (nil when the table is absent) to a struct of one
+// toml.Primitive per key, so the decoder reports every key a kind does
+// not know as undecoded.
+func sourceBodyType(reg *component.Registry) reflect.Type {
+	var tables []reflect.StructField
+	for i, sk := range reg.Sources() {
+		var keys []reflect.StructField
+		for j, f := range sk.Fields() {
+			keys = append(keys, reflect.StructField{Name: fmt.Sprintf("F%d", j), Type: primitiveType, Tag: reflect.StructTag(fmt.Sprintf(`toml:%q`, f.Key))})
+		}
+		tables = append(tables, reflect.StructField{Name: fmt.Sprintf("K%d", i),
+			Type: reflect.PointerTo(reflect.StructOf(keys)), Tag: reflect.StructTag(fmt.Sprintf(`toml:%q`, sk.Name()))})
+	}
+	return reflect.StructOf(tables)
+}
+
+// fieldLeaf decodes one key of a kind's table through its Field, so that
+// the decoder's error carries the line and key.
+type fieldLeaf struct {
+	f   *component.Field
+	dst map[string]any
+}
+
+func (l *fieldLeaf) UnmarshalTOML(v any) error {
+	x, err := l.f.ParseTOML(v)
+	if err != nil {
+		return err
+	}
+	l.dst[l.f.Key] = x
+	return nil
+}
+
+// decodeSources reads each [[source]]: its own keys and the
+// [source.<kind>] tables, each key through its kind's Field.
+func decodeSources(reg *component.Registry, md toml.MetaData, doc reflect.Value, topo *topologyTOML) []error {
+	var errs []error
+	bodyType := sourceBodyType(reg)
 	for i, prim := range doc.FieldByName(sourceField).Interface().([]toml.Primitive) {
-		var src sourceTOML
-		if err := md.PrimitiveDecode(prim, &src); err != nil {
-			errs = append(errs, fileError(path, fmt.Sprintf("[[source]] #%d", i+1), err))
+		where := fmt.Sprintf("[[source]] #%d", i+1)
+		var head struct {
+			Name   *string `toml:"name"`
+			Type   *string `toml:"type"`
+			OwnRaw bool    `toml:"own_raw"`
+			RawDir string  `toml:"raw_dir"`
+		}
+		if err := md.PrimitiveDecode(prim, &head); err != nil {
+			errs = append(errs, fileError(topo.path, where, err))
 			continue
+		}
+		if head.Name != nil {
+			where = fmt.Sprintf("[[source]] %q", *head.Name)
+		}
+		body := reflect.New(bodyType)
+		if err := md.PrimitiveDecode(prim, body.Interface()); err != nil {
+			errs = append(errs, fileError(topo.path, where, err))
+			continue
+		}
+		src := sourceTOML{name: head.Name, typ: head.Type, ownRaw: head.OwnRaw, rawDir: head.RawDir, values: map[string]map[string]any{}}
+		for k, sk := range reg.Sources() {
+			tbl := body.Elem().Field(k)
+			if tbl.IsNil() {
+				continue
+			}
+			src.present = append(src.present, sk.Name())
+			vals := map[string]any{}
+			src.values[sk.Name()] = vals
+			fields := sk.Fields()
+			for j := range fields {
+				prim := tbl.Elem().Field(j).Interface().(toml.Primitive)
+				if reflect.ValueOf(prim).IsZero() {
+					continue
+				}
+				if err := md.PrimitiveDecode(prim, &fieldLeaf{f: &fields[j], dst: vals}); err != nil {
+					errs = append(errs, fileError(topo.path, where+" "+sk.Name()+"."+fields[j].Key, err))
+				}
+			}
 		}
 		topo.sources = append(topo.sources, src)
 	}
-	p.topology = topo
 	return errs
 }
 
@@ -323,241 +317,250 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 	if topo == nil {
 		topo = &topologyTOML{}
 	}
-	path := topo.path
 	names := map[string]string{}
 	for i, st := range topo.secondaries {
-		where := fmt.Sprintf("[[secondary]] #%d", i+1)
-		sc := SecondaryConfig{QueueBatches: DefaultQueueBatches, QuarantineBuffer: DefaultQuarantineBuffer, StartAtEnd: st.startAtEnd}
-		if st.name != nil {
-			sc.Name = *st.name
-			where = fmt.Sprintf("[[secondary]] %q", sc.Name)
-		}
-		if why := validName(sc.Name); why != "" {
-			errs = append(errs, topoErr(path, where, "name", fmt.Sprintf("%q", sc.Name), why+" (a stable name keying the sink's coverage in the offset store)"))
-		} else if prev, dup := names[sc.Name]; dup {
-			errs = append(errs, topoErr(path, where, "name", fmt.Sprintf("%q", sc.Name), "is already used by "+prev+"; names must be unique"))
-		} else {
-			names[sc.Name] = fmt.Sprintf("[[secondary]] #%d", i+1)
-		}
-		if st.queue != nil {
-			if *st.queue < 1 || *st.queue > 65536 {
-				errs = append(errs, topoErr(path, where, "queue_batches", fmt.Sprint(*st.queue), "must be between 1 and 65536"))
-			}
-			sc.QueueBatches = int(*st.queue)
-		}
-		if st.quarantine != nil {
-			if *st.quarantine < 1 || *st.quarantine > 1<<24 {
-				errs = append(errs, topoErr(path, where, "quarantine_buffer", fmt.Sprint(*st.quarantine), "must be between 1 and 16777216"))
-			}
-			sc.QuarantineBuffer = int(*st.quarantine)
-		}
-		sc.QuarantineMaxBytes = DefaultQuarantineMaxBytes
-		if st.qMaxBytes != nil {
-			if *st.qMaxBytes < 0 || *st.qMaxBytes > 1<<50 {
-				errs = append(errs, topoErr(path, where, "quarantine_max_bytes", fmt.Sprint(*st.qMaxBytes), "must be between 0 (keep no files: log and count) and 1125899906842624"))
-			}
-			sc.QuarantineMaxBytes = *st.qMaxBytes
-		}
-		switch {
-		case st.qDir != nil:
-			if abs, why := resolvePath(*st.qDir, wd); why != "" {
-				errs = append(errs, topoErr(path, where, "quarantine_dir", fmt.Sprintf("%q", *st.qDir), why))
-			} else {
-				sc.QuarantineDir = abs
-			}
-		case c.DataDir != "" && sc.Name != "":
-			sc.QuarantineDir = filepath.Join(c.DataDir, DefaultQuarantineDirName, sc.Name)
-		}
-		// The sub-tables are the [sink.<type>] knobs: same defaults, same
-		// ranges.
-		tmp := &Config{DataDir: c.DataDir}
-		for j := range ks {
-			if strings.HasPrefix(ks[j].Key, "sink.") {
-				ks[j].apply(tmp, st.sink)
-			}
-		}
-		typeKnob := knobByKey(ks, "sink.type")
-		if st.sink.SinkType == nil {
-			errs = append(errs, topoErr(path, where, "type", "", `is required: one of "file", "parquet", "postgres", "mysql"`))
-			tmp.Sink.Type = ""
-		} else if why := typeKnob.check(tmp); why != "" {
-			errs = append(errs, topoErr(path, where, "type", fmt.Sprintf("%q", tmp.Sink.Type), why))
-			tmp.Sink.Type = ""
-		}
-		for j := range ks {
-			k := &ks[j]
-			if !strings.HasPrefix(k.Key, "sink.") || k.Key == "sink.type" || !k.isSet(st.sink) {
-				continue
-			}
-			if why := k.check(tmp); why != "" {
-				errs = append(errs, topoErr(path, where, strings.TrimPrefix(k.Key, "sink."), k.value(tmp), why))
-			}
-		}
-		if !tmp.Sink.Durable {
-			errs = append(errs, topoErr(path, where, "durable", "false", "is not supported: every built-in sink acknowledges only what is on stable storage"))
-		}
-		for _, tbl := range st.present {
-			if tmp.Sink.Type != "" && tbl != tmp.Sink.Type {
-				errs = append(errs, topoErr(path, where, "["+"secondary."+tbl+"]", "", fmt.Sprintf("is given but type is %q; use [secondary.%s] or change type", tmp.Sink.Type, tmp.Sink.Type)))
-			}
-		}
-		switch tmp.Sink.Type {
-		case "postgres":
-			if tmp.Sink.Postgres.DSN == "" {
-				errs = append(errs, topoErr(path, where, "postgres.dsn", "", `is required because type is "postgres"`))
-			}
-		case "mysql":
-			if tmp.Sink.MySQL.DSN == "" {
-				errs = append(errs, topoErr(path, where, "mysql.dsn", "", `is required because type is "mysql"`))
-			}
-		case "file", "parquet":
-			dir := &tmp.Sink.File.Dir
-			key := "file.dir"
-			if tmp.Sink.Type == "parquet" {
-				dir, key = &tmp.Sink.Parquet.Dir, "parquet.dir"
-			}
-			if *dir == "" {
-				if c.DataDir != "" && sc.Name != "" {
-					*dir = filepath.Join(c.DataDir, DefaultSecondaryDirName, sc.Name)
-				}
-			} else if abs, why := resolvePath(*dir, wd); why != "" {
-				errs = append(errs, topoErr(path, where, key, fmt.Sprintf("%q", *dir), why))
-			} else {
-				*dir = abs
-			}
-			if *dir != "" {
-				others := []struct{ what, dir string }{
-					{"wab_dir", c.WABDir},
-					{"sink.file.dir (primary raw)", c.Sink.File.Dir},
-				}
-				if c.Sink.Type == "parquet" {
-					others = append(others, struct{ what, dir string }{"sink.parquet.dir (primary raw)", c.Sink.Parquet.Dir})
-				}
-				for _, other := range others {
-					if *dir == other.dir {
-						errs = append(errs, topoErr(path, where, key, fmt.Sprintf("%q", *dir), "must differ from "+other.what))
-					}
-				}
-				for _, prev := range c.Secondaries {
-					if d := prev.Sink.File.Dir; prev.Sink.Type == "file" && d == *dir || prev.Sink.Parquet.Dir == *dir && prev.Sink.Type == "parquet" {
-						errs = append(errs, topoErr(path, where, key, fmt.Sprintf("%q", *dir), fmt.Sprintf("is also the directory of [[secondary]] %q", prev.Name)))
-					}
-				}
-			}
-		}
-		sc.Sink = tmp.Sink
+		sc, serrs := buildSecondary(ks, c, topo.path, i, st, names, wd)
+		errs = append(errs, serrs...)
 		c.Secondaries = append(c.Secondaries, sc)
 	}
 	errs = append(errs, checkPrimaryRaw(ks, c)...)
-	srcNames := map[string]string{}
+	names = map[string]string{}
 	for i, st := range topo.sources {
-		where := fmt.Sprintf("[[source]] #%d", i+1)
-		var sc SourceConfig
-		if st.Name != nil {
-			sc.Name = *st.Name
-			where = fmt.Sprintf("[[source]] %q", sc.Name)
-		}
-		if why := validName(sc.Name); why != "" {
-			errs = append(errs, topoErr(path, where, "name", fmt.Sprintf("%q", sc.Name), why+" (names the source in metrics, record origins and the cursor store)"))
-		} else if prev, dup := srcNames[sc.Name]; dup {
-			errs = append(errs, topoErr(path, where, "name", fmt.Sprintf("%q", sc.Name), "is already used by "+prev+"; names must be unique"))
-		} else {
-			srcNames[sc.Name] = fmt.Sprintf("[[source]] #%d", i+1)
-		}
-		if st.Type != nil {
-			sc.Type = *st.Type
-		}
-		given := map[string]bool{SourceKafka: st.Kafka != nil, SourceNATS: st.NATS != nil, SourceFile: st.File != nil}
-		switch sc.Type {
-		case SourceKafka, SourceNATS, SourceFile:
-			for tbl, ok := range given {
-				if ok && tbl != sc.Type {
-					errs = append(errs, topoErr(path, where, "[source."+tbl+"]", "", fmt.Sprintf("is given but type is %q", sc.Type)))
-				}
-			}
-		case "":
-			errs = append(errs, topoErr(path, where, "type", "", `is required: one of "kafka", "nats", "file"`))
-		default:
-			errs = append(errs, topoErr(path, where, "type", fmt.Sprintf("%q", sc.Type), `must be one of "kafka", "nats", "file"`))
-		}
-		need := func(key string, missing bool) {
-			if missing {
-				errs = append(errs, topoErr(path, where, key, "", fmt.Sprintf("is required because type is %q", sc.Type)))
-			}
-		}
-		nonNeg := func(key string, v int) {
-			if v < 0 {
-				errs = append(errs, topoErr(path, where, key, fmt.Sprint(v), "must not be negative (0 takes the default)"))
-			}
-		}
-		switch sc.Type {
-		case SourceKafka:
-			k := st.Kafka
-			if k == nil {
-				k = &kafkaTOML{}
-			}
-			need("kafka.brokers", len(k.Brokers) == 0)
-			need("kafka.topics", len(k.Topics) == 0)
-			need("kafka.group", k.Group == "")
-			nonNeg("kafka.max_poll_records", k.MaxPollRecords)
-			sc.Kafka = KafkaSourceConfig{
-				Brokers: k.Brokers, Topics: k.Topics, Group: k.Group, Cluster: k.Cluster,
-				MaxPollRecords: k.MaxPollRecords, PerRecordCommit: k.PerRecordCommit, StartAtEnd: k.StartAtEnd,
-				CommitTimeout: k.CommitTimeout.d, RebalanceTimeout: k.RebalanceTimeout.d, SessionTimeout: k.SessionTimeout.d,
-			}
-		case SourceNATS:
-			n := st.NATS
-			if n == nil {
-				n = &natsTOML{}
-			}
-			need("nats.stream", n.Stream == "")
-			need("nats.consumer", n.Consumer == "")
-			nonNeg("nats.fetch_batch", n.FetchBatch)
-			nonNeg("nats.max_ack_pending", n.MaxAckPending)
-			nonNeg("nats.max_deliver", n.MaxDeliver)
-			if n.AckWait.d != 0 && n.FetchMaxWait.d != 0 && n.AckWait.d <= n.FetchMaxWait.d {
-				errs = append(errs, topoErr(path, where, "nats.ack_wait", formatDuration(n.AckWait.d),
-					fmt.Sprintf("must exceed nats.fetch_max_wait (%s)", formatDuration(n.FetchMaxWait.d))))
-			}
-			sc.NATS = NATSSourceConfig{
-				URL: n.URL, Stream: n.Stream, Consumer: n.Consumer, FilterSubjects: n.FilterSubjects,
-				FetchBatch: n.FetchBatch, FetchMaxWait: n.FetchMaxWait.d, AckWait: n.AckWait.d,
-				MaxAckPending: n.MaxAckPending, MaxDeliver: n.MaxDeliver,
-			}
-		case SourceFile:
-			f := st.File
-			if f == nil {
-				f = &fileTOML{}
-			}
-			need("file.glob", f.Glob == "")
-			if f.Glob != "" {
-				if _, err := filepath.Match(f.Glob, ""); err != nil {
-					errs = append(errs, topoErr(path, where, "file.glob", fmt.Sprintf("%q", f.Glob), "is not a valid pattern: "+err.Error()))
-				}
-			}
-			nonNeg("file.max_batch_records", f.MaxBatchRecords)
-			nonNeg("file.max_line_bytes", f.MaxLineBytes)
-			glob := f.Glob
-			if glob != "" && !filepath.IsAbs(glob) {
-				glob = filepath.Join(wd, glob)
-			}
-			sc.File = FileSourceConfig{
-				Glob: glob, PollInterval: f.PollInterval.d, MaxBatchRecords: f.MaxBatchRecords,
-				MaxLineBytes: f.MaxLineBytes, RotateGrace: f.RotateGrace.d,
-			}
-		}
-		sc.OwnRaw, sc.RawDir = st.OwnRaw, st.RawDir
-		if sc.OwnRaw && sc.RawDir == "" && c.DataDir != "" && sc.Name != "" {
-			sc.RawDir = filepath.Join(c.DataDir, DefaultOriginDirName, sc.Name)
-		}
-		if st.RawDir != "" && !st.OwnRaw {
-			errs = append(errs, topoErr(path, where, "raw_dir", fmt.Sprintf("%q", st.RawDir), "is only used with own_raw = true"))
-		}
+		sc, serrs := buildSource(c, topo.path, i, st, names, wd)
+		errs = append(errs, serrs...)
 		c.Sources = append(c.Sources, sc)
 	}
-	errs = append(errs, checkOwnRaw(ks, c, path)...)
+	errs = append(errs, checkOwnRaw(ks, c, topo.path)...)
 	errs = append(errs, checkRawGate(ks, c)...)
-	return append(errs, checkRecoveryNode(ks, c, path)...)
+	return append(errs, checkRecoveryNode(ks, c, topo.path)...)
+}
+
+// checkName checks a secondary's or a source's name: well formed and not
+// used by an earlier table of the same array (names maps name to table).
+func checkName(path, where, table string, i int, name, purpose string, names map[string]string) error {
+	if why := validName(name); why != "" {
+		return topoErr(path, where, "name", fmt.Sprintf("%q", name), why+" ("+purpose+")")
+	}
+	if prev, dup := names[name]; dup {
+		return topoErr(path, where, "name", fmt.Sprintf("%q", name), "is already used by "+prev+"; names must be unique")
+	}
+	names[name] = fmt.Sprintf("[[%s]] #%d", table, i+1)
+	return nil
+}
+
+// buildSecondary builds the i-th [[secondary]].
+func buildSecondary(ks []knob, c *Config, path string, i int, st secondaryTOML, names map[string]string, wd string) (SecondaryConfig, []error) {
+	where := fmt.Sprintf("[[secondary]] #%d", i+1)
+	sc := SecondaryConfig{QueueBatches: DefaultQueueBatches, QuarantineBuffer: DefaultQuarantineBuffer,
+		QuarantineMaxBytes: DefaultQuarantineMaxBytes, StartAtEnd: st.startAtEnd}
+	if st.name != nil {
+		sc.Name = *st.name
+		where = fmt.Sprintf("[[secondary]] %q", sc.Name)
+	}
+	var errs []error
+	if err := checkName(path, where, "secondary", i, sc.Name, "a stable name keying the sink's coverage in the offset store", names); err != nil {
+		errs = append(errs, err)
+	}
+	bound := func(key string, v *int64, lo, hi int64, why string, dst func(int64)) {
+		if v == nil {
+			return
+		}
+		if *v < lo || *v > hi {
+			errs = append(errs, topoErr(path, where, key, fmt.Sprint(*v), why))
+		}
+		dst(*v)
+	}
+	bound("queue_batches", st.queue, 1, 65536, "must be between 1 and 65536", func(v int64) { sc.QueueBatches = int(v) })
+	bound("quarantine_buffer", st.quarantine, 1, 1<<24, "must be between 1 and 16777216", func(v int64) { sc.QuarantineBuffer = int(v) })
+	bound("quarantine_max_bytes", st.qMaxBytes, 0, 1<<50, "must be between 0 (keep no files: log and count) and 1125899906842624",
+		func(v int64) { sc.QuarantineMaxBytes = v })
+	switch {
+	case st.qDir != nil:
+		if abs, why := resolvePath(*st.qDir, wd); why != "" {
+			errs = append(errs, topoErr(path, where, "quarantine_dir", fmt.Sprintf("%q", *st.qDir), why))
+		} else {
+			sc.QuarantineDir = abs
+		}
+	case c.DataDir != "" && sc.Name != "":
+		sc.QuarantineDir = filepath.Join(c.DataDir, DefaultQuarantineDirName, sc.Name)
+	}
+	var serrs []error
+	sc.Sink, serrs = buildSecondarySink(ks, c, path, where, sc.Name, st, wd)
+	return sc, append(errs, serrs...)
+}
+
+// buildSecondarySink builds a secondary's sink — type, durable and
+// [secondary.<type>] — through the [sink] knobs: the same defaults, the
+// same ranges, and the same rules of its kind.
+func buildSecondarySink(ks []knob, c *Config, path, where, name string, st secondaryTOML, wd string) (SinkConfig, []error) {
+	var errs []error
+	reg := c.Components
+	tmp := &Config{DataDir: c.DataDir}
+	for j := range ks {
+		if strings.HasPrefix(ks[j].Key, "sink.") {
+			ks[j].apply(tmp, st.sink)
+		}
+	}
+	if st.sink.SinkType == nil {
+		errs = append(errs, topoErr(path, where, "type", "", "is required: one of "+strings.Join(setting.QuoteAll(reg.SinkNames()), ", ")))
+		tmp.Sink.Type = ""
+	} else if why := knobByKey(ks, "sink.type").check(tmp); why != "" {
+		errs = append(errs, topoErr(path, where, "type", fmt.Sprintf("%q", tmp.Sink.Type), why))
+		tmp.Sink.Type = ""
+	}
+	for j := range ks {
+		k := &ks[j]
+		if !strings.HasPrefix(k.Key, "sink.") || k.Key == "sink.type" || !k.isSet(st.sink) {
+			continue
+		}
+		if why := k.check(tmp); why != "" {
+			errs = append(errs, topoErr(path, where, strings.TrimPrefix(k.Key, "sink."), k.value(tmp), why))
+		}
+	}
+	if !tmp.Sink.Durable {
+		errs = append(errs, topoErr(path, where, "durable", "false", "is not supported: every built-in sink acknowledges only what is on stable storage"))
+	}
+	typ := tmp.Sink.Type
+	for _, tbl := range st.present {
+		if typ != "" && tbl != typ {
+			errs = append(errs, topoErr(path, where, "["+"secondary."+tbl+"]", "", fmt.Sprintf("is given but type is %q; use [secondary.%s] or change type", typ, typ)))
+		}
+	}
+	sk, ok := reg.Sink(typ)
+	if !ok {
+		return SinkConfig{Durable: tmp.Sink.Durable}, errs
+	}
+	settings := tmp.Sink.Kinds[typ]
+	report := func(key, value, why string) { errs = append(errs, topoErr(path, where, typ+"."+key, value, why)) }
+	checkKind(sk.Fields(), settings, sk.Check(settings), fmt.Sprintf("type is %q", typ), report)
+	if f := sk.Dir(); f != nil && f.Get(settings).(string) == "" && c.DataDir != "" && name != "" {
+		f.Set(settings, filepath.Join(c.DataDir, DefaultSecondaryDirName, name))
+	}
+	resolveFields(sk.Fields(), settings, wd, true, report)
+	out := SinkConfig{Type: typ, Durable: tmp.Sink.Durable, Kinds: map[string]any{typ: settings}}
+	errs = append(errs, checkSecondaryDir(c, path, where, out)...)
+	return out, errs
+}
+
+// checkKind reports a kind's required keys that are not set (need says
+// why they are needed) and the problems its own rules found.
+func checkKind(fields []component.Field, settings any, problems []component.Problem, need string, report func(key, value, why string)) {
+	for i := range fields {
+		if f := &fields[i]; f.Required && f.IsZero(settings) {
+			report(f.Key, "", "is required because "+need)
+		}
+	}
+	for _, p := range problems {
+		report(p.Key, p.Value, p.Why)
+	}
+}
+
+// resolveFields makes a kind's path keys absolute against wd (refusing
+// NUL and `..`, like every path setting) and its glob keys absolute; with
+// dirs false it leaves the kind's directory key alone.
+func resolveFields(fields []component.Field, settings any, wd string, dirs bool, report func(key, value, why string)) {
+	for i := range fields {
+		f := &fields[i]
+		v, _ := f.Get(settings).(string)
+		if v == "" || (f.DirName != "" && !dirs) {
+			continue
+		}
+		switch f.Kind {
+		case setting.KindPath:
+			if abs, why := resolvePath(v, wd); why != "" {
+				report(f.Key, f.Value(settings), why)
+			} else {
+				f.Set(settings, abs)
+			}
+		case setting.KindGlob:
+			if !filepath.IsAbs(v) {
+				f.Set(settings, filepath.Join(wd, v))
+			}
+		}
+	}
+}
+
+// checkSecondaryDir refuses a secondary directory that another writer
+// already uses: the write-ahead buffer, primary raw, an earlier secondary.
+func checkSecondaryDir(c *Config, path, where string, s SinkConfig) []error {
+	dir := c.SinkDir(s)
+	if dir == "" {
+		return nil
+	}
+	key := s.Type + "." + c.sinkDirField(s.Type).Key
+	var errs []error
+	others := []struct{ what, dir string }{{"wab_dir", c.WABDir}}
+	if raw := c.SinkDir(c.Sink); raw != "" {
+		others = append(others, struct{ what, dir string }{"sink." + c.Sink.Type + "." + c.sinkDirField(c.Sink.Type).Key + " (primary raw)", raw})
+	}
+	for _, prev := range c.Secondaries {
+		others = append(others, struct{ what, dir string }{fmt.Sprintf("the directory of [[secondary]] %q", prev.Name), c.SinkDir(prev.Sink)})
+	}
+	for _, o := range others {
+		if dir == o.dir {
+			why := "must differ from " + o.what
+			if strings.HasPrefix(o.what, "the directory") {
+				why = "is also " + o.what
+			}
+			errs = append(errs, topoErr(path, where, key, fmt.Sprintf("%q", dir), why))
+		}
+	}
+	return errs
+}
+
+// buildSource builds the i-th [[source]].
+func buildSource(c *Config, path string, i int, st sourceTOML, names map[string]string, wd string) (SourceConfig, []error) {
+	where := fmt.Sprintf("[[source]] #%d", i+1)
+	var sc SourceConfig
+	if st.name != nil {
+		sc.Name = *st.name
+		where = fmt.Sprintf("[[source]] %q", sc.Name)
+	}
+	var errs []error
+	if err := checkName(path, where, "source", i, sc.Name, "names the source in metrics, record origins and the cursor store", names); err != nil {
+		errs = append(errs, err)
+	}
+	if st.typ != nil {
+		sc.Type = *st.typ
+	}
+	kinds := strings.Join(setting.QuoteAll(c.Components.SourceNames()), ", ")
+	sk, ok := c.Components.Source(sc.Type)
+	switch {
+	case sc.Type == "":
+		errs = append(errs, topoErr(path, where, "type", "", "is required: one of "+kinds))
+	case !ok:
+		errs = append(errs, topoErr(path, where, "type", fmt.Sprintf("%q", sc.Type), "must be one of "+kinds))
+	}
+	for _, tbl := range st.present {
+		if ok && tbl != sc.Type {
+			errs = append(errs, topoErr(path, where, "[source."+tbl+"]", "", fmt.Sprintf("is given but type is %q", sc.Type)))
+		}
+	}
+	if ok {
+		settings := sk.NewConfig()
+		report := func(key, value, why string) { errs = append(errs, topoErr(path, where, sc.Type+"."+key, value, why)) }
+		fields := sk.Fields()
+		for j := range fields {
+			f := &fields[j]
+			if v, set := st.values[sc.Type][f.Key]; set {
+				f.Set(settings, v)
+				if why := f.Check(settings); why != "" {
+					report(f.Key, f.Value(settings), why)
+				}
+			}
+		}
+		checkKind(fields, settings, sk.Check(settings), fmt.Sprintf("type is %q", sc.Type), report)
+		resolveFields(fields, settings, wd, true, report)
+		sc.Settings = settings
+	}
+	sc.OwnRaw, sc.RawDir = st.ownRaw, st.rawDir
+	if sc.OwnRaw && sc.RawDir == "" && c.DataDir != "" && sc.Name != "" {
+		sc.RawDir = filepath.Join(c.DataDir, DefaultOriginDirName, sc.Name)
+	}
+	if st.rawDir != "" && !st.ownRaw {
+		errs = append(errs, topoErr(path, where, "raw_dir", fmt.Sprintf("%q", st.rawDir), "is only used with own_raw = true"))
+	}
+	return sc, errs
 }
 
 // DefaultOriginDirName is the directory under data_dir that holds, per
@@ -589,7 +592,7 @@ func checkOwnRaw(ks []knob, c *Config, path string) []error {
 			where = fmt.Sprintf("[[source]] %q", sc.Name)
 		}
 		own++
-		if sc.Type != SourceFile {
+		if sk, ok := c.Components.Source(sc.Type); ok && !sk.Replayable() {
 			errs = append(errs, topoErr(path, where, "own_raw", "true", fmt.Sprintf(
 				"is refused for a %s source: its origin is not replayable (the broker's retention and acknowledgements decide what can be read again), so it cannot be the system of record; leave own_raw unset and it writes through the write-ahead buffer into the [sink]", sc.Type)))
 		}
@@ -615,26 +618,27 @@ func checkOwnRaw(ks []knob, c *Config, path string) []error {
 	return errs
 }
 
-// RawSinkTypes are the sink types with a raw (position-numbered,
-// replayable) mode: the only ones that may be primary raw.
-var RawSinkTypes = []string{"file", "parquet", "postgres"}
-
 // checkPrimaryRaw checks the [sink] when it is primary raw — when
-// [[secondary]] sinks are configured, or on a recovery node: it must be
-// replayable, read back by position for recovery.
+// [[secondary]] sinks are configured, or on a recovery node: its kind must
+// have a raw mode (replayable, read back by position for recovery), and
+// its settings follow the kind's rules for raw.
 func checkPrimaryRaw(ks []knob, c *Config) []error {
 	if len(c.Secondaries) == 0 {
 		return nil
 	}
-	if !slices.Contains(RawSinkTypes, c.Sink.Type) {
+	sk, ok := c.Components.Sink(c.Sink.Type)
+	if !ok {
+		return nil // sink.type itself is reported
+	}
+	if !sk.PrimaryRaw() {
 		return []error{invalid(knobByKey(ks, "sink.type"), fmt.Sprintf("%q", c.Sink.Type),
-			fmt.Sprintf(`must be one of %q when [[secondary]] sinks are configured: the [sink] is then primary raw, which must be replayable (read back by position for recovery), and only those sinks have that raw (positions) mode`, RawSinkTypes))}
+			fmt.Sprintf(`must be one of %q when [[secondary]] sinks are configured: the [sink] is then primary raw, which must be replayable (read back by position for recovery), and only those sinks have that raw (positions) mode`, c.Components.RawSinkNames()))}
 	}
-	if c.Sink.Type == "postgres" && c.Sink.Postgres.PayloadType != "" && c.Sink.Postgres.PayloadType != "bytea" {
-		return []error{invalid(knobByKey(ks, "sink.postgres.payload_type"), fmt.Sprintf("%q", c.Sink.Postgres.PayloadType),
-			`must be "bytea" when the [sink] is primary raw: raw gives every payload back byte for byte, which jsonb does not`)}
+	var errs []error
+	for _, p := range sk.CheckRaw(c.Sink.Settings()) {
+		errs = append(errs, invalid(knobByKey(ks, "sink."+c.Sink.Type+"."+p.Key), p.Value, p.Why))
 	}
-	return nil
+	return errs
 }
 
 // checkRawGate checks gate = "raw": sources write straight into the

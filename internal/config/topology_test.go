@@ -5,6 +5,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weir-io/weir/internal/sink/pgsink"
+	"github.com/weir-io/weir/internal/source/filesrc"
+	"github.com/weir-io/weir/internal/source/kafkasrc"
+	"github.com/weir-io/weir/internal/source/natssrc"
 )
 
 func loadTOML(t *testing.T, body string) (*Config, error, []string) {
@@ -79,28 +84,34 @@ glob = "logs/*.log"
 		t.Fatalf("secondaries: %+v", c.Secondaries)
 	}
 	pg := c.Secondaries[0]
-	if pg.Name != "pg" || pg.QueueBatches != 8 || pg.QuarantineBuffer != 100 || !pg.StartAtEnd || pg.Sink.Type != "postgres" || pg.Sink.Postgres.DSN != "postgres://u@h/db" ||
-		pg.Sink.Postgres.Table != "events" || pg.Sink.Postgres.BatchRecords != 100 || pg.Sink.Postgres.Timeout != DefaultPGTimeout ||
+	pgc, ok := pg.Sink.Settings().(*pgsink.Config)
+	if !ok || len(pg.Sink.Kinds) != 1 {
+		t.Fatalf("pg settings: %+v", pg.Sink)
+	}
+	if pg.Name != "pg" || pg.QueueBatches != 8 || pg.QuarantineBuffer != 100 || !pg.StartAtEnd || pg.Sink.Type != "postgres" || pgc.DSN != "postgres://u@h/db" ||
+		pgc.Table != "events" || pgc.BatchRecords != 100 || pgc.Timeout != pgsink.DefaultTimeout ||
 		pg.QuarantineDir != "/srv/weir/q/pg" || pg.QuarantineMaxBytes != 1<<20 {
-		t.Errorf("pg: %+v", pg)
+		t.Errorf("pg: %+v %+v", pg, pgc)
 	}
 	cp := c.Secondaries[1]
 	if cp.QueueBatches != DefaultQueueBatches || cp.QuarantineBuffer != DefaultQuarantineBuffer || cp.StartAtEnd ||
-		cp.QuarantineDir != "/srv/weir/data/quarantine/copy" || cp.QuarantineMaxBytes != DefaultQuarantineMaxBytes || cp.Sink.File.Dir != "/srv/weir/data/secondary/copy" || cp.Sink.File.MaxAge != 5*time.Second {
-		t.Errorf("copy: %+v", cp)
+		cp.QuarantineDir != "/srv/weir/data/quarantine/copy" || cp.QuarantineMaxBytes != DefaultQuarantineMaxBytes ||
+		fileSink(cp.Sink).Dir != "/srv/weir/data/secondary/copy" || fileSink(cp.Sink).MaxAge != 5*time.Second || c.SinkDir(cp.Sink) != "/srv/weir/data/secondary/copy" {
+		t.Errorf("copy: %+v %+v", cp, fileSink(cp.Sink))
 	}
 	if len(c.Sources) != 3 {
 		t.Fatalf("sources: %+v", c.Sources)
 	}
-	k := c.Sources[0].Kafka
-	if c.Sources[0].Type != "kafka" || len(k.Brokers) != 2 || k.Group != "weir" || k.Cluster != "prod" || k.CommitTimeout != 3*time.Second {
-		t.Errorf("kafka: %+v", c.Sources[0])
+	k := c.Sources[0].Settings.(*kafkasrc.Config)
+	if c.Sources[0].Type != "kafka" || len(k.Brokers) != 2 || k.Group != "weir" || k.Cluster != "prod" || k.CommitTimeout != 3*time.Second ||
+		k.MaxPollRecords != kafkasrc.DefaultMaxPollRecords {
+		t.Errorf("kafka: %+v", k)
 	}
-	if n := c.Sources[1].NATS; n.Stream != "EV" || n.AckWait != 30*time.Second {
-		t.Errorf("nats: %+v", c.Sources[1])
+	if n := c.Sources[1].Settings.(*natssrc.Config); n.Stream != "EV" || n.AckWait != 30*time.Second {
+		t.Errorf("nats: %+v", n)
 	}
-	if f := c.Sources[2].File; f.Glob != "/srv/weir/logs/*.log" {
-		t.Errorf("file: %+v", c.Sources[2])
+	if f := c.Sources[2].Settings.(*filesrc.Config); f.Glob != "/srv/weir/logs/*.log" {
+		t.Errorf("file: %+v", f)
 	}
 }
 
@@ -124,7 +135,7 @@ dsn = "postgres://u@h/db"
 	if len(warns) != 0 {
 		t.Errorf("warnings: %v", warns)
 	}
-	if c.Role != "recovery" || c.Sink.File.Dir != "/srv/weir/data/out" || c.WABDir != "/srv/weir-recovery/wab" || len(c.Secondaries) != 1 {
+	if c.Role != "recovery" || fileSink(c.Sink).Dir != "/srv/weir/data/out" || c.WABDir != "/srv/weir-recovery/wab" || len(c.Secondaries) != 1 {
 		t.Errorf("recovery node: %+v", c)
 	}
 }
@@ -448,7 +459,7 @@ name = "s"
 type = "nats"
 [source.nats]
 fetch_max_wait = "5s"
-ack_wait = "1s"`, []string{`nats.stream is required`, `nats.consumer is required`, `nats.ack_wait = 1s: must exceed nats.fetch_max_wait (5s)`}},
+ack_wait = "1s"`, []string{`nats.stream is required`, `nats.consumer is required`, `nats.ack_wait = 1s: must exceed fetch_max_wait (5s)`}},
 		{"file glob", `
 [[source]]
 name = "s"
@@ -469,7 +480,48 @@ name = "s"
 type = "file"
 [source.file]
 glob = "/x/*"
-poll_interval = "soon"`, []string{`[[source]] #1`, `not a duration`}},
+poll_interval = "soon"`, []string{`[[source]] "s" file.poll_interval`, `not a duration`}},
+		{"source key ranges", `
+[[source]]
+name = "orders"
+type = "kafka"
+[source.kafka]
+brokers = "k1:9092, k2:9092"
+topics = ["t"]
+group = "g"
+max_poll_records = -1
+session_timeout = "2h"`, []string{`[[source]] "orders": kafka.max_poll_records = -1: must be between 1 and 1048576 (or 0 for the default)`,
+			`[[source]] "orders": kafka.session_timeout = 2h: must be between 1s and 1h`}},
+		{"source key type", `
+[[source]]
+name = "ev"
+type = "nats"
+[source.nats]
+stream = "S"
+consumer = "c"
+fetch_batch = "many"`, []string{`[[source]] "ev" nats.fetch_batch: "many" is not an integer`}},
+		{"nats pending below batch", `
+[[source]]
+name = "ev"
+type = "nats"
+[source.nats]
+stream = "S"
+consumer = "c"
+fetch_batch = 100
+max_ack_pending = 10`, []string{`[[source]] "ev": nats.max_ack_pending = 10: must be at least fetch_batch (100)`}},
+		{"source type names the kinds", `
+[[source]]
+name = "s"`, []string{`[[source]] "s": type is required: one of "kafka", "nats", "file"`}},
+		{"secondary type names the kinds", `
+[[secondary]]
+name = "a"
+type = "redis"`, []string{`[[secondary]] "a": type = "redis": must be one of "file", "parquet", "postgres", "mysql"`}},
+		{"secondary relative dir resolved", `
+[[secondary]]
+name = "a"
+type = "file"
+[secondary.file]
+dir = "../x"`, []string{`[[secondary]] "a": file.dir = "../x": must not contain a ".." element`}},
 		{"recovery node without secondaries", `
 role = "recovery"`, []string{`role = "recovery": needs [[secondary]] tables`}},
 		{"recovery node with a source and tcp", `
@@ -500,5 +552,41 @@ glob = "/x/*"`, []string{`[[source]] "s": table is not allowed with role = "reco
 				}
 			}
 		})
+	}
+}
+
+// TestSourceKeysAsSettings: a source's keys read like any setting — a
+// list as an array or one comma-separated string, a size with a unit, 0
+// for a kind default — and unset keys take the kind's defaults.
+func TestSourceKeysAsSettings(t *testing.T) {
+	c, err, warns := loadTOML(t, `
+[[source]]
+name = "k"
+type = "kafka"
+[source.kafka]
+brokers = "k1:9092, k2:9092"
+topics = ["a", "b"]
+group = "g"
+max_poll_records = 0
+[[source]]
+name = "f"
+type = "file"
+[source.file]
+glob = "/logs/*.log"
+max_line_bytes = "64KiB"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 0 {
+		t.Errorf("warnings: %v", warns)
+	}
+	k := c.Sources[0].Settings.(*kafkasrc.Config)
+	if strings.Join(k.Brokers, ",") != "k1:9092,k2:9092" || strings.Join(k.Topics, ",") != "a,b" || k.MaxPollRecords != 0 ||
+		k.SessionTimeout != kafkasrc.DefaultSessionTimeout {
+		t.Errorf("kafka: %+v", k)
+	}
+	if f := c.Sources[1].Settings.(*filesrc.Config); f.MaxLineBytes != 64<<10 || f.PollInterval != filesrc.DefaultPollInterval {
+		t.Errorf("file: %+v", f)
 	}
 }

@@ -98,14 +98,14 @@ type = "file"
 		return len(lines)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for count(cfg.Sink.File.Dir) < n || count(cfg.Secondaries[0].Sink.File.Dir) < n {
+	for count(cfg.SinkDir(cfg.Sink)) < n || count(cfg.SinkDir(cfg.Secondaries[0].Sink)) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("raw %d, secondary %d of %d lines", count(cfg.Sink.File.Dir), count(cfg.Secondaries[0].Sink.File.Dir), n)
+			t.Fatalf("raw %d, secondary %d of %d lines", count(cfg.SinkDir(cfg.Sink)), count(cfg.SinkDir(cfg.Secondaries[0].Sink)), n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	stop()
-	if _, err := os.Stat(filepath.Join(cfg.Sink.File.Dir, "weir-offsets")); err != nil {
+	if _, err := os.Stat(filepath.Join(cfg.SinkDir(cfg.Sink), "weir-offsets")); err != nil {
 		t.Errorf("offset store: %v", err)
 	}
 }
@@ -173,7 +173,7 @@ type = "file"
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			lines, _ := filesink.ReadDirFS(vfs.OS, cfg.Secondaries[0].Sink.File.Dir, true)
+			lines, _ := filesink.ReadDirFS(vfs.OS, cfg.SinkDir(cfg.Secondaries[0].Sink), true)
 			got := map[sink.RecordID]bool{}
 			for _, l := range lines {
 				got[l.ID] = true

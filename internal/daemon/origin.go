@@ -9,7 +9,6 @@ import (
 
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/engine"
-	"github.com/weir-io/weir/internal/source/filesrc"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
@@ -19,16 +18,16 @@ import (
 // offset store is raw_dir itself.
 const originIndexDir = "index"
 
-// runOriginNode runs a node whose primary raw is a file source's own files
-// ([[source]] own_raw = true). There is no write-ahead buffer, listener,
-// drain or [sink]: the gate of the source is its origin — each batch's
-// files are fdatasynced and the batch's positions appended to the
-// durable index in raw_dir/index before the cursor is saved — and each
-// durable batch is offered to the secondaries, which are recovered from
-// the origin files when they lag. The offset store (coverage and the
-// source's cursor) is raw_dir/weir-offsets. It stops when ctx is
-// cancelled: the source first, then the fan-out, which writes the
-// coverage recorded so far.
+// runOriginNode runs a node whose primary raw is a source's own origin
+// ([[source]] own_raw = true: a kind with a replayable origin, such as
+// files). There is no write-ahead buffer, listener, drain or [sink]: the
+// gate of the source is its origin — for files, each batch's files are
+// fdatasynced and the batch's positions appended to the durable index in
+// raw_dir/index before the cursor is saved — and each durable batch is
+// offered to the secondaries, which are recovered from the origin when
+// they lag. The offset store (coverage and the source's cursor) is
+// raw_dir/weir-offsets. It stops when ctx is cancelled: the source first,
+// then the fan-out, which writes the coverage recorded so far.
 func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConfig, fs vfs.FS, log *slog.Logger) error {
 	tel, err := startTelemetry(ctx, cfg, log, "opening the origin raw and the secondaries")
 	if err != nil {
@@ -36,32 +35,28 @@ func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConf
 	}
 	defer tel.stop()
 	topo := tel.m.Topology()
-	srcLog := log.With("component", "source", "source", sc.Name)
-	srcOpts := fileSourceOptions(sc, log, topo) // the source and the origin raw name themselves
-	origin, err := filesrc.OpenOriginRaw(ctx, filesrc.OriginOptions{
-		FS: fs, Dir: filepath.Join(sc.RawDir, originIndexDir), Source: srcOpts, Logger: log,
-	})
-	if err != nil {
-		return fmt.Errorf("source %q: open its origin raw (own_raw): %w", sc.Name, err)
-	}
-	fan, store, err := openOriginFanout(ctx, cfg, sc, fs, origin, log, tel)
-	if err != nil {
-		return errors.Join(err, origin.Close())
-	}
-	srcOpts.Origin = origin
-	srcOpts.OnDurable = func(first uint64, recs []source.Record) {
+	var fan *engine.Fanout // set before the source runs
+	onDurable := func(first uint64, recs []source.Record) {
 		topo.SourceWritten(sc.Name, len(recs))
 		fan.Appended(first, sinkRecords(recs))
 	}
-	src, err := filesrc.New(srcOpts)
+	k := newKinds(cfg, fs, tel)
+	// The source and the origin raw name themselves in their logs.
+	own, err := k.openOwnRaw(ctx, sc, filepath.Join(sc.RawDir, originIndexDir), onDurable, log, topo)
 	if err != nil {
-		return errors.Join(fmt.Errorf("source %q: %w", sc.Name, err), fan.Close(), origin.Close())
+		return fmt.Errorf("source %q: %w", sc.Name, err)
+	}
+	var store *engine.OffsetStore
+	fan, store, err = openOriginFanout(ctx, cfg, sc, k, own.Reader, log, tel)
+	if err != nil {
+		return errors.Join(err, own.Close())
 	}
 	srcCtx, stopSource := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runSource(srcCtx, src, nil, store, topo, srcLog) }()
+	srcLog := log.With("component", "source", "source", sc.Name)
+	go func() { done <- runSource(srcCtx, own.Source, nil, store, topo, srcLog) }()
 	tel.h.Ready()
-	log.Info("weir ready: a source is its own raw", "source", sc.Name, "glob", sc.File.Glob, "raw_dir", sc.RawDir,
+	log.Info("weir ready: a source is its own raw", "source", sc.Name, "type", sc.Type, "raw_dir", sc.RawDir,
 		"offset_store", store.Where(), "secondaries", len(cfg.Secondaries))
 
 	<-ctx.Done()
@@ -72,7 +67,7 @@ func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConf
 	if err := fan.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close fan-out: %w", err))
 	}
-	if err := origin.Close(); err != nil {
+	if err := own.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close origin raw: %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -84,12 +79,12 @@ func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConf
 
 // openOriginFanout starts the fan-out over an origin raw: it reads the
 // origin for recovery and is told of each durable batch by the source.
-func openOriginFanout(ctx context.Context, cfg *config.Config, sc config.SourceConfig, fs vfs.FS, origin *filesrc.OriginRaw, log *slog.Logger, tel *telemetry) (*engine.Fanout, *engine.OffsetStore, error) {
-	store, err := engine.OpenOffsetStore(ctx, fs, sc.RawDir)
+func openOriginFanout(ctx context.Context, cfg *config.Config, sc config.SourceConfig, k kinds, origin sink.RawReader, log *slog.Logger, tel *telemetry) (*engine.Fanout, *engine.OffsetStore, error) {
+	store, err := engine.OpenOffsetStore(ctx, k.fs, sc.RawDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open offset store: %w", err)
 	}
-	fan, err := startFanout(ctx, cfg, fs, log, tel.m.Topology(), engine.FanoutOptions{Reader: origin, ExternalRaw: true, Store: store})
+	fan, err := startFanout(ctx, cfg, k, log, tel.m.Topology(), engine.FanoutOptions{Reader: origin, ExternalRaw: true, Store: store})
 	if err != nil {
 		return nil, nil, err
 	}

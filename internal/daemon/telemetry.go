@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/metrics"
@@ -19,6 +21,7 @@ import (
 // (nil srv when metrics_port is 0).
 type telemetry struct {
 	m   *metrics.Metrics
+	reg prometheus.Registerer // the per-instance registry, for components
 	h   *metrics.Health
 	srv *metrics.Server
 	log *slog.Logger
@@ -30,7 +33,7 @@ type telemetry struct {
 func startTelemetry(ctx context.Context, cfg *config.Config, log *slog.Logger, notReady string) (*telemetry, error) {
 	log = log.With("component", "metrics")
 	m, reg := metrics.New(metrics.Config{Shards: cfg.Shards, Sink: cfg.Sink.Type, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes})
-	t := &telemetry{m: m, h: metrics.NewHealth(cfg.LiveStallTimeout, log), log: log}
+	t := &telemetry{m: m, reg: reg, h: metrics.NewHealth(cfg.LiveStallTimeout, log), log: log}
 	t.h.NotReady(notReady)
 	if cfg.MetricsPort == 0 {
 		log.Info("metrics endpoint disabled (metrics_port = 0)")

@@ -12,13 +12,6 @@ import (
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/quarantine"
-	"github.com/weir-io/weir/internal/sink/filesink"
-	"github.com/weir-io/weir/internal/sink/parquetsink"
-	"github.com/weir-io/weir/internal/sink/pgsink"
-	"github.com/weir-io/weir/internal/source/filesrc"
-	"github.com/weir-io/weir/internal/source/kafkasrc"
-	"github.com/weir-io/weir/internal/source/natssrc"
-	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
@@ -40,33 +33,33 @@ type delivery struct {
 
 // openDelivery opens the drain's sink. Without secondaries it is the
 // [sink], exactly as configured. With secondaries the [sink] is primary
-// raw, in its raw (positions) mode with the offset store beside it (openRaw),
+// raw, in its raw (positions) mode with the offset store beside it,
 // behind a fan-out that feeds the secondaries after raw's durable ack.
 // The offset store then also holds the sources' cursors.
-func openDelivery(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, m *metrics.Metrics) (*delivery, error) {
+func openDelivery(ctx context.Context, cfg *config.Config, k kinds, log *slog.Logger, m *metrics.Metrics) (*delivery, error) {
 	if len(cfg.Secondaries) == 0 {
-		snk, err := openSink(ctx, cfg.Sink, fs, log.With("component", "sink", "sink", cfg.Sink.Type), false)
+		snk, err := k.openSink(ctx, cfg.Sink, cfg.Sink.Type, log.With("component", "sink", "sink", cfg.Sink.Type))
 		if err != nil {
 			return nil, err
 		}
 		return &delivery{snk: snk}, nil
 	}
-	raw, store, err := openRaw(ctx, cfg, fs, log.With("component", "sink", "sink", "raw"))
+	raw, err := k.openRaw(ctx, log.With("component", "sink", "sink", "raw"))
 	if err != nil {
 		return nil, err
 	}
-	fan, err := startFanout(ctx, cfg, fs, log, m.Topology(), engine.FanoutOptions{Raw: raw, Store: store})
+	fan, err := startFanout(ctx, cfg, k, log, m.Topology(), engine.FanoutOptions{Raw: raw.Sink, Store: raw.Store})
 	if err != nil {
-		return nil, errors.Join(err, raw.Close())
+		return nil, errors.Join(err, raw.Sink.Close())
 	}
-	return &delivery{snk: fan, cursors: store}, nil
+	return &delivery{snk: fan, cursors: raw.Store}, nil
 }
 
 // startFanout starts a fan-out over what the caller set in raw — Raw, or
 // Reader (with ExternalRaw for a raw written outside it), and Store — with
 // the rest taken from the configuration and every [[secondary]] opened.
 // The caller keeps ownership of raw and its store when it fails.
-func startFanout(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, topo *metrics.Topology, raw engine.FanoutOptions) (*engine.Fanout, error) {
+func startFanout(ctx context.Context, cfg *config.Config, k kinds, log *slog.Logger, topo *metrics.Topology, raw engine.FanoutOptions) (*engine.Fanout, error) {
 	role, err := engine.ParseRole(cfg.Role)
 	if err != nil {
 		return nil, fmt.Errorf("role: %w", err)
@@ -75,7 +68,7 @@ func startFanout(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("recovery_mode: %w", err)
 	}
-	secs, err := openSecondaries(ctx, cfg, fs, log, topo)
+	secs, err := openSecondaries(ctx, cfg, k, log, topo)
 	if err != nil {
 		return nil, err
 	}
@@ -102,24 +95,24 @@ func startFanout(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.L
 // secondary that cannot be opened now is opened again at each delivery
 // attempt; a quarantine directory that cannot be opened (local disk,
 // permissions) fails the start.
-func openSecondaries(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, topo *metrics.Topology) ([]engine.SecondaryConfig, error) {
+func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog.Logger, topo *metrics.Topology) ([]engine.SecondaryConfig, error) {
 	var secs []engine.SecondaryConfig
 	for _, sc := range cfg.Secondaries {
 		secLog := log.With("component", "sink", "sink", sc.Name, "secondary", true)
-		s, err := openSink(ctx, sc.Sink, fs, secLog, false)
+		s, err := k.openSink(ctx, sc.Sink, sc.Name, secLog)
 		if err != nil {
 			// A secondary never gates the pipeline, not even at start: it
 			// is opened again at each delivery attempt, and recovered from
 			// raw once it opens.
 			secLog.Warn("secondary cannot be opened; retrying at each delivery, recovering from raw once it opens", "err", err)
-			s = &lazySink{name: sc.Sink.Type, maxBatch: maxBatch(sc.Sink), open: func(ctx context.Context) (sink.Sink, error) {
-				return openSink(ctx, sc.Sink, fs, secLog, false)
+			s = &lazySink{name: sc.Sink.Type, maxBatch: k.maxBatch(sc.Sink), open: func(ctx context.Context) (sink.Sink, error) {
+				return k.openSink(ctx, sc.Sink, sc.Name, secLog)
 			}}
 		}
 		secCfg := engine.SecondaryConfig{Sink: s, Name: sc.Name, QueueBatches: sc.QueueBatches,
 			QuarantineBuffer: sc.QuarantineBuffer, StartAtEnd: sc.StartAtEnd}
 		if sc.QuarantineMaxBytes > 0 && sc.QuarantineDir != "" {
-			q, err := quarantine.Open(quarantine.Options{FS: fs, Dir: sc.QuarantineDir, MaxBytes: sc.QuarantineMaxBytes})
+			q, err := quarantine.Open(quarantine.Options{FS: k.fs, Dir: sc.QuarantineDir, MaxBytes: sc.QuarantineMaxBytes})
 			if err != nil {
 				secs = append(secs, secCfg)
 				return nil, errors.Join(fmt.Errorf("secondary %q: quarantine lane: %w", sc.Name, err), closeSecondaries(secs))
@@ -143,33 +136,6 @@ func closeSecondaries(secs []engine.SecondaryConfig) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// openRaw opens the [sink] as primary raw, in its raw (position-numbered)
-// mode, with the offset store that lives beside it.
-func openRaw(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) (raw sink.Raw, store *engine.OffsetStore, err error) {
-	s, err := openSink(ctx, cfg.Sink, fs, log, true)
-	if err != nil {
-		return nil, nil, fmt.Errorf("open primary raw (raw mode): %w", err)
-	}
-	var st *engine.OffsetStore
-	switch r := s.(type) {
-	case *filesink.Sink:
-		raw = r
-		st, err = engine.OpenOffsetStore(ctx, fs, cfg.Sink.File.Dir)
-	case *parquetsink.Sink:
-		raw = r
-		st, err = engine.OpenOffsetStore(ctx, fs, cfg.Sink.Parquet.Dir)
-	case *pgsink.Sink:
-		raw = r
-		st, err = r.OffsetStore(ctx)
-	default:
-		return nil, nil, errors.Join(fmt.Errorf("primary raw: sink.type %q has no raw mode", cfg.Sink.Type), s.Close())
-	}
-	if err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("open offset store: %w", err), s.Close())
-	}
-	return raw, st, nil
 }
 
 // countingGate counts what a source made durable.
@@ -197,44 +163,6 @@ type sources struct {
 	errs []error // errors of the last runs, returned by stop
 }
 
-func newSource(sc config.SourceConfig, log *slog.Logger, topo *metrics.Topology) (source.Source, error) {
-	committed := func() { topo.SourceCommitted(sc.Name) }
-	switch sc.Type {
-	case config.SourceKafka:
-		k := sc.Kafka
-		return kafkasrc.New(kafkasrc.Options{
-			Name: sc.Name, Brokers: k.Brokers, Topics: k.Topics, Group: k.Group, Cluster: k.Cluster,
-			MaxPollRecords: k.MaxPollRecords, PerRecordCommit: k.PerRecordCommit, StartAtEnd: k.StartAtEnd,
-			CommitTimeout: k.CommitTimeout, RebalanceTimeout: k.RebalanceTimeout, SessionTimeout: k.SessionTimeout,
-			Logger:   log,
-			OnCommit: func(string, int32, int64) { committed() },
-		})
-	case config.SourceNATS:
-		n := sc.NATS
-		return natssrc.New(natssrc.Options{
-			Name: sc.Name, URL: n.URL, Stream: n.Stream, Consumer: n.Consumer, FilterSubjects: n.FilterSubjects,
-			FetchBatch: n.FetchBatch, FetchMaxWait: n.FetchMaxWait, AckWait: n.AckWait,
-			MaxAckPending: n.MaxAckPending, MaxDeliver: n.MaxDeliver,
-			Logger: log,
-			OnAck:  func(string, uint64) { committed() },
-		})
-	case config.SourceFile:
-		return filesrc.New(fileSourceOptions(sc, log, topo))
-	}
-	return nil, fmt.Errorf("source %q: unknown type %q", sc.Name, sc.Type)
-}
-
-// fileSourceOptions are a file source's options from its [[source]].
-func fileSourceOptions(sc config.SourceConfig, log *slog.Logger, topo *metrics.Topology) filesrc.Options {
-	f := sc.File
-	return filesrc.Options{
-		Name: sc.Name, Glob: f.Glob, PollInterval: f.PollInterval, MaxBatchRecords: f.MaxBatchRecords,
-		MaxLineBytes: f.MaxLineBytes, RotateGrace: f.RotateGrace,
-		Logger:   log,
-		OnCommit: func(string, int64) { topo.SourceCommitted(sc.Name) },
-	}
-}
-
 // startSources starts every source: the producer listeners (already
 // bound; nil when there are none) and the [[source]] entries. Each writes
 // through gate — the write-ahead buffer's, or with gate = "raw" the
@@ -242,7 +170,7 @@ func fileSourceOptions(sc config.SourceConfig, log *slog.Logger, topo *metrics.T
 // write, and is restarted with backoff when it stops with an error.
 // Store-managed sources keep their cursors in d.cursors, opened here in
 // data_dir when there is no offset store.
-func startSources(cfg *config.Config, fs vfs.FS, gate source.Gate, ingress source.Source, d *delivery, m *metrics.Metrics, log *slog.Logger) (*sources, error) {
+func startSources(cfg *config.Config, k kinds, gate source.Gate, ingress source.Source, d *delivery, m *metrics.Metrics, log *slog.Logger) (*sources, error) {
 	s := &sources{}
 	topo := m.Topology()
 	var srcs []source.Source
@@ -250,12 +178,12 @@ func startSources(cfg *config.Config, fs vfs.FS, gate source.Gate, ingress sourc
 		srcs = append(srcs, ingress)
 	}
 	for _, sc := range cfg.Sources {
-		src, err := newSource(sc, log, topo) // each source names itself in its logs
+		src, err := k.newSource(context.Background(), sc, log, topo) // each source names itself in its logs
 		if err != nil {
 			return nil, fmt.Errorf("source %q: %w", sc.Name, err)
 		}
 		if src.Regime() == source.StoreManaged && d.cursors == nil {
-			cs, err := engine.OpenFileCursorStore(fs, cfg.DataDir, engine.DefaultCursorFile)
+			cs, err := engine.OpenFileCursorStore(k.fs, cfg.DataDir, engine.DefaultCursorFile)
 			if err != nil {
 				return nil, fmt.Errorf("open source cursor store: %w", err)
 			}
@@ -339,20 +267,6 @@ func (s *sources) stop(ctx context.Context, log *slog.Logger) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return errors.Join(s.errs...)
-}
-
-// maxBatch is the batch bound a sink of this configuration will report.
-func maxBatch(sc config.SinkConfig) int {
-	switch sc.Type {
-	case "postgres":
-		return sc.Postgres.BatchRecords
-	case "mysql":
-		return sc.MySQL.BatchRecords
-	case "parquet":
-		return sc.Parquet.BatchRecords
-	default:
-		return sc.File.BatchRecords
-	}
 }
 
 // lazySink is a secondary whose sink could not be opened at start. Every
