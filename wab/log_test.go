@@ -518,20 +518,29 @@ func TestSealedCorruptionFailsOpen(t *testing.T) {
 	flip := func(off int) func([]byte) []byte {
 		return func(b []byte) []byte { b[off] ^= 0x40; return b }
 	}
+	end := int64(len(good))
+	// Open trusts a sealed segment's footer: it checks the header and the
+	// last FooterFrameSize bytes (openOff is where it reports damage; -1:
+	// damage between them, which Open does not read). InspectSegment (weir
+	// verify) reads every frame and reports the first bad one (wantOff).
 	cases := []struct {
 		name    string
 		mutate  func([]byte) []byte
 		wantOff int64
+		openOff int64
 	}{
-		{"header byte", flip(20), 0},
-		{"first record length", flip(HeaderSize + 2), HeaderSize},
-		{"second record payload", flip(HeaderSize + rec + FrameOverhead + 1), int64(HeaderSize + rec)},
-		{"third record crc", flip(HeaderSize + 2*rec + 5), int64(HeaderSize + 2*rec)},
-		{"footer payload", flip(footer + FrameOverhead + 7), int64(footer)},
-		{"trailing byte", func(b []byte) []byte { return append(b, 0) }, int64(len(good))},
-		{"footer cut", func(b []byte) []byte { return b[:len(b)-1] }, int64(footer)},
-		{"footer missing", func(b []byte) []byte { return b[:footer] }, int64(footer)},
-		{"footer only header", func(b []byte) []byte { return b[:footer+4] }, int64(footer)},
+		{"header byte", flip(20), 0, 0},
+		{"first record length", flip(HeaderSize + 2), HeaderSize, -1},
+		{"second record payload", flip(HeaderSize + rec + FrameOverhead + 1), int64(HeaderSize + rec), -1},
+		{"third record crc", flip(HeaderSize + 2*rec + 5), int64(HeaderSize + 2*rec), -1},
+		{"footer payload", flip(footer + FrameOverhead + 7), int64(footer), int64(footer)},
+		{"trailing byte", func(b []byte) []byte { return append(b, 0) }, end, end + 1 - FooterFrameSize},
+		{"footer cut", func(b []byte) []byte { return b[:len(b)-1] }, int64(footer), end - 1 - FooterFrameSize},
+		{"footer missing", func(b []byte) []byte { return b[:footer] }, int64(footer), int64(footer) - FooterFrameSize},
+		{"footer only header", func(b []byte) []byte { return b[:footer+4] }, int64(footer), int64(footer) + 4 - FooterFrameSize},
+		{"footer counts too many", func(b []byte) []byte {
+			return slices.Concat(b[:footer], appendFooter(nil, Footer{Records: 9, FirstReceived: 0, LastReceived: 2}))
+		}, int64(footer), int64(footer)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -544,7 +553,18 @@ func TestSealedCorruptionFailsOpen(t *testing.T) {
 			if err := os.WriteFile(path, c.mutate(slices.Clone(good)), 0o600); err != nil {
 				t.Fatal(err)
 			}
+			info, err := InspectSegment(vfs.OS, path)
+			if err != nil || info.Corruption == nil || info.Corruption.Offset != c.wantOff || !info.Damaged() {
+				t.Fatalf("InspectSegment: %+v, %v; want corruption at %d", info.Corruption, err, c.wantOff)
+			}
 			l, err := Open(context.Background(), testOpts(dir))
+			if c.openOff < 0 {
+				if err != nil {
+					t.Fatalf("Open read past the footer's word: %v", err)
+				}
+				mustClose(t, l)
+				return
+			}
 			if err == nil {
 				mustClose(t, l)
 				t.Fatal("Open accepted a corrupt sealed segment")
@@ -553,8 +573,8 @@ func TestSealedCorruptionFailsOpen(t *testing.T) {
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %v is not a *CorruptionError", err)
 			}
-			if ce.Path != path || ce.Offset != c.wantOff {
-				t.Fatalf("corruption at %s:%d (%s), want %s:%d", ce.Path, ce.Offset, ce.Reason, path, c.wantOff)
+			if ce.Path != path || ce.Offset != c.openOff {
+				t.Fatalf("corruption at %s:%d (%s), want %s:%d", ce.Path, ce.Offset, ce.Reason, path, c.openOff)
 			}
 			if !strings.Contains(err.Error(), path) {
 				t.Fatalf("error text does not name the file: %v", err)
@@ -629,6 +649,10 @@ func TestDiskFull(t *testing.T) {
 		rule        errorfs.Rule
 		payload     string
 		shardFailed bool
+		// early: the rule is in place from Open on (its After lets the
+		// creations of the first segments through), so that it does not
+		// race with the flusher preparing the next segment after an ack.
+		early bool
 	}{
 		{
 			name:    "write with nothing written",
@@ -653,10 +677,14 @@ func TestDiskFull(t *testing.T) {
 			payload: big,
 		},
 		{
+			// Each record fills a segment: Open creates the first, each
+			// acked record's seal prepares the next; the third creation
+			// (prepared after the second record) and every later one fail.
 			name:    "segment creation",
 			opts:    func(o *Options) { o.SegmentMaxBytes = 4000 },
-			rule:    errorfs.Rule{Op: errorfs.OpCreate, Path: "*.wab", Errno: syscall.ENOSPC},
+			rule:    errorfs.Rule{Op: errorfs.OpCreate, Path: "*.wab", Errno: syscall.ENOSPC, After: 2},
 			payload: big,
+			early:   true,
 		},
 	}
 	for _, c := range cases {
@@ -668,6 +696,9 @@ func TestDiskFull(t *testing.T) {
 			if c.opts != nil {
 				c.opts(&o)
 			}
+			if c.early {
+				fs.Add(c.rule)
+			}
 			l := mustOpen(t, o)
 			var acked []string
 			for i := range 2 {
@@ -677,7 +708,9 @@ func TestDiskFull(t *testing.T) {
 				}
 				acked = append(acked, p)
 			}
-			fs.Add(c.rule)
+			if !c.early {
+				fs.Add(c.rule)
+			}
 			err := submit(t, l, 0, Durable, 50, []byte("full-"+c.payload))
 			if !errors.Is(err, ErrDiskFull) {
 				t.Fatalf("err = %v, want ErrDiskFull", err)
