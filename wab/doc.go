@@ -110,6 +110,15 @@
 // out-of-space condition fails that batch with ErrDiskFull before any byte
 // is written.
 //
+// A disk with less free space than a chunk does not refuse everything: a
+// reservation that does not fit is halved, down to PreallocFloor, and then
+// only the batch's own bytes (and a footer's) are reserved; a new segment
+// that cannot get PreallocFloor starts with no reservation. The shard
+// keeps the smaller chunk until a new segment gets a full one again. The
+// first fallback is logged at warn, the return to full chunks at info, and
+// an Observer that implements PreallocObserver sees each change. A batch
+// fails with ErrDiskFull only when its own bytes cannot be reserved.
+//
 // A segment is sealed when a batch brings it to SegmentMaxBytes, or
 // SegmentMaxAge after its first record was written (a timer does this on an
 // idle shard). Sealing writes the footer, truncates the file to its real

@@ -54,6 +54,10 @@ type shard struct {
 	ageTimer    *time.Timer
 	ageArmed    bool
 	batchTimer  *time.Timer
+	// chunk is how much is reserved ahead of the write offset: normally
+	// PreallocateBytes, less after the disk could not hold that (see
+	// prealloc.go).
+	chunk int64
 }
 
 func newShard(l *Log, id int, nextSeq uint64) *shard {
@@ -63,6 +67,7 @@ func newShard(l *Log, id int, nextSeq uint64) *shard {
 		dir:        filepath.Join(l.dir, ShardDirName(id)),
 		queue:      make(chan *Request, l.opts.QueueCapacity),
 		nextSeq:    nextSeq,
+		chunk:      l.opts.PreallocateBytes,
 		ageTimer:   time.NewTimer(time.Hour),
 		batchTimer: time.NewTimer(time.Hour),
 	}
@@ -470,8 +475,9 @@ func (s *shard) openSegment() error {
 	}
 	var prealloc int64
 	if chunk := s.l.opts.PreallocateBytes; chunk > 0 {
-		prealloc = min(chunk, s.l.opts.SegmentMaxBytes)
-		if err := f.Preallocate(0, prealloc); err != nil {
+		// Always a full chunk first: a new segment is where a reduced
+		// reservation goes back to normal once there is space again.
+		if prealloc, err = s.preallocate(f, path, 0, min(chunk, s.l.opts.SegmentMaxBytes), 0); err != nil {
 			return abandon(f, "preallocate", err)
 		}
 	}
