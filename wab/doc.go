@@ -54,7 +54,7 @@
 //	off  size  field
 //	  0     4  body length L (12 <= L <= RecordLimit+MaxMetaBytes+12)
 //	  4     4  CRC-32C of the body
-//	  8     1  kind: 1 record, 2 footer          \
+//	  8     1  kind: 1 record, 2 footer, 3 mark  \
 //	  9     1  durability: 0 Durable, 1 Buffered  |
 //	           (+0x80: sync mark, see below)       |
 //	 10     2  meta length M                      | body, L bytes
@@ -73,14 +73,17 @@
 //
 // # Sync marks
 //
-// In a segment whose header has FlagSyncMarks, bit 7 (0x80) of a record
-// frame's durability byte is its sync mark: everything in the file before
-// the frame had been fdatasynced when the frame was written. The flusher
-// sets it on the first frame of each batch that follows a completed
-// fdatasync (or the segment's durable creation). Readers strip the bit;
-// without the flag it must be 0. Recovery uses the marks to tell damage to
-// durable bytes from the remains of writes a crash cut short (see
-// Recovery).
+// In a segment whose header has FlagSyncMarks, a sync mark on a frame says
+// that everything in the file before the frame had been fdatasynced when
+// the frame was written. It is either bit 7 (0x80) of a record frame's
+// durability byte, which the flusher sets on the first frame of each batch
+// that follows a completed fdatasync (or the segment's durable creation),
+// or a mark frame: kind 3, durability 0, received 0, no meta, no payload
+// (20 bytes), which the flusher writes after a synced batch when nothing is
+// queued behind it (only into reserved space; it is not synced itself).
+// Readers strip the bit and pass over mark frames; without the flag both
+// are invalid. Recovery uses the marks to tell damage to durable bytes from
+// the remains of writes a crash cut short (see Recovery).
 //
 // # Record ids
 //
@@ -170,7 +173,9 @@
 //
 // Damage in the frames written after the last sync mark of an open
 // segment cannot be told from a torn write and is cut: a record lost that
-// way was in the last batch the flusher wrote before the crash.
+// way was in the last batch the flusher wrote before the crash, with more
+// requests already queued behind it (an idle flusher marks its last
+// batch).
 //
 // # Sidecars
 //

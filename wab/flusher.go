@@ -162,6 +162,43 @@ func (s *shard) run() {
 	}
 }
 
+// markIdle writes a sync mark frame after a synced batch when nothing is
+// queued behind it (the flusher is about to wait for work): a later frame
+// that proves the batch durable, so that damage to it is refused at
+// recovery rather than cut as a torn tail (see FlagSyncMarks). Under load
+// the next batch's first frame carries the mark instead, at no cost. The
+// mark is written only into reserved space, within SegmentMaxBytes, and
+// not while the log closes (the segment is about to be sealed); it is not
+// synced (the next batch's sync covers it). A write that fails having
+// written nothing for lack of space is ignored; any other failure fails
+// the shard like a batch's.
+func (s *shard) markIdle() {
+	seg := s.seg
+	if seg == nil || !seg.synced || seg.records == 0 || s.pending != nil || len(s.queue) > 0 ||
+		seg.off+FrameOverhead+FooterFrameSize > min(seg.prealloc, s.l.opts.SegmentMaxBytes) {
+		return
+	}
+	select {
+	case <-s.l.closing:
+		return
+	default:
+	}
+	if s.err() != nil {
+		return
+	}
+	s.footBuf = appendMark(s.footBuf[:0])
+	n, err := seg.f.Write(s.footBuf)
+	if err != nil {
+		if n == 0 && isDiskFull(err) {
+			return
+		}
+		s.fail(fmt.Errorf("write sync mark to %s at offset %d: %w", seg.path, seg.off, err))
+		return
+	}
+	seg.off += FrameOverhead
+	seg.synced = false
+}
+
 // abortQueued fails every request still queued (the queue is closed).
 func (s *shard) abortQueued() {
 	if s.pending != nil {
@@ -299,6 +336,7 @@ func (s *shard) process() {
 		o.QueueDepth(s.id, len(s.queue))
 	}
 	s.afterBatch(seg, size)
+	s.markIdle()
 }
 
 // segmentFor makes sure there is an open segment that a batch of size

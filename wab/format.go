@@ -39,6 +39,11 @@ const (
 
 	kindRecord uint8 = 1
 	kindFooter uint8 = 2
+	// kindMark is a sync mark frame (only in segments with FlagSyncMarks):
+	// durability 0, received 0, no meta, no payload. Everything before it
+	// had been fdatasynced when it was written. The flusher writes one when
+	// it goes idle after a synced batch.
+	kindMark uint8 = 3
 
 	// FlagSyncMarks (segment header flags): bit 7 of a record frame's
 	// durability byte is its sync mark (syncMarkBit).
@@ -204,6 +209,9 @@ func appendRecord(dst []byte, d Durability, received int64, meta, payload []byte
 func appendMarkedRecord(dst []byte, d Durability, received int64, meta, payload []byte) []byte {
 	return appendFrame(dst, kindRecord, d|syncMarkBit, received, meta, payload)
 }
+
+// appendMark appends a sync mark frame.
+func appendMark(dst []byte) []byte { return appendFrame(dst, kindMark, 0, 0, nil, nil) }
 
 // appendFooter appends a footer frame.
 func appendFooter(dst []byte, ft Footer) []byte {

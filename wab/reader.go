@@ -103,99 +103,129 @@ func (r *Reader) corrupt(off int64, format string, args ...any) error {
 
 // Next returns the next record, io.EOF after the last one (for a sealed
 // segment: after the footer, which Footer then returns), or a
-// *CorruptionError. The returned slices are valid until the next call.
+// *CorruptionError. Sync mark frames are passed over. The returned slices
+// are valid until the next call.
 func (r *Reader) Next() (Record, error) {
-	if r.err != nil {
-		return Record{}, r.err
+	for {
+		if r.err != nil {
+			return Record{}, r.err
+		}
+		off := r.off
+		body, err := r.frame(off)
+		if err != nil {
+			return Record{}, err
+		}
+		metaLen := int64(binary.BigEndian.Uint16(body[2:]))
+		if metaLen > int64(len(body))-BodyFixedSize {
+			return Record{}, r.corrupt(off, "meta length %d exceeds frame body", metaLen)
+		}
+		switch kind := body[0]; {
+		case kind == kindRecord:
+			return r.record(off, body, metaLen)
+		case kind == kindFooter:
+			return Record{}, r.footerFrame(off, body, metaLen)
+		case kind == kindMark && r.hdr.Flags&FlagSyncMarks != 0:
+			if len(body) != BodyFixedSize || body[1] != 0 {
+				return Record{}, r.corrupt(off, "malformed sync mark (body %d bytes, durability %d)", len(body), body[1])
+			}
+			r.off = off + FrameOverhead
+		default:
+			return Record{}, r.corrupt(off, "unknown frame kind %d", kind)
+		}
 	}
-	off := r.off
+}
+
+// frame reads the frame at off (the reader's position) and returns its
+// body once its length and CRC are checked; at the end of the file it
+// returns io.EOF (an open segment) or a corruption (a sealed one).
+func (r *Reader) frame(off int64) ([]byte, error) {
 	remain := r.size - off
 	if remain == 0 {
 		if r.sealed {
-			return Record{}, r.corrupt(off, "sealed segment ends without a footer")
+			return nil, r.corrupt(off, "sealed segment ends without a footer")
 		}
 		r.err = io.EOF
-		return Record{}, io.EOF
+		return nil, io.EOF
 	}
 	if remain < FrameHeaderSize {
-		return Record{}, r.corrupt(off, "truncated frame header (%d bytes left)", remain)
+		return nil, r.corrupt(off, "truncated frame header (%d bytes left)", remain)
 	}
 	if _, err := io.ReadFull(r.br, r.fh[:]); err != nil {
-		return Record{}, r.ioErr(off, err)
+		return nil, r.ioErr(off, err)
 	}
 	bodyLen := int64(binary.BigEndian.Uint32(r.fh[0:]))
 	sum := binary.BigEndian.Uint32(r.fh[4:])
 	if bodyLen < BodyFixedSize || bodyLen > maxBody {
-		return Record{}, r.corrupt(off, "frame length %d out of range", bodyLen)
+		return nil, r.corrupt(off, "frame length %d out of range", bodyLen)
 	}
 	if bodyLen > remain-FrameHeaderSize {
-		return Record{}, r.corrupt(off, "frame of %d bytes extends past end of file (%d bytes left)", bodyLen, remain-FrameHeaderSize)
+		return nil, r.corrupt(off, "frame of %d bytes extends past end of file (%d bytes left)", bodyLen, remain-FrameHeaderSize)
 	}
 	if int64(cap(r.buf)) < bodyLen {
 		r.buf = make([]byte, bodyLen)
 	}
 	body := r.buf[:bodyLen]
 	if _, err := io.ReadFull(r.br, body); err != nil {
-		return Record{}, r.ioErr(off, err)
+		return nil, r.ioErr(off, err)
 	}
 	if got := crc(body); got != sum {
-		return Record{}, r.corrupt(off, "frame checksum mismatch (stored %08x, computed %08x)", sum, got)
+		return nil, r.corrupt(off, "frame checksum mismatch (stored %08x, computed %08x)", sum, got)
 	}
-	kind, dur := body[0], Durability(body[1])
-	metaLen := int64(binary.BigEndian.Uint16(body[2:]))
+	return body, nil
+}
+
+// record returns the record frame at off.
+func (r *Reader) record(off int64, body []byte, metaLen int64) (Record, error) {
+	dur := Durability(body[1])
+	if r.hdr.Flags&FlagSyncMarks != 0 {
+		dur &^= syncMarkBit
+	}
+	if dur != Durable && dur != Buffered {
+		return Record{}, r.corrupt(off, "unknown durability %d", body[1])
+	}
 	received := int64(binary.BigEndian.Uint64(body[4:]))
-	if metaLen > bodyLen-BodyFixedSize {
-		return Record{}, r.corrupt(off, "meta length %d exceeds frame body", metaLen)
+	r.off = off + FrameHeaderSize + int64(len(body))
+	r.recEnd = r.off
+	if r.n == 0 {
+		r.first = received
 	}
-	end := off + FrameHeaderSize + bodyLen
-	switch kind {
-	case kindRecord:
-		if r.hdr.Flags&FlagSyncMarks != 0 {
-			dur &^= syncMarkBit
-		}
-		if dur != Durable && dur != Buffered {
-			return Record{}, r.corrupt(off, "unknown durability %d", body[1])
-		}
-		r.off = end
-		r.recEnd = end
-		if r.n == 0 {
-			r.first = received
-		}
-		r.last = received
-		r.n++
-		return Record{
-			Durability: dur,
-			Received:   received,
-			Meta:       body[BodyFixedSize : BodyFixedSize+metaLen],
-			Payload:    body[BodyFixedSize+metaLen:],
-		}, nil
-	case kindFooter:
-		if bodyLen != BodyFixedSize+FooterPayloadSize || metaLen != 0 {
-			return Record{}, r.corrupt(off, "malformed footer (body %d bytes, meta %d)", bodyLen, metaLen)
-		}
-		p := body[BodyFixedSize:]
-		ft := Footer{
-			Records:       binary.BigEndian.Uint64(p[0:]),
-			FirstReceived: int64(binary.BigEndian.Uint64(p[8:])),
-			LastReceived:  int64(binary.BigEndian.Uint64(p[16:])),
-		}
-		if ft.Records != r.n {
-			return Record{}, r.corrupt(off, "footer counts %d records, segment holds %d", ft.Records, r.n)
-		}
-		if r.n > r.skip && (r.skip == 0 && ft.FirstReceived != r.first || ft.LastReceived != r.last) {
-			return Record{}, r.corrupt(off, "footer receive times [%d, %d] differ from records' [%d, %d]", ft.FirstReceived, ft.LastReceived, r.first, r.last)
-		}
-		if end != r.size {
-			return Record{}, r.corrupt(end, "%d trailing bytes after footer", r.size-end)
-		}
-		r.off = end
-		r.footer = ft
-		r.hasFooter = true
-		r.err = io.EOF
-		return Record{}, io.EOF
-	default:
-		return Record{}, r.corrupt(off, "unknown frame kind %d", kind)
+	r.last = received
+	r.n++
+	return Record{
+		Durability: dur,
+		Received:   received,
+		Meta:       body[BodyFixedSize : BodyFixedSize+metaLen],
+		Payload:    body[BodyFixedSize+metaLen:],
+	}, nil
+}
+
+// footerFrame checks the footer frame at off against the records read and
+// the file's end; it returns io.EOF when all is well.
+func (r *Reader) footerFrame(off int64, body []byte, metaLen int64) error {
+	if len(body) != BodyFixedSize+FooterPayloadSize || metaLen != 0 {
+		return r.corrupt(off, "malformed footer (body %d bytes, meta %d)", len(body), metaLen)
 	}
+	p := body[BodyFixedSize:]
+	ft := Footer{
+		Records:       binary.BigEndian.Uint64(p[0:]),
+		FirstReceived: int64(binary.BigEndian.Uint64(p[8:])),
+		LastReceived:  int64(binary.BigEndian.Uint64(p[16:])),
+	}
+	if ft.Records != r.n {
+		return r.corrupt(off, "footer counts %d records, segment holds %d", ft.Records, r.n)
+	}
+	if r.n > r.skip && (r.skip == 0 && ft.FirstReceived != r.first || ft.LastReceived != r.last) {
+		return r.corrupt(off, "footer receive times [%d, %d] differ from records' [%d, %d]", ft.FirstReceived, ft.LastReceived, r.first, r.last)
+	}
+	end := off + FooterFrameSize
+	if end != r.size {
+		return r.corrupt(end, "%d trailing bytes after footer", r.size-end)
+	}
+	r.off = end
+	r.footer = ft
+	r.hasFooter = true
+	r.err = io.EOF
+	return io.EOF
 }
 
 func (r *Reader) ioErr(off int64, err error) error {

@@ -10,11 +10,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weir-io/weir/internal/vfs"
 )
 
-// frameOffsets lists the offset of every record frame of a segment file.
+// frameOffsets lists the offset of every record frame of a segment file
+// (sync mark frames may sit between them).
 func frameOffsets(t *testing.T, path string) []int64 {
 	t.Helper()
 	r, err := OpenSegment(vfs.OS, path)
@@ -22,14 +24,15 @@ func frameOffsets(t *testing.T, path string) []int64 {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	offs := []int64{HeaderSize}
+	var offs []int64
 	for {
-		if _, err := r.Next(); err != nil {
+		rec, err := r.Next()
+		if err != nil {
 			break
 		}
-		offs = append(offs, r.Offset())
+		offs = append(offs, r.Offset()-RecordSize(len(rec.Meta), len(rec.Payload)))
 	}
-	return offs[:len(offs)-1]
+	return offs
 }
 
 // openSegmentImage writes records into a fresh WAB directory, one request
@@ -206,5 +209,48 @@ func TestOpenSegmentWithoutSyncMarks(t *testing.T) {
 	_, recs, err := reopen(t, src, b[:len(b)-3])
 	if err != nil || len(recs) != 3 {
 		t.Fatalf("torn unmarked segment: %d records, %v; want 3", len(recs), err)
+	}
+}
+
+// TestIdleSyncMark: a flusher that goes idle after a synced batch writes a
+// sync mark frame, so that damage inside that last batch (one request of
+// several records here, so no later batch marks it) is refused too.
+func TestIdleSyncMark(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, testOpts(dir))
+	var ps [][]byte
+	for i := range 4 {
+		ps = append(ps, []byte(fmt.Sprintf("one-batch-%d", i)))
+	}
+	if err := submit(t, l, 0, Durable, 1, ps...); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "shard-000", SegmentName(1))
+	end := int64(HeaderSize) + 4*RecordSize(0, len("one-batch-0"))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() == end+FrameOverhead {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("segment is %d bytes, want %d records and a sync mark (%d)", fi.Size(), end, end+FrameOverhead)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	crash(t, l)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs := frameOffsets(t, path)
+	data[offs[1]+FrameOverhead] ^= 4
+	_, _, err = reopen(t, dir, data)
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.Offset != offs[1] {
+		t.Fatalf("Open of a segment damaged in its last, marked batch: %v; want corruption at %d", err, offs[1])
 	}
 }

@@ -62,6 +62,8 @@ func plausibleFrame(h []byte, remain int64, marks bool) (bodyLen int64, ok bool)
 		return bodyLen, dur == Durable || dur == Buffered
 	case kindFooter:
 		return bodyLen, dur == Durable && metaLen == 0 && bodyLen == BodyFixedSize+FooterPayloadSize
+	case kindMark:
+		return bodyLen, marks && dur == 0 && bodyLen == BodyFixedSize
 	}
 	return 0, false
 }
@@ -179,7 +181,8 @@ func (s *frameScanner) kindAt(off int64) (kind uint8, marked bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
-	return w[8], w[8] == kindRecord && s.marks && w[9]&syncMarkBit != 0, nil
+	marked = w[8] == kindMark || w[8] == kindRecord && s.marks && w[9]&syncMarkBit != 0
+	return w[8], marked, nil
 }
 
 // damage describes what a file holds after a bad frame.
