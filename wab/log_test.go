@@ -403,23 +403,10 @@ func TestReopenRecoversAcked(t *testing.T) {
 // TestTornTail cuts the open segment at every byte of its last record and
 // checks that recovery keeps exactly the records before it.
 func TestTornTail(t *testing.T) {
-	src := t.TempDir()
-	o := testOpts(src)
-	l := mustOpen(t, o)
 	const n = 5
-	for i := range n {
-		if err := submit(t, l, 0, Durable, int64(i), []byte(fmt.Sprintf("payload-%d-%s", i, strings.Repeat("z", 20)))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	crash(t, l)
-	segPath := filepath.Join(src, "shard-000", SegmentName(1))
-	data, err := os.ReadFile(segPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lastLen := int(RecordSize(0, len("payload-4-")+20))
-	lastStart := int(frameOffsets(t, segPath)[n-1])
+	src, data, offs := openSegmentImage(t, slices.Repeat([]Durability{Durable}, n), 1)
+	lastLen := int(RecordSize(0, len("record-04-")+30))
+	lastStart := int(offs[n-1])
 	data = data[:lastStart+lastLen] // without a sync mark after it
 	type variant struct {
 		name string
@@ -461,7 +448,7 @@ func TestTornTail(t *testing.T) {
 				t.Fatalf("%s at %d: recovered %d records, want %d", v.name, cut, len(recs), wantN)
 			}
 			for i, r := range recs {
-				if !strings.HasPrefix(r.Payload, fmt.Sprintf("payload-%d-", i)) {
+				if !strings.HasPrefix(r.Payload, fmt.Sprintf("record-%02d-", i)) {
 					t.Fatalf("%s at %d: record %d = %q", v.name, cut, i, r.Payload)
 				}
 			}

@@ -84,28 +84,10 @@ func Repair(ctx context.Context, fsys vfs.FS, dir string, cut bool) ([]Damage, e
 // segmentPaths lists every open and sealed segment under a WAB directory,
 // by shard then name.
 func segmentPaths(fsys vfs.FS, dir string) ([]string, error) {
-	names, err := fsys.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("wab: list %s: %w", dir, err)
-	}
 	var out []string
-	for _, name := range names {
-		if _, ok := parseShardDir(name); !ok {
-			continue
-		}
-		sdir := filepath.Join(dir, name)
-		segs, err := fsys.ReadDir(sdir)
-		if err != nil {
-			return nil, fmt.Errorf("wab: list %s: %w", sdir, err)
-		}
-		for _, seg := range segs {
-			if _, kind := parseSegmentName(seg); kind == kindOpenSeg || kind == kindSealedSeg {
-				out = append(out, filepath.Join(sdir, seg))
-			}
-		}
-	}
+	err := eachSegment(fsys, dir, func(_ int, _ uint64, _ segKind, path string) { out = append(out, path) })
 	slices.Sort(out)
-	return out, nil
+	return out, err
 }
 
 // findDamage inspects one segment in full and describes its damage, if it
