@@ -38,7 +38,8 @@
 //	  0     8  magic "WEIRWAB\x00"
 //	  8     2  version (1)
 //	 10     2  shard (0xFFFF for dead-letter files)
-//	 12     4  flags (0)
+//	 12     4  flags: 1 (FlagSyncMarks) in segments written by this
+//	           version, 0 in older ones and in dead-letter files
 //	 16     8  sequence number
 //	 24     8  uid: random, non-zero, chosen at creation
 //	 32     8  created, Unix nanoseconds
@@ -53,8 +54,9 @@
 //	off  size  field
 //	  0     4  body length L (12 <= L <= RecordLimit+MaxMetaBytes+12)
 //	  4     4  CRC-32C of the body
-//	  8     1  kind: 1 record, 2 footer          \
+//	  8     1  kind: 1 record, 2 footer, 3 mark  \
 //	  9     1  durability: 0 Durable, 1 Buffered  |
+//	           (+0x80: sync mark, see below)       |
 //	 10     2  meta length M                      | body, L bytes
 //	 12     8  received, Unix nanoseconds         |
 //	 20     M  meta                               |
@@ -68,6 +70,20 @@
 // and a 24-byte payload: record count (u64), received time of the first
 // record (i64), received time of the last record (i64). A sealed segment
 // ends exactly at the end of its footer; an open segment has no footer.
+//
+// # Sync marks
+//
+// In a segment whose header has FlagSyncMarks, a sync mark on a frame says
+// that everything in the file before the frame had been fdatasynced when
+// the frame was written. It is either bit 7 (0x80) of a record frame's
+// durability byte, which the flusher sets on the first frame of each batch
+// that follows a completed fdatasync (or the segment's durable creation),
+// or a mark frame: kind 3, durability 0, received 0, no meta, no payload
+// (20 bytes), which the flusher writes after a synced batch when nothing is
+// queued behind it (only into reserved space; it is not synced itself).
+// Readers strip the bit and pass over mark frames; without the flag both
+// are invalid. Recovery uses the marks to tell damage to durable bytes from
+// the remains of writes a crash cut short (see Recovery).
 //
 // # Record ids
 //
@@ -97,6 +113,15 @@
 // out-of-space condition fails that batch with ErrDiskFull before any byte
 // is written.
 //
+// A disk with less free space than a chunk does not refuse everything: a
+// reservation that does not fit is halved, down to PreallocFloor, and then
+// only the batch's own bytes (and a footer's) are reserved; a new segment
+// that cannot get PreallocFloor starts with no reservation. The shard
+// keeps the smaller chunk until a new segment gets a full one again. The
+// first fallback is logged at warn, the return to full chunks at info, and
+// an Observer that implements PreallocObserver sees each change. A batch
+// fails with ErrDiskFull only when its own bytes cannot be reserved.
+//
 // A segment is sealed when a batch brings it to SegmentMaxBytes, or
 // SegmentMaxAge after its first record was written (a timer does this on an
 // idle shard). Sealing writes the footer, truncates the file to its real
@@ -117,21 +142,50 @@
 //
 // # Recovery
 //
-// Open removes temporary files, then for each shard: every sealed segment
-// is read in full and must be valid to its footer with nothing after it,
-// otherwise Open fails with a *CorruptionError naming the file and offset.
-// An open segment is a crash's leftover: its records are read up to the
-// first frame that is not complete and valid, the file is truncated there
-// and fdatasynced, the footer is written and synced, and the file is sealed
-// as above. An open segment without a record, or whose creation never
-// completed (64 bytes or less with a bad header), is removed. A sidecar
-// whose segment no longer exists is removed.
+// Open removes temporary files, then for each shard:
+//
+// A sealed segment is trusted by its footer, not read whole: its header
+// must be valid and name the shard and sequence, and its last 44 bytes must
+// be a valid footer frame (its CRC guards it, and a footer found there ends
+// the file exactly) whose record count the bytes before it can hold.
+// Otherwise Open fails with a *CorruptionError naming the file and offset.
+// A sealed segment was fdatasynced whole before it was renamed, so what can
+// be wrong inside it is media damage; the drain finds that when it reads
+// the records (every frame's CRC is checked), and InspectSegment (weir
+// verify) checks every frame.
+//
+// An open segment is a crash's leftover. Its records are read up to the
+// first frame that is not complete and valid. If that is the end of the
+// file, or what follows is the remains of writes never made durable, the
+// file is truncated there and fdatasynced, the footer is written and
+// synced, and the file is sealed as above. What follows is scanned: every
+// byte position after the bad frame is tried for a complete frame with a
+// valid CRC. In a segment with sync marks, the bad frame is damage to
+// durable bytes, not a torn tail, when a valid frame after it carries a
+// sync mark (that frame was written after an fdatasync that covered the
+// bad one); in an older segment, when any valid frame follows. Damage makes
+// Open fail with a *CorruptionError naming the file and offset, as for a
+// sealed segment: the records after it may have been acknowledged, and
+// cutting them is for an operator to decide (Repair, weir repair --cut).
+// An open segment without a record, or whose creation never completed (64
+// bytes or less with a bad header), is removed. A sidecar whose segment no
+// longer exists is removed.
+//
+// Damage in the frames written after the last sync mark of an open
+// segment cannot be told from a torn write and is cut: a record lost that
+// way was in the last batch the flusher wrote before the crash, with more
+// requests already queued behind it (an idle flusher marks its last
+// batch).
 //
 // # Sidecars
 //
-// SSSS.wab.confirmed holds the number of leading records of the segment
-// that the drain has durably delivered: magic "WEIRCNF\x00" (8), the count
-// (u64), CRC-32C of the first 16 bytes (u32). It is replaced atomically
+// SSSS.wab.confirmed records how far the drain has durably delivered the
+// segment. Version 2 (32 bytes): magic "WEIRCNF\x00" (8), version 2
+// (u32), record count (u64), byte offset of the first record not delivered
+// or of the footer once all are (u64), CRC-32C of the first 28 bytes (u32).
+// Version 1 (20 bytes, written by older versions and WriteConfirmed):
+// magic, count, CRC of the first 16 bytes; a reader of it must skip the
+// counted records from the start. Sidecars are replaced atomically
 // (temporary file, fdatasync, rename, directory fsync).
 //
 // All file access goes through a vfs.FS, so that tests can inject faults.

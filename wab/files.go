@@ -114,45 +114,105 @@ func ConfirmedPath(segPath string) string {
 	return strings.TrimSuffix(segPath, ".sealed") + ".confirmed"
 }
 
-const confirmedSize = 8 + 8 + 4
+// Sidecar layouts: version 1 holds the delivered record count only;
+// version 2 adds the byte offset of the first record not delivered, so that
+// the drain can seek to it instead of reading (and checking) every
+// delivered record again.
+const (
+	confirmedV1Size = 8 + 8 + 4
+	confirmedV2Size = 8 + 4 + 8 + 8 + 4
+	confirmedV2     = 2
+)
+
+// Progress is what a segment's .confirmed sidecar records.
+type Progress struct {
+	// Records is how many leading records of the segment the drain has
+	// durably delivered.
+	Records uint64
+	// Offset is the byte offset of the first record not delivered (the
+	// footer's offset once every record is), or 0 when the sidecar does not
+	// say (version 1, count only): the reader must then skip Records
+	// records from the start.
+	Offset int64
+}
 
 // ReadConfirmed returns how many leading records of the segment at path the
 // drain has durably delivered (its .confirmed sidecar), 0 if none.
 func ReadConfirmed(fsys vfs.FS, segPath string) (uint64, error) {
+	p, err := ReadProgress(fsys, segPath)
+	return p.Records, err
+}
+
+// ReadProgress reads the segment's .confirmed sidecar, of either version;
+// a missing sidecar is the zero Progress.
+func ReadProgress(fsys vfs.FS, segPath string) (Progress, error) {
 	if fsys == nil {
 		fsys = vfs.OS
 	}
 	path := ConfirmedPath(segPath)
-	b, err := readAll(fsys, path, confirmedSize)
+	b, err := readAll(fsys, path, 64)
 	if isNotExist(err) {
-		return 0, nil
+		return Progress{}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("wab: read sidecar: %w", err)
+		return Progress{}, fmt.Errorf("wab: read sidecar: %w", err)
 	}
-	if len(b) != confirmedSize {
-		return 0, &CorruptionError{Path: path, Offset: int64(len(b)), Reason: fmt.Sprintf("sidecar is %d bytes, want %d", len(b), confirmedSize)}
+	if len(b) != confirmedV1Size && len(b) != confirmedV2Size {
+		return Progress{}, &CorruptionError{Path: path, Offset: int64(len(b)), Reason: fmt.Sprintf("sidecar is %d bytes, want %d or %d", len(b), confirmedV1Size, confirmedV2Size)}
 	}
 	if [8]byte(b[:8]) != confirmedMagic {
-		return 0, &CorruptionError{Path: path, Offset: 0, Reason: "bad sidecar magic"}
+		return Progress{}, &CorruptionError{Path: path, Offset: 0, Reason: "bad sidecar magic"}
 	}
-	if got, want := binary.BigEndian.Uint32(b[16:]), crc(b[:16]); got != want {
-		return 0, &CorruptionError{Path: path, Offset: 16, Reason: fmt.Sprintf("sidecar checksum mismatch (stored %08x, computed %08x)", got, want)}
+	end := len(b) - 4
+	if got, want := binary.BigEndian.Uint32(b[end:]), crc(b[:end]); got != want {
+		return Progress{}, &CorruptionError{Path: path, Offset: int64(end), Reason: fmt.Sprintf("sidecar checksum mismatch (stored %08x, computed %08x)", got, want)}
 	}
-	return binary.BigEndian.Uint64(b[8:]), nil
+	if len(b) == confirmedV1Size {
+		return Progress{Records: binary.BigEndian.Uint64(b[8:])}, nil
+	}
+	if v := binary.BigEndian.Uint32(b[8:]); v != confirmedV2 {
+		return Progress{}, &CorruptionError{Path: path, Offset: 8, Reason: fmt.Sprintf("unsupported sidecar version %d", v)}
+	}
+	p := Progress{Records: binary.BigEndian.Uint64(b[12:]), Offset: int64(binary.BigEndian.Uint64(b[20:]))}
+	if p.Offset < HeaderSize {
+		return Progress{}, &CorruptionError{Path: path, Offset: 20, Reason: fmt.Sprintf("sidecar offset %d is inside the segment header", p.Offset)}
+	}
+	return p, nil
 }
 
-// WriteConfirmed records durably (temp file, fdatasync, rename, directory
-// fsync) that the first n records of the segment have been delivered.
+// WriteConfirmed records durably that the first n records of the segment
+// have been delivered, as a count-only (version 1) sidecar. The drain uses
+// WriteProgress, which also records where the next record starts.
 func WriteConfirmed(fsys vfs.FS, segPath string, n uint64) error {
-	if fsys == nil {
-		fsys = vfs.OS
-	}
-	var b [confirmedSize]byte
+	var b [confirmedV1Size]byte
 	copy(b[:8], confirmedMagic[:])
 	binary.BigEndian.PutUint64(b[8:], n)
 	binary.BigEndian.PutUint32(b[16:], crc(b[:16]))
-	if err := writeFileDurably(fsys, ConfirmedPath(segPath), b[:]); err != nil {
+	return writeSidecar(fsys, segPath, b[:])
+}
+
+// WriteProgress records p durably in the segment's sidecar (version 2).
+// p.Offset must be the offset of record p.Records (or of the footer).
+func WriteProgress(fsys vfs.FS, segPath string, p Progress) error {
+	if p.Offset < HeaderSize {
+		return fmt.Errorf("wab: write sidecar of %s: offset %d is inside the segment header", segPath, p.Offset)
+	}
+	var b [confirmedV2Size]byte
+	copy(b[:8], confirmedMagic[:])
+	binary.BigEndian.PutUint32(b[8:], confirmedV2)
+	binary.BigEndian.PutUint64(b[12:], p.Records)
+	binary.BigEndian.PutUint64(b[20:], uint64(p.Offset))
+	binary.BigEndian.PutUint32(b[28:], crc(b[:28]))
+	return writeSidecar(fsys, segPath, b[:])
+}
+
+// writeSidecar replaces a sidecar atomically and durably (temporary file,
+// fdatasync, rename, directory fsync).
+func writeSidecar(fsys vfs.FS, segPath string, b []byte) error {
+	if fsys == nil {
+		fsys = vfs.OS
+	}
+	if err := writeFileDurably(fsys, ConfirmedPath(segPath), b); err != nil {
 		return fmt.Errorf("wab: write sidecar of %s: %w", segPath, classify(err))
 	}
 	return nil

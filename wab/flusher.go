@@ -17,9 +17,12 @@ type segment struct {
 	hdr      Header
 	off      int64 // current size = next write offset
 	prealloc int64 // end of the region reserved with Preallocate
-	records  uint64
-	first    int64
-	last     int64
+	// synced: everything written so far has been fdatasynced (the next
+	// batch's first frame carries the sync mark).
+	synced  bool
+	records uint64
+	first   int64
+	last    int64
 	// firstWrite is when the first record was written (age rotation).
 	firstWrite time.Time
 }
@@ -51,6 +54,10 @@ type shard struct {
 	ageTimer    *time.Timer
 	ageArmed    bool
 	batchTimer  *time.Timer
+	// chunk is how much is reserved ahead of the write offset: normally
+	// PreallocateBytes, less after the disk could not hold that (see
+	// prealloc.go).
+	chunk int64
 }
 
 func newShard(l *Log, id int, nextSeq uint64) *shard {
@@ -60,6 +67,7 @@ func newShard(l *Log, id int, nextSeq uint64) *shard {
 		dir:        filepath.Join(l.dir, ShardDirName(id)),
 		queue:      make(chan *Request, l.opts.QueueCapacity),
 		nextSeq:    nextSeq,
+		chunk:      l.opts.PreallocateBytes,
 		ageTimer:   time.NewTimer(time.Hour),
 		batchTimer: time.NewTimer(time.Hour),
 	}
@@ -152,6 +160,43 @@ func (s *shard) run() {
 		s.process()
 		s.busySince.Store(0)
 	}
+}
+
+// markIdle writes a sync mark frame after a synced batch when nothing is
+// queued behind it (the flusher is about to wait for work): a later frame
+// that proves the batch durable, so that damage to it is refused at
+// recovery rather than cut as a torn tail (see FlagSyncMarks). Under load
+// the next batch's first frame carries the mark instead, at no cost. The
+// mark is written only into reserved space, within SegmentMaxBytes, and
+// not while the log closes (the segment is about to be sealed); it is not
+// synced (the next batch's sync covers it). A write that fails having
+// written nothing for lack of space is ignored; any other failure fails
+// the shard like a batch's.
+func (s *shard) markIdle() {
+	seg := s.seg
+	if seg == nil || !seg.synced || seg.records == 0 || s.pending != nil || len(s.queue) > 0 ||
+		seg.off+FrameOverhead+FooterFrameSize > min(seg.prealloc, s.l.opts.SegmentMaxBytes) {
+		return
+	}
+	select {
+	case <-s.l.closing:
+		return
+	default:
+	}
+	if s.err() != nil {
+		return
+	}
+	s.footBuf = appendMark(s.footBuf[:0])
+	n, err := seg.f.Write(s.footBuf)
+	if err != nil {
+		if n == 0 && isDiskFull(err) {
+			return
+		}
+		s.fail(fmt.Errorf("write sync mark to %s at offset %d: %w", seg.path, seg.off, err))
+		return
+	}
+	seg.off += FrameOverhead
+	seg.synced = false
 }
 
 // abortQueued fails every request still queued (the queue is closed).
@@ -251,7 +296,8 @@ func doneAll(batch []*Request, err error) {
 }
 
 // process writes s.batch: one write, one fdatasync if any request is
-// Durable, then the acks.
+// Durable, then the acks; then, off the ack path, what the segment needs
+// next (a seal or more reserved space).
 func (s *shard) process() {
 	batch := s.batch
 	defer func() {
@@ -262,60 +308,99 @@ func (s *shard) process() {
 		doneAll(batch, err)
 		return
 	}
+	records, size := 0, int64(0)
+	for _, r := range batch {
+		records += len(r.Payloads)
+		size += requestBytes(r)
+	}
+	if records == 0 {
+		doneAll(batch, nil)
+		return
+	}
+	if err := s.segmentFor(size); err != nil {
+		doneAll(batch, err)
+		return
+	}
+	seg := s.seg
+	s.encode(batch, seg.synced)
+	if err := s.write(batch, records); err != nil {
+		doneAll(batch, err)
+		return
+	}
+	syncDur, ok := s.acknowledge(batch)
+	if !ok {
+		return
+	}
+	if o := s.l.obs; o != nil {
+		o.Batch(s.id, records, len(s.buf), syncDur)
+		o.QueueDepth(s.id, len(s.queue))
+	}
+	s.afterBatch(seg, size)
+	s.markIdle()
+}
+
+// segmentFor makes sure there is an open segment that a batch of size
+// bytes may go to: one is created if there is none, and a segment that
+// holds records and has no room for the batch is sealed first (on this
+// batch's path; the check after each batch makes this rare).
+func (s *shard) segmentFor(size int64) error {
+	if s.seg == nil {
+		if err := s.openSegment(); err != nil {
+			return err
+		}
+	}
+	if s.seg.records == 0 || s.seg.off+size+FooterFrameSize <= s.l.opts.SegmentMaxBytes {
+		return nil
+	}
+	s.rotate(true)
+	if err := s.err(); err != nil {
+		return err
+	}
+	if s.seg == nil {
+		return s.openSegment()
+	}
+	return nil
+}
+
+// encode encodes batch into s.buf; marked puts the sync mark on its first
+// frame (everything before it is durable: see FlagSyncMarks).
+func (s *shard) encode(batch []*Request, marked bool) {
 	buf := s.buf[:0]
-	records := 0
 	for _, r := range batch {
 		for i, p := range r.Payloads {
 			var meta []byte
 			if r.Metas != nil {
 				meta = r.Metas[i]
 			}
-			buf = appendRecord(buf, r.Durability, r.Received, meta, p)
-		}
-		records += len(r.Payloads)
-	}
-	s.buf = buf
-	if records == 0 {
-		doneAll(batch, nil)
-		return
-	}
-	if s.seg == nil {
-		if err := s.openSegment(); err != nil {
-			doneAll(batch, err)
-			return
-		}
-	}
-	if s.seg.records > 0 && s.seg.off+int64(len(buf))+FooterFrameSize > s.l.opts.SegmentMaxBytes {
-		// The first request did not fit: seal now (on this batch's path;
-		// the check after each batch makes this rare).
-		s.rotate(true)
-		if err := s.err(); err != nil {
-			doneAll(batch, err)
-			return
-		}
-		if s.seg == nil {
-			if err := s.openSegment(); err != nil {
-				doneAll(batch, err)
-				return
+			if marked {
+				buf = appendMarkedRecord(buf, r.Durability, r.Received, meta, p)
+				marked = false
+			} else {
+				buf = appendRecord(buf, r.Durability, r.Received, meta, p)
 			}
 		}
 	}
+	s.buf = buf
+}
+
+// write reserves room for s.buf in the open segment and writes it with one
+// write(2). An out-of-space error before any byte reached the file fails
+// only the batch; any other failure fails the shard.
+func (s *shard) write(batch []*Request, records int) error {
 	seg := s.seg
-	if err := s.reserve(int64(len(buf))); err != nil {
-		doneAll(batch, err)
-		return
+	if err := s.reserve(int64(len(s.buf))); err != nil {
+		return err
 	}
-	n, err := seg.f.Write(buf)
+	n, err := seg.f.Write(s.buf)
 	if err != nil {
 		werr := fmt.Errorf("write %s at offset %d: %w", seg.path, seg.off, err)
 		if n == 0 && isDiskFull(err) {
 			// Nothing reached the file: this batch fails, the shard goes on.
-			doneAll(batch, fmt.Errorf("wab: shard %d: %w", s.id, classify(werr)))
-			return
+			return fmt.Errorf("wab: shard %d: %w", s.id, classify(werr))
 		}
-		doneAll(batch, s.fail(werr))
-		return
+		return s.fail(werr)
 	}
+	seg.synced = false
 	if seg.records == 0 {
 		seg.first = batch[0].Received
 		seg.firstWrite = time.Now()
@@ -324,7 +409,7 @@ func (s *shard) process() {
 			s.ageArmed = true
 		}
 	}
-	seg.off += int64(len(buf))
+	seg.off += int64(len(s.buf))
 	seg.records += uint64(records)
 	for i := len(batch) - 1; i >= 0; i-- {
 		if len(batch[i].Payloads) > 0 {
@@ -332,6 +417,15 @@ func (s *shard) process() {
 			break
 		}
 	}
+	return nil
+}
+
+// acknowledge answers the batch's Buffered requests, then, if any request
+// is Durable, fdatasyncs once and answers the Durable ones. It returns the
+// sync's duration (0 without one) and false if the sync failed, which
+// fails the shard: the Durable requests get its error, and the file is
+// never synced again.
+func (s *shard) acknowledge(batch []*Request) (time.Duration, bool) {
 	durable := false
 	for _, r := range batch {
 		if r.Durability == Buffered {
@@ -340,79 +434,41 @@ func (s *shard) process() {
 			durable = true
 		}
 	}
-	var syncDur time.Duration
-	if durable {
-		if dstBuild {
-			dstBeforeSync(batch)
-		}
-		t0 := time.Now()
-		err := seg.f.Sync()
-		syncDur = time.Since(t0)
-		if err != nil {
-			ferr := s.fail(fmt.Errorf("fdatasync %s: %w", seg.path, err))
-			for _, r := range batch {
-				if r.Durability == Durable {
-					r.Done(ferr)
-				}
-			}
-			return
-		}
-		for _, r := range batch {
-			if r.Durability == Durable {
-				r.Done(nil)
-			}
+	if !durable {
+		return 0, true
+	}
+	if dstBuild {
+		dstBeforeSync(batch)
+	}
+	seg := s.seg
+	t0 := time.Now()
+	err := seg.f.Sync()
+	syncDur := time.Since(t0)
+	if err != nil {
+		err = s.fail(fmt.Errorf("fdatasync %s: %w", seg.path, err))
+	} else {
+		seg.synced = true
+	}
+	for _, r := range batch {
+		if r.Durability == Durable {
+			r.Done(err)
 		}
 	}
-	if o := s.l.obs; o != nil {
-		o.Batch(s.id, records, len(buf), syncDur)
-		o.QueueDepth(s.id, len(s.queue))
-	}
-	// Off the ack path from here on.
+	return syncDur, err == nil
+}
+
+// afterBatch runs off the ack path once a batch of size bytes is written to
+// seg: it seals the segment when it is full or old enough, or else extends
+// its reservation.
+func (s *shard) afterBatch(seg *segment, size int64) {
 	aged := s.l.opts.SegmentMaxAge > 0 && time.Since(seg.firstWrite) >= s.l.opts.SegmentMaxAge
 	// Seal when the room left would not hold a batch like this one, so that
 	// the next batch rarely has to wait for a seal.
-	if s.rotateAfter || aged || seg.off+int64(len(buf))+FooterFrameSize > s.l.opts.SegmentMaxBytes {
+	if s.rotateAfter || aged || seg.off+size+FooterFrameSize > s.l.opts.SegmentMaxBytes {
 		s.rotate(true)
 		return
 	}
 	s.preallocAhead()
-}
-
-// reserve makes sure the preallocated region covers need more bytes and a
-// footer. An out-of-space error fails only the batch.
-func (s *shard) reserve(need int64) error {
-	seg := s.seg
-	chunk := s.l.opts.PreallocateBytes
-	if chunk <= 0 || seg.off+need+FooterFrameSize <= seg.prealloc {
-		return nil
-	}
-	end := max(seg.off+need+FooterFrameSize, min(seg.prealloc+chunk, s.l.opts.SegmentMaxBytes))
-	if err := seg.f.Preallocate(seg.prealloc, end-seg.prealloc); err != nil {
-		perr := fmt.Errorf("wab: shard %d: preallocate %s: %w", s.id, seg.path, err)
-		if isDiskFull(err) {
-			return classify(perr)
-		}
-		return s.fail(perr)
-	}
-	seg.prealloc = end
-	return nil
-}
-
-// preallocAhead extends the reservation once less than half a chunk is
-// left, after the batch was acked. Failures are left for reserve to report
-// to the batch that actually needs the space.
-func (s *shard) preallocAhead() {
-	seg := s.seg
-	chunk := s.l.opts.PreallocateBytes
-	if chunk <= 0 || seg.prealloc-seg.off >= chunk/2 || seg.prealloc >= s.l.opts.SegmentMaxBytes {
-		return
-	}
-	end := min(seg.prealloc+chunk, s.l.opts.SegmentMaxBytes)
-	if err := seg.f.Preallocate(seg.prealloc, end-seg.prealloc); err != nil {
-		s.l.logger.Debug("preallocate ahead failed", "shard", s.id, "path", seg.path, "err", err)
-		return
-	}
-	seg.prealloc = end
 }
 
 // openSegment creates the next segment durably: create (exclusive), header,
@@ -429,6 +485,7 @@ func (s *shard) openSegment() error {
 	h := Header{
 		Version:  Version,
 		Shard:    uint16(s.id),
+		Flags:    FlagSyncMarks,
 		Seq:      seq,
 		UID:      uid,
 		Created:  time.Now().UnixNano(),
@@ -456,8 +513,9 @@ func (s *shard) openSegment() error {
 	}
 	var prealloc int64
 	if chunk := s.l.opts.PreallocateBytes; chunk > 0 {
-		prealloc = min(chunk, s.l.opts.SegmentMaxBytes)
-		if err := f.Preallocate(0, prealloc); err != nil {
+		// Always a full chunk first: a new segment is where a reduced
+		// reservation goes back to normal once there is space again.
+		if prealloc, err = s.preallocate(f, path, 0, min(chunk, s.l.opts.SegmentMaxBytes), 0); err != nil {
 			return abandon(f, "preallocate", err)
 		}
 	}
@@ -471,7 +529,7 @@ func (s *shard) openSegment() error {
 		f.Close()
 		return s.fail(fmt.Errorf("new segment %s: sync directory: %w", path, err))
 	}
-	s.seg = &segment{f: f, path: path, hdr: h, off: HeaderSize, prealloc: prealloc}
+	s.seg = &segment{f: f, path: path, hdr: h, off: HeaderSize, prealloc: prealloc, synced: true}
 	return nil
 }
 

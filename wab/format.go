@@ -39,6 +39,22 @@ const (
 
 	kindRecord uint8 = 1
 	kindFooter uint8 = 2
+	// kindMark is a sync mark frame (only in segments with FlagSyncMarks):
+	// durability 0, received 0, no meta, no payload. Everything before it
+	// had been fdatasynced when it was written. The flusher writes one when
+	// it goes idle after a synced batch.
+	kindMark uint8 = 3
+
+	// FlagSyncMarks (segment header flags): bit 7 of a record frame's
+	// durability byte is its sync mark (syncMarkBit).
+	FlagSyncMarks uint32 = 1
+	// syncMarkBit, set in the durability byte of a record frame, says that
+	// everything before the frame had been fdatasynced when it was
+	// written. The flusher sets it on the first frame of a batch that
+	// follows a completed fdatasync (or the segment's creation).
+	syncMarkBit = 0x80
+	// knownFlags are the header flags this version understands.
+	knownFlags = FlagSyncMarks
 )
 
 // Magic opens every segment file.
@@ -130,7 +146,7 @@ func encodeHeader(b []byte, h Header) {
 	copy(b[0:8], magic[:])
 	binary.BigEndian.PutUint16(b[8:], h.Version)
 	binary.BigEndian.PutUint16(b[10:], h.Shard)
-	binary.BigEndian.PutUint32(b[12:], 0) // flags
+	binary.BigEndian.PutUint32(b[12:], h.Flags)
 	binary.BigEndian.PutUint64(b[16:], h.Seq)
 	binary.BigEndian.PutUint64(b[24:], h.UID)
 	binary.BigEndian.PutUint64(b[32:], uint64(h.Created))
@@ -155,8 +171,9 @@ func decodeHeader(b []byte) (h Header, reason string) {
 		return h, fmt.Sprintf("unsupported version %d", h.Version)
 	}
 	h.Shard = binary.BigEndian.Uint16(b[10:])
-	if flags := binary.BigEndian.Uint32(b[12:]); flags != 0 {
-		return h, fmt.Sprintf("unknown header flags %#x", flags)
+	h.Flags = binary.BigEndian.Uint32(b[12:])
+	if unknown := h.Flags &^ knownFlags; unknown != 0 {
+		return h, fmt.Sprintf("unknown header flags %#x", unknown)
 	}
 	h.Seq = binary.BigEndian.Uint64(b[16:])
 	h.UID = binary.BigEndian.Uint64(b[24:])
@@ -186,6 +203,15 @@ func appendFrame(dst []byte, kind uint8, d Durability, received int64, meta, pay
 func appendRecord(dst []byte, d Durability, received int64, meta, payload []byte) []byte {
 	return appendFrame(dst, kindRecord, d, received, meta, payload)
 }
+
+// appendMarkedRecord appends a record frame carrying the sync mark (only in
+// segments whose header has FlagSyncMarks).
+func appendMarkedRecord(dst []byte, d Durability, received int64, meta, payload []byte) []byte {
+	return appendFrame(dst, kindRecord, d|syncMarkBit, received, meta, payload)
+}
+
+// appendMark appends a sync mark frame.
+func appendMark(dst []byte) []byte { return appendFrame(dst, kindMark, 0, 0, nil, nil) }
 
 // appendFooter appends a footer frame.
 func appendFooter(dst []byte, ft Footer) []byte {

@@ -238,26 +238,14 @@ func ListSealed(fsys vfs.FS, dir string) ([]SegmentRef, error) {
 	if fsys == nil {
 		fsys = vfs.OS
 	}
-	names, err := fsys.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("wab: list %s: %w", dir, err)
-	}
 	var refs []SegmentRef
-	for _, name := range names {
-		id, ok := parseShardDir(name)
-		if !ok {
-			continue
+	err := eachSegment(fsys, dir, func(shard int, seq uint64, kind segKind, path string) {
+		if kind == kindSealedSeg {
+			refs = append(refs, SegmentRef{Shard: shard, Seq: seq, Path: path})
 		}
-		sdir := filepath.Join(dir, name)
-		segs, err := fsys.ReadDir(sdir)
-		if err != nil {
-			return nil, fmt.Errorf("wab: list %s: %w", sdir, err)
-		}
-		for _, seg := range segs {
-			if seq, kind := parseSegmentName(seg); kind == kindSealedSeg {
-				refs = append(refs, SegmentRef{Shard: id, Seq: seq, Path: filepath.Join(sdir, seg)})
-			}
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(refs, func(a, b SegmentRef) int {
 		if a.Shard != b.Shard {
@@ -272,6 +260,32 @@ func ListSealed(fsys vfs.FS, dir string) ([]SegmentRef, error) {
 		return 0
 	})
 	return refs, nil
+}
+
+// eachSegment calls fn for every open or sealed segment in the shard
+// directories under dir.
+func eachSegment(fsys vfs.FS, dir string, fn func(shard int, seq uint64, kind segKind, path string)) error {
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("wab: list %s: %w", dir, err)
+	}
+	for _, name := range names {
+		id, ok := parseShardDir(name)
+		if !ok {
+			continue
+		}
+		sdir := filepath.Join(dir, name)
+		segs, err := fsys.ReadDir(sdir)
+		if err != nil {
+			return fmt.Errorf("wab: list %s: %w", sdir, err)
+		}
+		for _, seg := range segs {
+			if seq, kind := parseSegmentName(seg); kind == kindOpenSeg || kind == kindSealedSeg {
+				fn(id, seq, kind, filepath.Join(sdir, seg))
+			}
+		}
+	}
+	return nil
 }
 
 // Notify receives a value (coalesced) whenever a segment is sealed.

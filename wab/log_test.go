@@ -403,23 +403,11 @@ func TestReopenRecoversAcked(t *testing.T) {
 // TestTornTail cuts the open segment at every byte of its last record and
 // checks that recovery keeps exactly the records before it.
 func TestTornTail(t *testing.T) {
-	src := t.TempDir()
-	o := testOpts(src)
-	l := mustOpen(t, o)
 	const n = 5
-	for i := range n {
-		if err := submit(t, l, 0, Durable, int64(i), []byte(fmt.Sprintf("payload-%d-%s", i, strings.Repeat("z", 20)))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	crash(t, l)
-	segPath := filepath.Join(src, "shard-000", SegmentName(1))
-	data, err := os.ReadFile(segPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lastLen := int(RecordSize(0, len("payload-4-")+20))
-	lastStart := len(data) - lastLen
+	src, data, offs := openSegmentImage(t, slices.Repeat([]Durability{Durable}, n), 1)
+	lastLen := int(RecordSize(0, len("record-04-")+30))
+	lastStart := int(offs[n-1])
+	data = data[:lastStart+lastLen] // without a sync mark after it
 	type variant struct {
 		name string
 		tail func(cut []byte) []byte
@@ -460,7 +448,7 @@ func TestTornTail(t *testing.T) {
 				t.Fatalf("%s at %d: recovered %d records, want %d", v.name, cut, len(recs), wantN)
 			}
 			for i, r := range recs {
-				if !strings.HasPrefix(r.Payload, fmt.Sprintf("payload-%d-", i)) {
+				if !strings.HasPrefix(r.Payload, fmt.Sprintf("record-%02d-", i)) {
 					t.Fatalf("%s at %d: record %d = %q", v.name, cut, i, r.Payload)
 				}
 			}
@@ -498,7 +486,9 @@ func TestTornCreationRemoved(t *testing.T) {
 
 func TestSealedCorruptionFailsOpen(t *testing.T) {
 	src := t.TempDir()
-	l := mustOpen(t, testOpts(src))
+	so := testOpts(src)
+	so.PreallocateBytes = -1 // no sync mark frames between the records
+	l := mustOpen(t, so)
 	for i := range 3 {
 		if err := submit(t, l, 0, Durable, int64(i), []byte(fmt.Sprintf("record-%d", i))); err != nil {
 			t.Fatal(err)
@@ -518,20 +508,29 @@ func TestSealedCorruptionFailsOpen(t *testing.T) {
 	flip := func(off int) func([]byte) []byte {
 		return func(b []byte) []byte { b[off] ^= 0x40; return b }
 	}
+	end := int64(len(good))
+	// Open trusts a sealed segment's footer: it checks the header and the
+	// last FooterFrameSize bytes (openOff is where it reports damage; -1:
+	// damage between them, which Open does not read). InspectSegment (weir
+	// verify) reads every frame and reports the first bad one (wantOff).
 	cases := []struct {
 		name    string
 		mutate  func([]byte) []byte
 		wantOff int64
+		openOff int64
 	}{
-		{"header byte", flip(20), 0},
-		{"first record length", flip(HeaderSize + 2), HeaderSize},
-		{"second record payload", flip(HeaderSize + rec + FrameOverhead + 1), int64(HeaderSize + rec)},
-		{"third record crc", flip(HeaderSize + 2*rec + 5), int64(HeaderSize + 2*rec)},
-		{"footer payload", flip(footer + FrameOverhead + 7), int64(footer)},
-		{"trailing byte", func(b []byte) []byte { return append(b, 0) }, int64(len(good))},
-		{"footer cut", func(b []byte) []byte { return b[:len(b)-1] }, int64(footer)},
-		{"footer missing", func(b []byte) []byte { return b[:footer] }, int64(footer)},
-		{"footer only header", func(b []byte) []byte { return b[:footer+4] }, int64(footer)},
+		{"header byte", flip(20), 0, 0},
+		{"first record length", flip(HeaderSize + 2), HeaderSize, -1},
+		{"second record payload", flip(HeaderSize + rec + FrameOverhead + 1), int64(HeaderSize + rec), -1},
+		{"third record crc", flip(HeaderSize + 2*rec + 5), int64(HeaderSize + 2*rec), -1},
+		{"footer payload", flip(footer + FrameOverhead + 7), int64(footer), int64(footer)},
+		{"trailing byte", func(b []byte) []byte { return append(b, 0) }, end, end + 1 - FooterFrameSize},
+		{"footer cut", func(b []byte) []byte { return b[:len(b)-1] }, int64(footer), end - 1 - FooterFrameSize},
+		{"footer missing", func(b []byte) []byte { return b[:footer] }, int64(footer), int64(footer) - FooterFrameSize},
+		{"footer only header", func(b []byte) []byte { return b[:footer+4] }, int64(footer), int64(footer) + 4 - FooterFrameSize},
+		{"footer counts too many", func(b []byte) []byte {
+			return slices.Concat(b[:footer], appendFooter(nil, Footer{Records: 9, FirstReceived: 0, LastReceived: 2}))
+		}, int64(footer), int64(footer)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -544,7 +543,18 @@ func TestSealedCorruptionFailsOpen(t *testing.T) {
 			if err := os.WriteFile(path, c.mutate(slices.Clone(good)), 0o600); err != nil {
 				t.Fatal(err)
 			}
+			info, err := InspectSegment(vfs.OS, path)
+			if err != nil || info.Corruption == nil || info.Corruption.Offset != c.wantOff || !info.Damaged() {
+				t.Fatalf("InspectSegment: %+v, %v; want corruption at %d", info.Corruption, err, c.wantOff)
+			}
 			l, err := Open(context.Background(), testOpts(dir))
+			if c.openOff < 0 {
+				if err != nil {
+					t.Fatalf("Open read past the footer's word: %v", err)
+				}
+				mustClose(t, l)
+				return
+			}
 			if err == nil {
 				mustClose(t, l)
 				t.Fatal("Open accepted a corrupt sealed segment")
@@ -553,8 +563,8 @@ func TestSealedCorruptionFailsOpen(t *testing.T) {
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %v is not a *CorruptionError", err)
 			}
-			if ce.Path != path || ce.Offset != c.wantOff {
-				t.Fatalf("corruption at %s:%d (%s), want %s:%d", ce.Path, ce.Offset, ce.Reason, path, c.wantOff)
+			if ce.Path != path || ce.Offset != c.openOff {
+				t.Fatalf("corruption at %s:%d (%s), want %s:%d", ce.Path, ce.Offset, ce.Reason, path, c.openOff)
 			}
 			if !strings.Contains(err.Error(), path) {
 				t.Fatalf("error text does not name the file: %v", err)
@@ -629,6 +639,10 @@ func TestDiskFull(t *testing.T) {
 		rule        errorfs.Rule
 		payload     string
 		shardFailed bool
+		// early: the rule is in place from Open on (its After lets the
+		// creations of the first segments through), so that it does not
+		// race with the flusher preparing the next segment after an ack.
+		early bool
 	}{
 		{
 			name:    "write with nothing written",
@@ -653,10 +667,14 @@ func TestDiskFull(t *testing.T) {
 			payload: big,
 		},
 		{
+			// Each record fills a segment: Open creates the first, each
+			// acked record's seal prepares the next; the third creation
+			// (prepared after the second record) and every later one fail.
 			name:    "segment creation",
 			opts:    func(o *Options) { o.SegmentMaxBytes = 4000 },
-			rule:    errorfs.Rule{Op: errorfs.OpCreate, Path: "*.wab", Errno: syscall.ENOSPC},
+			rule:    errorfs.Rule{Op: errorfs.OpCreate, Path: "*.wab", Errno: syscall.ENOSPC, After: 2},
 			payload: big,
+			early:   true,
 		},
 	}
 	for _, c := range cases {
@@ -668,6 +686,9 @@ func TestDiskFull(t *testing.T) {
 			if c.opts != nil {
 				c.opts(&o)
 			}
+			if c.early {
+				fs.Add(c.rule)
+			}
 			l := mustOpen(t, o)
 			var acked []string
 			for i := range 2 {
@@ -677,7 +698,9 @@ func TestDiskFull(t *testing.T) {
 				}
 				acked = append(acked, p)
 			}
-			fs.Add(c.rule)
+			if !c.early {
+				fs.Add(c.rule)
+			}
 			err := submit(t, l, 0, Durable, 50, []byte("full-"+c.payload))
 			if !errors.Is(err, ErrDiskFull) {
 				t.Fatalf("err = %v, want ErrDiskFull", err)
@@ -698,18 +721,29 @@ func TestDiskFull(t *testing.T) {
 				acked = append(acked, "after-"+c.payload)
 			}
 			_ = l.Close(context.Background())
-			l = mustOpen(t, testOpts(dir))
-			mustClose(t, l)
-			got := payloads(readAllSealed(t, nil, dir))
-			for _, p := range acked {
-				if !slices.Contains(got, p) {
-					t.Fatalf("acked record %.20q lost; have %d records", p, len(got))
-				}
+			refused := "full-" + c.payload
+			if c.shardFailed {
+				refused = "" // a torn write: the record may be there
 			}
-			if !c.shardFailed && slices.Contains(got, "full-"+c.payload) {
-				t.Fatal("the refused record was written")
-			}
+			reopenHolds(t, dir, acked, refused)
 		})
+	}
+}
+
+// reopenHolds recovers dir and checks that every acked payload is there
+// and the refused one (unless empty) is not.
+func reopenHolds(t *testing.T, dir string, acked []string, refused string) {
+	t.Helper()
+	l := mustOpen(t, testOpts(dir))
+	mustClose(t, l)
+	got := payloads(readAllSealed(t, nil, dir))
+	for _, p := range acked {
+		if !slices.Contains(got, p) {
+			t.Fatalf("acked record %.20q lost; have %d records", p, len(got))
+		}
+	}
+	if refused != "" && slices.Contains(got, refused) {
+		t.Fatal("the refused record was written")
 	}
 }
 

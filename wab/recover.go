@@ -2,8 +2,8 @@ package wab
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
-	"io"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -112,15 +112,7 @@ func (l *Log) recoverShard(id int) (uint64, error) {
 		maxSeq = max(maxSeq, seq)
 	}
 	for _, seq := range sealed {
-		path := filepath.Join(dir, SegmentName(seq)+".sealed")
-		info, err := InspectSegment(fsys, path)
-		if err != nil {
-			return 0, fmt.Errorf("wab: verify: %w", err)
-		}
-		if info.Corruption != nil {
-			return 0, info.Corruption
-		}
-		if err := checkHeader(info, id, seq); err != nil {
+		if err := checkSealed(fsys, filepath.Join(dir, SegmentName(seq)+".sealed"), id, seq); err != nil {
 			return 0, err
 		}
 	}
@@ -190,6 +182,13 @@ func (l *Log) recoverOpen(path string, id int, seq uint64) (bool, error) {
 	if err := checkHeader(info, id, seq); err != nil {
 		return false, err
 	}
+	if info.Damaged() {
+		// Not what a crash leaves of writes never synced: a later frame
+		// proves the bad one had been fdatasynced (or, in a segment
+		// without sync marks, any valid frame follows). The records after
+		// it may have been acknowledged.
+		return false, midSegmentDamage(info)
+	}
 	if info.Records == 0 {
 		return remove("no records")
 	}
@@ -202,28 +201,21 @@ func (l *Log) recoverOpen(path string, id int, seq uint64) (bool, error) {
 			f.Close()
 		}
 	}()
-	if !(info.HasFooter && info.Corruption == nil) {
-		if info.Corruption != nil {
-			l.logger.Warn("cutting torn tail of open segment",
-				"path", path, "offset", info.RecordsEnd, "discarded_bytes", info.Size-info.RecordsEnd,
-				"records_kept", info.Records, "reason", info.Corruption.Reason)
-		}
-		if err := f.Truncate(info.RecordsEnd); err != nil {
-			return false, fmt.Errorf("wab: recover %s: truncate: %w", path, err)
-		}
+	if info.HasFooter && info.Corruption == nil {
+		// The crash came between writing the footer and the rename.
 		if err := f.Sync(); err != nil {
 			return false, fmt.Errorf("wab: recover %s: fdatasync: %w", path, err)
 		}
-		if _, err := f.Seek(info.RecordsEnd, io.SeekStart); err != nil {
-			return false, fmt.Errorf("wab: recover %s: %w", path, err)
+	} else {
+		if info.Corruption != nil {
+			l.logger.Warn("cutting torn tail of open segment",
+				"path", path, "offset", info.RecordsEnd, "discarded_bytes", info.Size-info.RecordsEnd,
+				"records_kept", info.Records, "unsynced_records_discarded", info.RecordsAfter,
+				"reason", info.Corruption.Reason)
 		}
-		ft := Footer{Records: info.Records, FirstReceived: info.FirstReceived, LastReceived: info.LastReceived}
-		if _, err := f.Write(appendFooter(nil, ft)); err != nil {
-			return false, fmt.Errorf("wab: recover %s: write footer: %w", path, classify(err))
+		if err := truncateAndSeal(f, path, info, true); err != nil {
+			return false, fmt.Errorf("wab: recover: %w", err)
 		}
-	}
-	if err := f.Sync(); err != nil {
-		return false, fmt.Errorf("wab: recover %s: fdatasync: %w", path, err)
 	}
 	err = f.Close()
 	f = nil
@@ -238,4 +230,92 @@ func (l *Log) recoverOpen(path string, id int, seq uint64) (bool, error) {
 	}
 	l.logger.Info("sealed open segment left by a crash", "path", path+".sealed", "records", info.Records)
 	return true, nil
+}
+
+// midSegmentDamage is the error for an open segment whose bad frame is not
+// a torn tail.
+func midSegmentDamage(info SegmentInfo) *CorruptionError {
+	why := fmt.Sprintf("a valid frame follows at offset %d", info.ValidAfter)
+	if info.SyncedAfter != 0 {
+		why = fmt.Sprintf("the frame at offset %d was written after an fdatasync that covered it", info.SyncedAfter)
+	}
+	return &CorruptionError{Path: info.Path, Offset: info.Corruption.Offset, Reason: fmt.Sprintf(
+		"%s; %s (%d valid records after the damage): damage in the middle of the segment, not a torn tail; "+
+			"cutting it would drop records that may have been acknowledged (weir repair --cut does it on request)",
+		info.Corruption.Reason, why, info.RecordsAfter)}
+}
+
+// checkSealed checks a sealed segment at Open without reading it whole: its
+// header must be valid and name this shard and sequence, and its last
+// FooterFrameSize bytes must be a valid footer (the footer's own CRC guards
+// it, and a footer found there ends the file exactly) whose record count
+// the bytes before it can hold. The records themselves are checked when the
+// drain reads them, and in full by InspectSegment (weir verify): a sealed
+// segment was fdatasynced whole before it was renamed, so what could go
+// wrong inside it since is media damage, not a crash.
+func checkSealed(fsys vfs.FS, path string, id int, seq uint64) error {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return fmt.Errorf("wab: check sealed segment: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("wab: check sealed segment %s: %w", path, err)
+	}
+	size := fi.Size()
+	if size < HeaderSize {
+		return &CorruptionError{Path: path, Offset: 0, Reason: fmt.Sprintf("file is %d bytes, shorter than the %d-byte header", size, HeaderSize)}
+	}
+	var hb [HeaderSize]byte
+	if _, err := f.ReadAt(hb[:], 0); err != nil {
+		return fmt.Errorf("wab: read header of %s: %w", path, err)
+	}
+	h, reason := decodeHeader(hb[:])
+	if reason != "" {
+		return &CorruptionError{Path: path, Offset: 0, Reason: reason}
+	}
+	if err := checkHeader(SegmentInfo{Path: path, Header: h}, id, seq); err != nil {
+		return err
+	}
+	if size < HeaderSize+FooterFrameSize {
+		return &CorruptionError{Path: path, Offset: HeaderSize, Reason: "sealed segment ends without a footer"}
+	}
+	off := size - FooterFrameSize
+	var fb [FooterFrameSize]byte
+	if _, err := f.ReadAt(fb[:], off); err != nil {
+		return fmt.Errorf("wab: read footer of %s: %w", path, err)
+	}
+	ft, reason := decodeFooterFrame(fb[:])
+	if reason != "" {
+		return &CorruptionError{Path: path, Offset: off, Reason: "sealed segment does not end with a valid footer: " + reason}
+	}
+	body := uint64(off - HeaderSize)
+	switch {
+	case ft.Records == 0 && body != 0:
+		return &CorruptionError{Path: path, Offset: HeaderSize, Reason: fmt.Sprintf("footer counts no record, but %d bytes precede it", body)}
+	case ft.Records > body/FrameOverhead:
+		return &CorruptionError{Path: path, Offset: off, Reason: fmt.Sprintf("footer counts %d records, more than the %d bytes before it can hold", ft.Records, body)}
+	}
+	return nil
+}
+
+// decodeFooterFrame parses a complete footer frame; reason is empty when it
+// is valid.
+func decodeFooterFrame(b []byte) (Footer, string) {
+	if l := binary.BigEndian.Uint32(b[0:]); l != BodyFixedSize+FooterPayloadSize {
+		return Footer{}, fmt.Sprintf("frame length %d", l)
+	}
+	if got, want := binary.BigEndian.Uint32(b[4:]), crc(b[FrameHeaderSize:]); got != want {
+		return Footer{}, fmt.Sprintf("checksum mismatch (stored %08x, computed %08x)", got, want)
+	}
+	if b[8] != kindFooter || b[9] != 0 || binary.BigEndian.Uint16(b[10:]) != 0 {
+		return Footer{}, fmt.Sprintf("kind %d, durability %d, meta length %d", b[8], b[9], binary.BigEndian.Uint16(b[10:]))
+	}
+	p := b[FrameOverhead:]
+	return Footer{
+		Records:       binary.BigEndian.Uint64(p[0:]),
+		FirstReceived: int64(binary.BigEndian.Uint64(p[8:])),
+		LastReceived:  int64(binary.BigEndian.Uint64(p[16:])),
+	}, ""
 }

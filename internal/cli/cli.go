@@ -24,6 +24,7 @@ Usage:
   weir push  [flags]   push newline-delimited records from stdin (weir push --help)
   weir inspect [DIR]   describe every segment of a WAB directory (offline, read-only)
   weir verify  [DIR]   check a WAB directory; exit 1 on corruption (offline, read-only)
+  weir repair [--cut] [DIR]   list damage weir serve refuses; --cut cuts it (offline, locks DIR)
   weir deadletter list|show|replay|purge   manage the dead-letter lane
   weir status          summary of a running daemon (reads its /metrics, /live, /ready)
   weir kinds [KIND]    the sink and source kinds and their capabilities, or one kind's keys
@@ -50,6 +51,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return inspect(args[1:], stdout, stderr, false)
 	case "verify":
 		return inspect(args[1:], stdout, stderr, true)
+	case "repair":
+		return repair(args[1:], stdout, stderr)
 	case "status":
 		return status(args[1:], stdout, stderr)
 	case "deadletter":

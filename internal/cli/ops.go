@@ -67,6 +67,8 @@ func segStatus(i wab.SegmentInfo) (string, bool) {
 		return "ok", true
 	case i.TornTail():
 		return fmt.Sprintf("torn tail at %d (%d bytes; cut on recovery)", i.Corruption.Offset, i.Size-i.Corruption.Offset), true
+	case i.RecordsAfter > 0:
+		return fmt.Sprintf("CORRUPT at %d: %s; %d valid records after it (see weir repair)", i.Corruption.Offset, i.Corruption.Reason, i.RecordsAfter), false
 	default:
 		return fmt.Sprintf("CORRUPT at %d: %s", i.Corruption.Offset, i.Corruption.Reason), false
 	}

@@ -440,8 +440,14 @@ func (d *Drain) pass(ctx context.Context) (bool, error) {
 			return progressed, nil
 		default:
 			d.deferred[ref.Path] = d.now().Add(d.retryMax)
-			d.log.Error("segment left on disk, will retry later",
-				"segment", ref.Path, "shard", ref.Shard, "seq", ref.Seq,
+			msg := "segment left on disk, will retry later"
+			if ce := (*wab.CorruptionError)(nil); errors.As(err, &ce) {
+				// wab.Open trusts sealed footers: damage inside a sealed
+				// segment shows up here, when its records are read.
+				msg = "segment is corrupt: records from the damage on cannot be delivered; " +
+					"stop the daemon and see weir verify and weir repair"
+			}
+			d.log.Error(msg, "segment", ref.Path, "shard", ref.Shard, "seq", ref.Seq,
 				"retry_after", d.retryMax, "err", err)
 			d.obs.SegmentDeferred(ref, err)
 			d.setState(Draining)
@@ -518,28 +524,12 @@ func interleave(refs []wab.SegmentRef) []wab.SegmentRef {
 // drainSegment delivers one segment: the records past its confirmed count,
 // sub-batch by sub-batch, then removes it.
 func (d *Drain) drainSegment(ctx context.Context, ref wab.SegmentRef) error {
-	confirmed, err := wab.ReadConfirmed(d.fs, ref.Path)
+	r, idx, err := d.openAtProgress(ref)
 	if err != nil {
-		return fmt.Errorf("read confirmed count of %s: %w", ref.Path, err)
-	}
-	r, err := wab.OpenSegment(d.fs, ref.Path)
-	if err != nil {
-		return fmt.Errorf("open segment %s: %w", ref.Path, err)
+		return err
 	}
 	defer r.Close()
 	h := r.Header()
-
-	var idx uint64
-	for idx < confirmed {
-		if _, err := r.Next(); err != nil {
-			if errors.Is(err, io.EOF) {
-				return fmt.Errorf("segment %s: confirmed count %d is past its %d records", ref.Path, confirmed, idx)
-			}
-			return fmt.Errorf("skip confirmed records of %s: %w", ref.Path, err)
-		}
-		idx++
-	}
-
 	for {
 		limit := d.sink.MaxBatchSize()
 		if limit < 1 {
@@ -551,7 +541,7 @@ func (d *Drain) drainSegment(ctx context.Context, ref wab.SegmentRef) error {
 				return err
 			}
 			idx += uint64(len(recs))
-			if err := wab.WriteConfirmed(d.fs, ref.Path, idx); err != nil {
+			if err := wab.WriteProgress(d.fs, ref.Path, wab.Progress{Records: idx, Offset: r.Offset()}); err != nil {
 				return fmt.Errorf("confirm %d records of %s: %w", idx, ref.Path, err)
 			}
 		}
@@ -575,6 +565,41 @@ func (d *Drain) drainSegment(ctx context.Context, ref wab.SegmentRef) error {
 	d.log.Debug("segment delivered", "segment", ref.Path, "shard", ref.Shard, "seq", ref.Seq, "records", idx)
 	d.obs.SegmentDelivered(ref, idx)
 	return nil
+}
+
+// openAtProgress opens a segment positioned at its first record not yet
+// confirmed, and returns that record's index. A sidecar that records the
+// record's offset is trusted (its CRC guards it) and the reader seeks there;
+// a count-only sidecar (written by an older version), or an offset that
+// does not point at a frame, makes it read and check the confirmed records
+// from the start instead.
+func (d *Drain) openAtProgress(ref wab.SegmentRef) (*wab.Reader, uint64, error) {
+	p, err := wab.ReadProgress(d.fs, ref.Path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read confirmed count of %s: %w", ref.Path, err)
+	}
+	r, err := wab.OpenSegment(d.fs, ref.Path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("open segment %s: %w", ref.Path, err)
+	}
+	if p.Offset > 0 {
+		err := r.SkipTo(p.Records, p.Offset)
+		if err == nil {
+			return r, p.Records, nil
+		}
+		d.log.Warn("sidecar offset unusable; reading the confirmed records from the start",
+			"segment", ref.Path, "confirmed", p.Records, "offset", p.Offset, "err", err)
+	}
+	for idx := uint64(0); idx < p.Records; idx++ {
+		if _, err := r.Next(); err != nil {
+			r.Close()
+			if errors.Is(err, io.EOF) {
+				return nil, 0, fmt.Errorf("segment %s: confirmed count %d is past its %d records", ref.Path, p.Records, idx)
+			}
+			return nil, 0, fmt.Errorf("skip confirmed records of %s: %w", ref.Path, err)
+		}
+	}
+	return r, p.Records, nil
 }
 
 // readBatch reads up to limit records, copying them out of the reader's

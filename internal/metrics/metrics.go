@@ -110,6 +110,9 @@ type Metrics struct {
 	sealedBytes    prometheus.Counter
 	deliveredBytes prometheus.Counter
 	shardFailed    *shardFailedCollector
+	// preallocation fallbacks (wab.PreallocObserver)
+	preallocFallbacks prometheus.Counter
+	preallocReduced   *prometheus.GaugeVec
 
 	segMu    sync.Mutex
 	segs     map[segKey]int64 // sealed segments on disk and their sizes
@@ -189,6 +192,11 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 	m.sealedSegs = f.counter("weir_wab_sealed_segments_total", "Segments sealed by the flushers.")
 	m.sealedBytes = f.counter("weir_wab_sealed_bytes_total", "Bytes of the segments sealed by the flushers.")
 	m.deliveredBytes = f.counter("weir_wab_delivered_bytes_total", "Bytes of sealed segments fully delivered and removed by the drain.")
+	m.preallocFallbacks = f.counter("weir_wab_preallocate_fallbacks_total", "Times a shard reserved less disk space ahead of writes than segment_preallocate_bytes, because the disk could not hold that much.")
+	m.preallocReduced = f.gaugeVec("weir_wab_preallocate_reduced", "1 while the shard reserves less than segment_preallocate_bytes ahead of writes (the disk is nearly full), else 0.", "shard")
+	for i := range cfg.Shards {
+		m.preallocReduced.WithLabelValues(shardLabel(i)).Set(0)
+	}
 	m.shardFailed = &shardFailedCollector{
 		desc:   prometheus.NewDesc("weir_shard_failed", "1 if the shard has failed (a write or fdatasync error; it accepts nothing until restart), else 0.", []string{"shard"}, nil),
 		shards: cfg.Shards,

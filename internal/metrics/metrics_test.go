@@ -254,6 +254,15 @@ func TestWABObserver(t *testing.T) {
 	if got := testutil.ToFloat64(m.recsDelivered); got != 11 {
 		t.Errorf("records_delivered_total %v", got)
 	}
+	m.Preallocation(1, 64<<20, 8<<20)
+	m.Preallocation(1, 64<<20, 0)
+	if got := series(t, reg, "weir_wab_preallocate_reduced"); got["shard=0"] != 0 || got["shard=1"] != 1 {
+		t.Errorf("preallocate_reduced %v", got)
+	}
+	m.Preallocation(1, 64<<20, 64<<20)
+	if got := series(t, reg, "weir_wab_preallocate_reduced"); got["shard=1"] != 0 || testutil.ToFloat64(m.preallocFallbacks) != 2 {
+		t.Errorf("after the return to full chunks: reduced %v, fallbacks %v", got, testutil.ToFloat64(m.preallocFallbacks))
+	}
 }
 
 // fakeWAB serves WatchWAB and the liveness check.

@@ -16,9 +16,10 @@ import (
 )
 
 var (
-	_ server.Observer = (*Metrics)(nil)
-	_ wab.Observer    = (*Metrics)(nil)
-	_ drain.Observer  = (*Metrics)(nil)
+	_ server.Observer      = (*Metrics)(nil)
+	_ wab.Observer         = (*Metrics)(nil)
+	_ wab.PreallocObserver = (*Metrics)(nil)
+	_ drain.Observer       = (*Metrics)(nil)
 
 	_ engine.SinkGateObserver = (*Metrics)(nil)
 )
@@ -105,6 +106,16 @@ func (m *Metrics) Sealed(ref wab.SegmentRef, records uint64, bytes int64) {
 	m.sealedSegs.Inc()
 	m.sealedBytes.Add(float64(bytes))
 	m.addSegment(segKey{ref.Shard, ref.Seq}, bytes)
+}
+
+// Preallocation implements wab.PreallocObserver.
+func (m *Metrics) Preallocation(shard int, want, chunk int64) {
+	reduced := 0.0
+	if chunk < want {
+		reduced = 1
+		m.preallocFallbacks.Inc()
+	}
+	m.preallocReduced.WithLabelValues(shardLabel(shard)).Set(reduced)
 }
 
 func (m *Metrics) addSegment(k segKey, bytes int64) {

@@ -59,6 +59,7 @@ func snapshotDir(t *testing.T, dir string) map[string]string {
 // a WAB directory left by kill -9 (open segments), with a torn tail
 // appended, and then with a corrupted sealed segment. They report each
 // state, never modify anything, and verify's exit code tells corruption.
+// Then `weir repair` reports the damage, and with --cut cuts it.
 func TestInspectVerify(t *testing.T) {
 	d := newDaemon(t, "--shards", "2", "--segment-max-age", "1h")
 	d.start()
@@ -111,17 +112,37 @@ func TestInspectVerify(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "CORRUPT at") || !strings.Contains(out, filepath.Base(sealed[0])) {
 		t.Fatalf("verify on a corrupt sealed segment: exit %d\n%s", code, out)
 	}
-	// The daemon refuses to start on it, naming file and offset.
+	// weir serve trusts a sealed segment's footer and reads only its ends;
+	// damage there makes it refuse to start, naming file and offset.
+	b[len(b)-3] ^= 0xff
+	os.WriteFile(sealed[0], b, 0o600)
 	if err := d2.launch(); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-d2.done:
 	case <-time.After(15 * time.Second):
-		t.Fatal("daemon started on a corrupt sealed segment")
+		t.Fatal("daemon started on a sealed segment with a corrupt footer")
 	}
 	if log := d2.log.String(); d2.err == nil || !strings.Contains(log, filepath.Base(sealed[0])) || !strings.Contains(log, "offset") {
 		t.Fatalf("daemon did not refuse naming file and offset (err %v):\n%s", d2.err, tail(log, 2000))
+	}
+	// weir repair reports the damage and changes nothing; with --cut it
+	// cuts the segment at its first bad frame, and verify passes again.
+	before = snapshotDir(t, d2.wabDir())
+	out, _, code = weirCmd(t, nil, "repair", d2.wabDir())
+	if code != 1 || !strings.Contains(out, filepath.Base(sealed[0])) || !strings.Contains(out, "--cut") {
+		t.Fatalf("repair without --cut: exit %d\n%s", code, out)
+	}
+	if after := snapshotDir(t, d2.wabDir()); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatal("repair without --cut modified the WAB directory")
+	}
+	out, _, code = weirCmd(t, nil, "repair", "--cut", "--wab-dir", d2.wabDir())
+	if code != 0 || !strings.Contains(out, "cut") {
+		t.Fatalf("repair --cut: exit %d\n%s", code, out)
+	}
+	if out, _, code = weirCmd(t, nil, "verify", d2.wabDir()); code != 0 {
+		t.Fatalf("verify after repair --cut: exit %d\n%s", code, out)
 	}
 }
 

@@ -32,6 +32,8 @@
 //	       | "once"         fire only once
 //	       | "torn"         (write) write half the buffer, then fail
 //	       | "torn=" N      (write) write N bytes (at most the buffer), then fail
+//	       | "larger=" N    (write, preallocate) match only calls of more
+//	                        than N bytes, like a disk with N bytes free
 //	       | errno          EIO (default), ENOSPC, EDQUOT, EROFS, EACCES, ...
 //
 // Example: "sync:*/shard-000/*.wab:after=3:EIO;write:*:after=10:ENOSPC:torn"
@@ -104,6 +106,10 @@ type Rule struct {
 	// if > 0, else half the buffer.
 	Torn      bool
 	TornBytes int
+	// Larger (writes and preallocations only): when > 0, the rule matches
+	// only calls of more than Larger bytes; smaller ones are not even
+	// counted by it.
+	Larger int64
 }
 
 func (r Rule) errno() syscall.Errno {
@@ -128,6 +134,9 @@ func (r Rule) String() string {
 	}
 	if r.Once {
 		b.WriteString(":once")
+	}
+	if r.Larger > 0 {
+		fmt.Fprintf(&b, ":larger=%d", r.Larger)
 	}
 	if r.Torn {
 		if r.TornBytes > 0 {
@@ -245,7 +254,10 @@ func (fs *FS) Injected() int {
 }
 
 // check counts a call and returns the rule that fires for it, if any.
-func (fs *FS) check(op Op, paths ...string) *Rule {
+func (fs *FS) check(op Op, paths ...string) *Rule { return fs.checkSize(op, -1, paths...) }
+
+// checkSize is check for a call of size bytes (-1: not sized).
+func (fs *FS) checkSize(op Op, size int64, paths ...string) *Rule {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.calls[op]++
@@ -255,7 +267,7 @@ func (fs *FS) check(op Op, paths ...string) *Rule {
 		if r.Op != OpAny && r.Op != op {
 			continue
 		}
-		if !anyMatch(r.Path, paths) {
+		if !anyMatch(r.Path, paths) || r.Larger > 0 && size <= r.Larger {
 			continue
 		}
 		r.seen++
@@ -399,7 +411,7 @@ func (f *file) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (f *file) Write(p []byte) (int, error) {
-	if r := f.fs.check(OpWrite, f.name); r != nil {
+	if r := f.fs.checkSize(OpWrite, int64(len(p)), f.name); r != nil {
 		n := 0
 		if r.Torn && len(p) > 0 {
 			k := len(p) / 2
@@ -430,7 +442,14 @@ func (f *file) Truncate(size int64) error {
 }
 
 func (f *file) Preallocate(off, n int64) error {
-	return f.fs.do(OpPreallocate, f.name, func() error { return f.f.Preallocate(off, n) })
+	if r := f.fs.checkSize(OpPreallocate, n, f.name); r != nil {
+		err := injectErr(OpPreallocate, f.name, r)
+		f.fs.done(OpPreallocate, f.name, err, true)
+		return err
+	}
+	err := f.f.Preallocate(off, n)
+	f.fs.done(OpPreallocate, f.name, err, false)
+	return err
 }
 
 func (f *file) Seek(offset int64, whence int) (int64, error) { return f.f.Seek(offset, whence) }

@@ -60,6 +60,9 @@ func TestParse(t *testing.T) {
 		{spec: "sync:*:EIO:ENOSPC", wantErr: true},
 		{spec: "sync:*:torn", wantErr: true},
 		{spec: "write:*:torn=0", wantErr: true},
+		{spec: "preallocate:*.wab:larger=1048576:ENOSPC", want: []Rule{{Op: OpPreallocate, Path: "*.wab", Larger: 1 << 20, Errno: syscall.ENOSPC}}},
+		{spec: "write:*:larger=0", wantErr: true},
+		{spec: "sync:*:larger=5", wantErr: true},
 	}
 	for _, c := range cases {
 		got, err := Parse(c.spec)
@@ -81,7 +84,8 @@ func TestParse(t *testing.T) {
 			// String round-trips through Parse.
 			again, err := Parse(got[i].String())
 			if err != nil || len(again) != 1 || again[0].Op != got[i].Op || again[0].After != got[i].After ||
-				again[0].errno() != got[i].errno() || again[0].Torn != got[i].Torn || again[0].Once != got[i].Once {
+				again[0].errno() != got[i].errno() || again[0].Torn != got[i].Torn || again[0].Once != got[i].Once ||
+				again[0].Larger != got[i].Larger {
 				t.Errorf("round trip of %q: %v, %v", got[i].String(), again, err)
 			}
 		}
@@ -134,6 +138,32 @@ func TestRulesFireAfterN(t *testing.T) {
 				t.Fatalf("Calls(sync) = %d, want %d", got, len(c.want))
 			}
 		})
+	}
+}
+
+// TestLarger: a rule with Larger fails only calls above that size, and
+// does not count the smaller ones.
+func TestLarger(t *testing.T) {
+	fs := New(nil, Rule{Op: OpPreallocate, Path: "*", Larger: 4096, After: 1, Errno: syscall.ENOSPC},
+		Rule{Op: OpWrite, Path: "*", Larger: 3, Errno: syscall.ENOSPC})
+	f, err := fs.Create(filepath.Join(t.TempDir(), "f"), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i, c := range []struct {
+		n    int64
+		fail bool
+	}{{8192, false}, {4096, false}, {100, false}, {4097, true}, {1 << 20, true}, {4096, false}} {
+		if err := f.Preallocate(0, c.n); (err != nil) != c.fail || c.fail && !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("preallocate #%d of %d bytes: %v, want failure %v", i, c.n, err, c.fail)
+		}
+	}
+	if _, err := f.Write([]byte("abc")); err != nil {
+		t.Fatalf("small write: %v", err)
+	}
+	if n, err := f.Write([]byte("abcd")); n != 0 || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("large write: %d, %v", n, err)
 	}
 }
 

@@ -104,6 +104,12 @@ func parseRule(s string) (Rule, error) {
 			r.After = n
 		case p == "once":
 			r.Once = true
+		case strings.HasPrefix(p, "larger="):
+			n, err := strconv.ParseInt(p[len("larger="):], 10, 64)
+			if err != nil || n <= 0 {
+				return Rule{}, fmt.Errorf("bad %q: want larger=N with N > 0", p)
+			}
+			r.Larger = n
 		case p == "torn":
 			r.Torn = true
 		case strings.HasPrefix(p, "torn="):
@@ -125,6 +131,9 @@ func parseRule(s string) (Rule, error) {
 	}
 	if r.Torn && r.Op != OpWrite && r.Op != OpAny {
 		return Rule{}, fmt.Errorf("torn applies to write only")
+	}
+	if r.Larger > 0 && r.Op != OpWrite && r.Op != OpPreallocate {
+		return Rule{}, fmt.Errorf("larger applies to write and preallocate only")
 	}
 	return r, nil
 }

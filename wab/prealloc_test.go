@@ -1,0 +1,159 @@
+package wab
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/internal/vfs/errorfs"
+)
+
+// logRecorder is a slog.Handler that keeps every record's level and message.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = append(h.msgs, r.Level.String()+" "+r.Message)
+	return nil
+}
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
+
+// count is how many records were logged at level whose message contains s.
+func (h *logRecorder) count(level slog.Level, s string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, m := range h.msgs {
+		if strings.HasPrefix(m, level.String()+" ") && strings.Contains(m, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// preallocRecorder is an Observer that also records preallocation changes.
+type preallocRecorder struct {
+	recorder
+	chunks []int64
+}
+
+func (r *preallocRecorder) Preallocation(shard int, want, chunk int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.chunks = append(r.chunks, chunk)
+}
+
+func (r *preallocRecorder) seen() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int64(nil), r.chunks...)
+}
+
+// TestPreallocFallback: with less free space than a preallocation chunk
+// (fallocate fails above some size), Durable pushes are still stored: the
+// reservation falls back to a smaller chunk, or to just what each batch
+// needs, logged once; once space is back, a new segment gets a full chunk
+// again. Before, every push was answered ErrDiskFull.
+func TestPreallocFallback(t *testing.T) {
+	const mib = 1 << 20
+	cases := []struct {
+		name      string
+		free      int64 // fallocate fails above this many bytes
+		wantChunk int64
+	}{
+		{"halved", 3 * mib, 2 * mib},
+		{"below the floor", 100 << 10, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			efs := errorfs.New(vfs.OS, errorfs.Rule{Op: errorfs.OpPreallocate, Path: "*.wab", Larger: c.free, Errno: syscall.ENOSPC})
+			logs := &logRecorder{}
+			obs := &preallocRecorder{}
+			o := testOpts(dir)
+			o.FS, o.Logger, o.Observer = efs, slog.New(logs), obs
+			o.PreallocateBytes, o.SegmentMaxBytes = 8*mib, 8*mib
+			l := mustOpen(t, o)
+			payload := []byte(strings.Repeat("p", 60<<10))
+			// About 1.5 segments: several reservations, one seal, one new
+			// segment that tries (and fails) a full chunk again.
+			for i := range 200 {
+				if err := submit(t, l, 0, Durable, int64(i), payload); err != nil {
+					t.Fatalf("push %d with %d bytes free for preallocation: %v", i, c.free, err)
+				}
+			}
+			if got := obs.seen(); len(got) != 1 || got[0] != c.wantChunk {
+				t.Fatalf("preallocation changes %v, want [%d]", got, c.wantChunk)
+			}
+			if n := logs.count(slog.LevelWarn, "disk nearly full"); n != 1 {
+				t.Fatalf("fallback logged %d times at warn, want once", n)
+			}
+			// Space is back: the next segment reserves a full chunk.
+			efs.Clear()
+			for i := range 150 {
+				if err := submit(t, l, 0, Durable, int64(1000+i), payload); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := obs.seen(); len(got) != 2 || got[1] != 8*mib {
+				t.Fatalf("preallocation changes %v, want back to %d", got, 8*mib)
+			}
+			if n := logs.count(slog.LevelInfo, "full chunks again"); n != 1 {
+				t.Fatalf("return to full chunks logged %d times, want once", n)
+			}
+			mustClose(t, l)
+			if n := len(readAllSealed(t, nil, dir)); n != 350 {
+				t.Fatalf("%d records stored, want 350", n)
+			}
+		})
+	}
+}
+
+// TestPreallocStillDiskFull: when not even a batch's own bytes can be
+// reserved, the batch fails with ErrDiskFull before anything is written,
+// and the shard goes on once space is back.
+func TestPreallocStillDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	efs := errorfs.New(vfs.OS)
+	o := testOpts(dir)
+	o.FS = efs
+	l := mustOpen(t, o)
+	if err := submit(t, l, 0, Durable, 1, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	efs.Add(errorfs.Rule{Op: errorfs.OpPreallocate, Path: "*.wab", Larger: 1000, Errno: syscall.ENOSPC})
+	big := []byte(strings.Repeat("b", 2<<20)) // more than the 1 MiB reserved
+	err := submit(t, l, 0, Durable, 2, big)
+	if !errors.Is(err, ErrDiskFull) || errors.Is(err, ErrShardFailed) {
+		t.Fatalf("push needing more than the disk holds: %v, want ErrDiskFull and a healthy shard", err)
+	}
+	if err := submit(t, l, 0, Durable, 3, []byte("small, fits the reservation")); err != nil {
+		t.Fatal(err)
+	}
+	efs.Clear()
+	if err := submit(t, l, 0, Durable, 4, big); err != nil {
+		t.Fatalf("after space is back: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { mustClose(t, l); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hung")
+	}
+	if n := len(readAllSealed(t, nil, dir)); n != 3 {
+		t.Fatalf("%d records stored, want 3", n)
+	}
+}
