@@ -8,40 +8,56 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/internal/vfs/errorfs"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/sink/sinktest"
 )
 
-// TestConformance runs the shared sink suite. The sink keeps duplicates
-// (readers deduplicate on the id), stores any bytes and never rejects a
-// record, so the poison and connection cases do not apply.
+// TestConformance runs the shared sink suite on memfs, which can lose
+// power (the Durability case crashes it and reads back only what was
+// synced), and on the real file system. The sink keeps duplicates (readers
+// deduplicate on the id), stores any bytes and never rejects a record, so
+// the poison and connection cases do not apply.
 func TestConformance(t *testing.T) {
-	sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
-		dir := t.TempDir()
-		open := func(t *testing.T) sink.Sink {
-			s, err := New(context.Background(), Options{Dir: dir, MaxBytes: 64 << 10})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
+	for _, mem := range []bool{true, false} {
+		name := "os"
+		if mem {
+			name = "memfs"
 		}
-		return &sinktest.Harness{
-			Sink:            open(t),
-			KeepsDuplicates: true,
-			BinaryPayloads:  true,
-			ReadBack: func(context.Context) ([]sinktest.Stored, error) {
-				recs, err := Read(vfs.OS, dir)
-				out := make([]sinktest.Stored, len(recs))
-				for i, r := range recs {
-					out[i] = sinktest.Stored{ID: r.ID, Payload: r.Payload, Source: r.Source, Durability: r.Durability, Received: r.Received}
+		t.Run(name, func(t *testing.T) {
+			sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
+				m, fs, dir := testenv.SinkFS(t, mem, nil)
+				openOn := func(t *testing.T, fs vfs.FS) sink.Sink {
+					s, err := New(context.Background(), Options{FS: fs, Dir: dir, MaxBytes: 64 << 10})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return s
 				}
-				return out, err
-			},
-			Reopen: open,
-		}
-	})
+				readBack := func(fs vfs.FS) testenv.ReadBack {
+					return func(context.Context) ([]sinktest.Stored, error) {
+						recs, err := Read(fs, dir)
+						out := make([]sinktest.Stored, len(recs))
+						for i, r := range recs {
+							out[i] = sinktest.Stored{ID: r.ID, Payload: r.Payload, Source: r.Source, Durability: r.Durability, Received: r.Received}
+						}
+						return out, err
+					}
+				}
+				h := &sinktest.Harness{
+					Sink:            openOn(t, fs),
+					KeepsDuplicates: true,
+					BinaryPayloads:  true,
+					ReadBack:        readBack(fs),
+					Reopen:          func(t *testing.T) sink.Sink { return openOn(t, fs) },
+				}
+				testenv.SetMemCrash(h, m, openOn, readBack)
+				return h
+			})
+		})
+	}
 }
 
 // TestSyncFailure: a failed fdatasync is reported transient and never
