@@ -82,15 +82,16 @@ func TestDecoderValidation(t *testing.T) {
 		{name: "zero magic", in: make([]byte, 8), step: 2, code: CodeBadFrame, fatal: true},
 		// 3 version
 		{name: "version 0", in: frame(Magic, 0, TypePush, 9, pushBody(1, 0)), step: 3, code: CodeBadVersion, fatal: true},
-		{name: "version 2", in: frame(Magic, 2, TypePush, 9, pushBody(1, 0)), step: 3, code: CodeBadVersion, fatal: true},
-		{name: "bad version before bad length", in: frame(Magic, 2, TypePush, 1<<31, nil), step: 3, code: CodeBadVersion, fatal: true},
+		{name: "version 3", in: frame(Magic, 3, TypePush, 9, pushBody(1, 0)), step: 3, code: CodeBadVersion, fatal: true},
+		{name: "bad version before bad length", in: frame(Magic, 3, TypePush, 1<<31, nil), step: 3, code: CodeBadVersion, fatal: true},
 		// 4 length
 		{name: "length over cap", in: frame(Magic, Version, TypePush, max+1, nil), step: 4, code: CodeFrameTooLarge, fatal: true},
 		{name: "length max uint32", in: frame(Magic, Version, TypePushBatch, 0xFFFFFFFF, nil), step: 4, code: CodeFrameTooLarge, fatal: true},
 		{name: "length over cap with unknown type", in: frame(Magic, Version, 0x7F, max+1, nil), step: 4, code: CodeFrameTooLarge, fatal: true},
 		{name: "length at cap", in: req(TypePush, pushBody(5, 1, make([]byte, max-PushPrefixSize)...)), step: 4, ok: true, id: 5},
 		// 5 type
-		{name: "unknown type", in: req(0x03, []byte("junk")), step: 5, code: CodeBadFrame},
+		{name: "unknown type", in: req(0x04, []byte("junk")), step: 5, code: CodeBadFrame},
+		{name: "Hello is not a version-1 type", in: req(TypeHello, make([]byte, HelloBodySize)), step: 5, code: CodeBadFrame},
 		{name: "response type as request", in: req(TypeAck, make([]byte, 12)), step: 5, code: CodeBadFrame},
 		{name: "unknown type empty body", in: req(0x00, nil), step: 5, code: CodeBadFrame},
 		{name: "unknown type truncated body", in: frame(Magic, Version, 0x03, 10, []byte("abc")), step: 5, want: io.ErrUnexpectedEOF},
@@ -280,11 +281,11 @@ func TestResponseRoundTrip(t *testing.T) {
 	s = AppendNack(s, 5, CodeShuttingDown, "")
 	r := bytes.NewReader(s)
 	want := []Response{
-		{Type: TypeAck, RequestID: 1, Count: 1},
-		{Type: TypeNack, RequestID: 2, Code: CodeQueueTimeout, Message: "queue full"},
-		{Type: TypeAck, RequestID: 1 << 63, Count: 1000},
-		{Type: TypeNack, RequestID: 4, Code: CodeInternal, Message: strings.Repeat("é", 512)},
-		{Type: TypeNack, RequestID: 5, Code: CodeShuttingDown},
+		{Type: TypeAck, Version: 1, RequestID: 1, Count: 1},
+		{Type: TypeNack, Version: 1, RequestID: 2, Code: CodeQueueTimeout, Message: "queue full"},
+		{Type: TypeAck, Version: 1, RequestID: 1 << 63, Count: 1000},
+		{Type: TypeNack, Version: 1, RequestID: 4, Code: CodeInternal, Message: strings.Repeat("é", 512)},
+		{Type: TypeNack, Version: 1, RequestID: 5, Code: CodeShuttingDown},
 	}
 	for i, w := range want {
 		got, err := ReadResponse(r)
@@ -360,7 +361,8 @@ func TestCodeNames(t *testing.T) {
 		CodeBadDurability: "BadDurability", CodeBadFrame: "BadFrame",
 		CodeQueueTimeout: "QueueTimeout", CodeDiskFull: "DiskFull",
 		CodeShardFailed: "ShardFailed", CodeShuttingDown: "ShuttingDown",
-		CodeInternal: "Internal", 0: "Code(0)", 77: "Code(77)",
+		CodeInternal: "Internal", CodeNoHello: "NoHello", CodeBadMeta: "BadMeta",
+		CodeNotPermitted: "NotPermitted", 0: "Code(0)", 77: "Code(77)",
 	}
 	for c, name := range want {
 		if c.String() != name {
@@ -368,7 +370,7 @@ func TestCodeNames(t *testing.T) {
 		}
 	}
 	retry := map[Code]bool{CodeQueueTimeout: true, CodeDiskFull: true, CodeShardFailed: true, CodeShuttingDown: true}
-	for c := Code(0); c < 12; c++ {
+	for c := Code(0); c < 16; c++ {
 		if c.Retryable() != retry[c] {
 			t.Errorf("%s.Retryable() = %v", c, c.Retryable())
 		}
@@ -377,7 +379,8 @@ func TestCodeNames(t *testing.T) {
 	if pe.Error() != "wire: BadFrame: bad magic" {
 		t.Errorf("Error() = %q", pe.Error())
 	}
-	if TypePushBatch.String() != "PushBatch" || FrameType(0x7f).String() != "FrameType(0x7f)" {
+	if TypePushBatch.String() != "PushBatch" || TypeHello.String() != "Hello" ||
+		TypeHelloAck.String() != "HelloAck" || FrameType(0x7f).String() != "FrameType(0x7f)" {
 		t.Error("FrameType names")
 	}
 	if Buffered.String() != "Buffered" || Durability(9).Valid() || !ReservedDurable.Valid() {

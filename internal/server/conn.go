@@ -32,6 +32,9 @@ type conn struct {
 	wake    chan struct{} // cap 1: a pending request was completed
 	stopped atomic.Bool
 	dr      *deadlineReader
+	replay  bool     // replay fields may be granted (the Unix socket)
+	sess    *session // set by Hello (wire version 2)
+	infos   []wire.MetaInfo
 }
 
 // pending is one request awaiting its answer, and the wab.Request it was
@@ -39,16 +42,19 @@ type conn struct {
 // flusher, or the reader when Submit refused — sets the answer, marks it
 // done and wakes the writer without blocking; the writer waits for done.
 type pending struct {
-	req     wab.Request
-	one     [1][]byte // req.Payloads of a single-record push
-	c       *conn
-	id      uint64
-	records int
-	bytes   int
-	dur     wire.Durability
-	code    wire.Code // 0: ack
-	msg     string
-	done    atomic.Bool // set after code and msg
+	req      wab.Request
+	one      [1][]byte // req.Payloads of a single-record push
+	oneMeta  [1][]byte // req.Metas of a single-record push
+	c        *conn
+	id       uint64
+	records  int
+	bytes    int
+	dur      wire.Durability
+	version  uint8          // of the request; the answer's version
+	helloAck *wire.HelloAck // the answer to a Hello
+	code     wire.Code      // 0: ack
+	msg      string
+	done     atomic.Bool // set after code and msg
 }
 
 func (p *pending) complete(err error) {
@@ -89,6 +95,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		shard:   s.pickShard(),
 		pending: make(chan *pending, s.opts.ConnMaxInflight),
 		wake:    make(chan struct{}, 1),
+		replay:  replayAllowed(nc),
 	}
 	c.dr = &deadlineReader{nc: nc, idle: s.opts.IdleTimeout, frame: s.opts.FrameReadTimeout, stopped: &c.stopped}
 	return c
@@ -123,11 +130,11 @@ func (c *conn) readLoop() {
 	dec := wire.NewDecoder(br, c.s.opts.MaxFrameBytes)
 	for {
 		c.dr.nextFrame(br.Buffered() > 0)
-		push, err := dec.Next()
+		f, err := dec.Next()
 		if err != nil {
 			var pe *wire.ProtocolError
 			if errors.As(err, &pe) {
-				c.answer(pe.RequestID, 0, pe.Code, pe.Reason)
+				c.answer(max(pe.Version, wire.Version), pe.RequestID, 0, pe.Code, pe.Reason)
 				if pe.Fatal {
 					log.Warn("closing connection after protocol error", "code", pe.Code.String(), "reason", pe.Reason)
 					return
@@ -153,41 +160,101 @@ func (c *conn) readLoop() {
 			}
 			return
 		}
-		n, size := len(push.Payloads), 0
-		for _, pl := range push.Payloads {
-			size += len(pl)
-		}
-		c.s.obs.Received(push.Durability, n, size)
-		if c.stopped.Load() || c.s.closing.Load() {
-			c.answer(push.RequestID, n, wire.CodeShuttingDown, "daemon is shutting down")
+		if f.Type == wire.TypeHello {
+			c.hello(f.Hello)
 			continue
 		}
-		p := &pending{c: c, id: push.RequestID, records: n, bytes: size, dur: push.Durability}
-		c.pending <- p // blocks while the in-flight window is full
-		p.req = wab.Request{
-			Durability: wab.Durability(push.Durability),
-			Payloads:   copyPayloads(p.one[:0], push.Payloads, size),
-			Received:   time.Now().UnixNano(),
-			Done:       p.complete,
-		}
-		if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout); err != nil {
-			p.complete(err)
-		}
+		c.submit(&f.Push)
 	}
 }
 
-// answer queues an immediate response (a Nack decided by the reader).
-func (c *conn) answer(id uint64, records int, code wire.Code, msg string) {
-	p := &pending{c: c, id: id, records: records, code: code, msg: msg}
+// submit hands a decoded push to the buffer, or answers it at once when it
+// is refused before that.
+func (c *conn) submit(push *wire.Push) {
+	n, size := len(push.Payloads), 0
+	for _, pl := range push.Payloads {
+		size += len(pl)
+	}
+	c.s.obs.Received(push.Durability, n, size)
+	if c.stopped.Load() || c.s.closing.Load() {
+		c.answer(push.Version, push.RequestID, n, wire.CodeShuttingDown, "daemon is shutting down")
+		return
+	}
+	if push.Version >= wire.Version2 {
+		if code, msg := c.refuseV2(push); code != 0 {
+			c.answer(push.Version, push.RequestID, n, code, msg)
+			return
+		}
+	}
+	p := &pending{c: c, id: push.RequestID, records: n, bytes: size, dur: push.Durability, version: push.Version}
+	c.pending <- p // blocks while the in-flight window is full
+	p.req = wab.Request{
+		Durability: wab.Durability(push.Durability),
+		Received:   time.Now().UnixNano(),
+		Done:       p.complete,
+	}
+	c.fillRecords(p, push, size)
+	if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout); err != nil {
+		p.complete(err)
+	}
+}
+
+// answer queues an immediate response (a Nack decided by the reader) of
+// version v.
+func (c *conn) answer(v uint8, id uint64, records int, code wire.Code, msg string) {
+	p := &pending{c: c, id: id, records: records, version: v, code: code, msg: msg}
 	p.done.Store(true)
 	c.pending <- p
 }
 
-// copyPayloads copies the decoder's aliased payloads into one allocation,
-// appending the slices to dst (which has room for one: a single-record push
-// needs no allocation for them).
-func copyPayloads(dst, src [][]byte, size int) [][]byte {
-	buf := make([]byte, size)
+// fillRecords sets p.req's Payloads — copies of the decoder's aliased
+// payloads — and, for a version-2 push, the Metas each record is stored
+// with (see session.appendStoredMeta), all in one allocation. A
+// single-record push needs no allocation for the slices themselves.
+func (c *conn) fillRecords(p *pending, push *wire.Push, size int) {
+	metaSize := 0
+	if push.Version >= wire.Version2 {
+		c.infos = c.infos[:0]
+		for i := range push.Payloads {
+			block := blockAt(push, i)
+			var info wire.MetaInfo
+			if len(block) > 0 {
+				info, _ = wire.InspectMeta(block) // checked by the decoder
+			}
+			c.infos = append(c.infos, info)
+			metaSize += c.sess.storedMetaSize(push, block, info)
+		}
+	}
+	buf := make([]byte, size+metaSize)
+	p.req.Payloads = copyPayloads(p.one[:0], push.Payloads, buf[:size])
+	if metaSize == 0 {
+		return
+	}
+	metas := p.oneMeta[:0]
+	if len(push.Payloads) > 1 {
+		metas = make([][]byte, 0, len(push.Payloads))
+	}
+	mbuf := buf[size:size]
+	for i := range push.Payloads {
+		start := len(mbuf)
+		mbuf = c.sess.appendStoredMeta(mbuf, push, i, blockAt(push, i), c.infos[i])
+		metas = append(metas, mbuf[start:len(mbuf):len(mbuf)])
+	}
+	p.req.Metas = metas
+}
+
+// blockAt is record i's metadata block, nil when it has none.
+func blockAt(push *wire.Push, i int) []byte {
+	if push.Metas == nil {
+		return nil
+	}
+	return push.Metas[i]
+}
+
+// copyPayloads copies the decoder's aliased payloads into buf, appending
+// the slices to dst (which has room for one: a single-record push needs no
+// allocation for them).
+func copyPayloads(dst, src [][]byte, buf []byte) [][]byte {
 	if len(src) > cap(dst) {
 		dst = make([][]byte, 0, len(src))
 	}
@@ -240,11 +307,14 @@ func (c *conn) writeLoop() {
 				}
 			}
 		}
-		if p.code == 0 {
-			frame = wire.AppendAck(frame[:0], p.id, uint32(p.records))
+		switch {
+		case p.helloAck != nil:
+			frame = wire.AppendHelloAck(frame[:0], *p.helloAck)
+		case p.code == 0:
+			frame = wire.AppendAckVersion(frame[:0], p.version, p.id, uint32(p.records))
 			c.s.obs.Acked(p.dur, p.records, p.bytes)
-		} else {
-			frame = wire.AppendNack(frame[:0], p.id, p.code, p.msg)
+		default:
+			frame = wire.AppendNackVersion(frame[:0], p.version, p.id, p.code, p.msg)
 			c.s.obs.Nacked(p.dur, p.code, p.records)
 		}
 		if !broken {
