@@ -115,7 +115,9 @@ func BenchmarkIngest(b *testing.B) {
 	}
 }
 
-func ingestOnce(b *testing.B, name string, tier client.Durability, batch, producers, records int) {
+// ingestOnce runs one ingest measurement; opts are added to every
+// producer's client options.
+func ingestOnce(b *testing.B, name string, tier client.Durability, batch, producers, records int, opts ...client.Option) {
 	b.StopTimer()
 	d := newDaemon(b, "--log-level", "warn")
 	d.start()
@@ -132,7 +134,7 @@ func ingestOnce(b *testing.B, name string, tier client.Durability, batch, produc
 	clients := make([]*client.Client, producers)
 	ctx := context.Background()
 	for i := range clients {
-		c, err := client.Dial(ctx, d.socket, client.WithWindow(window))
+		c, err := client.Dial(ctx, d.socket, append([]client.Option{client.WithWindow(window)}, opts...)...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -190,6 +192,34 @@ func ingestOnce(b *testing.B, name string, tier client.Durability, batch, produc
 	benchLine(b, map[string]any{"name": "ingest/" + name, "records_per_s": rate,
 		"p50_us": qs[0], "p99_us": qs[1], "p999_us": qs[2], "records": total,
 		"producers": producers, "batch": batch, "window": window, "record_bytes": benchRecordBytes})
+}
+
+// BenchmarkWireVersions compares wire protocol versions 1 and 2 in the
+// same run: 64 Durable producers of 256-byte records, single-record and
+// batch frames, the client pinned to version 1 (no Hello, no producer id)
+// or speaking version 2 (a producer id and sequence number per record,
+// stored with it). The versions alternate within each -count repetition.
+//
+//	go test -run '^$' -bench WireVersions -benchtime 1x -count 7 ./internal/systest
+func BenchmarkWireVersions(b *testing.B) {
+	records := 200_000
+	if s := os.Getenv("WEIR_BENCH_RECORDS"); s != "" {
+		fmt.Sscan(s, &records)
+	}
+	for _, batch := range []int{1, 64} {
+		frames := "single"
+		if batch > 1 {
+			frames = fmt.Sprintf("batch%d", batch)
+		}
+		for _, v := range []uint8{1, 2} {
+			name := fmt.Sprintf("Durable/%s/p64/v%d", frames, v)
+			b.Run(name, func(b *testing.B) {
+				for range b.N {
+					ingestOnce(b, "wire/"+name, client.Durable, batch, 64, records, client.WithProtocolVersion(v))
+				}
+			})
+		}
+	}
 }
 
 func sortDurations(s []time.Duration) { slices.Sort(s) }
