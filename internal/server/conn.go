@@ -52,6 +52,7 @@ type pending struct {
 	dur      wire.Durability
 	version  uint8          // of the request; the answer's version
 	helloAck *wire.HelloAck // the answer to a Hello
+	buf      frameBuf       // holds the request's payloads and metas
 	code     wire.Code      // 0: ack
 	msg      string
 	done     atomic.Bool // set after code and msg
@@ -209,8 +210,9 @@ func (c *conn) answer(v uint8, id uint64, records int, code wire.Code, msg strin
 
 // fillRecords sets p.req's Payloads — copies of the decoder's aliased
 // payloads — and, for a version-2 push, the Metas each record is stored
-// with (see session.appendStoredMeta), all in one allocation. A
-// single-record push needs no allocation for the slices themselves.
+// with (see session.appendStoredMeta), all in one pooled buffer (see
+// getBuf). A single-record push needs no allocation for the slices
+// themselves.
 func (c *conn) fillRecords(p *pending, push *wire.Push, size int) {
 	metaSize := 0
 	if push.Version >= wire.Version2 {
@@ -225,7 +227,8 @@ func (c *conn) fillRecords(p *pending, push *wire.Push, size int) {
 			metaSize += c.sess.storedMetaSize(push, block, info)
 		}
 	}
-	buf := make([]byte, size+metaSize)
+	p.buf = getBuf(size + metaSize)
+	buf := p.buf.bytes()
 	p.req.Payloads = copyPayloads(p.one[:0], push.Payloads, buf[:size])
 	if metaSize == 0 {
 		return
@@ -306,6 +309,11 @@ func (c *conn) writeLoop() {
 					return
 				}
 			}
+		}
+		// Done has been called: the flusher is finished with the bytes.
+		if p.buf.b != nil {
+			p.buf.put()
+			p.buf = frameBuf{}
 		}
 		switch {
 		case p.helloAck != nil:
