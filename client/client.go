@@ -136,19 +136,20 @@ func (c *Client) ProtocolVersion() uint8 { return c.sess.Load().version }
 // record stays in flight (it may already be stored) and its outcome is
 // discarded.
 func (c *Client) Push(ctx context.Context, payload []byte, d Durability) error {
-	return c.pushWait(ctx, [][]byte{payload}, d)
+	return c.pushWait(ctx, [][]byte{payload}, nil, d)
 }
 
 // PushBatch pushes the records in one frame and waits for the one response
 // that covers all of them: they are acknowledged or refused together. Its
 // results are those of Push.
 func (c *Client) PushBatch(ctx context.Context, payloads [][]byte, d Durability) error {
-	return c.pushWait(ctx, payloads, d)
+	return c.pushWait(ctx, payloads, nil, d)
 }
 
-func (c *Client) pushWait(ctx context.Context, payloads [][]byte, d Durability) error {
+// pushWait is pushAsync waiting for the answer.
+func (c *Client) pushWait(ctx context.Context, payloads [][]byte, recs []Record, d Durability) error {
 	res := make(chan error, 1)
-	if err := c.PushAsync(ctx, payloads, d, func(err error) { res <- err }); err != nil {
+	if err := c.pushAsync(ctx, payloads, recs, d, func(err error) { res <- err }); err != nil {
 		return err
 	}
 	select {
@@ -185,16 +186,10 @@ func (c *Client) PushAsync(ctx context.Context, payloads [][]byte, d Durability,
 // PushBatch. Metadata needs wire version 2: against a daemon that speaks
 // only version 1 a record with metadata fails with ErrUnsupported.
 func (c *Client) PushRecords(ctx context.Context, recs []Record, d Durability) error {
-	res := make(chan error, 1)
-	if err := c.PushRecordsAsync(ctx, recs, d, func(err error) { res <- err }); err != nil {
-		return err
+	if recs == nil {
+		recs = []Record{}
 	}
-	select {
-	case err := <-res:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return c.pushWait(ctx, nil, recs, d)
 }
 
 // PushRecordsAsync is PushAsync for records with metadata. Besides the

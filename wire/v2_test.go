@@ -74,18 +74,7 @@ var (
 
 func TestDecoderValidationV2(t *testing.T) {
 	const max = 256
-	valid := req(TypePush, pushBody(99, 0, 'o', 'k'))
-	tests := []struct {
-		name   string
-		in     []byte
-		step   int
-		want   error
-		code   Code
-		fatal  bool
-		id     uint64
-		ok     bool
-		replay bool
-	}{
+	tests := []decodeCase{
 		// 3 version: 2 is accepted, 3 is not.
 		{name: "version 3 push", in: frame(Magic, 3, TypePush, 27, one2(1, nil, "")), step: 3, code: CodeBadVersion, fatal: true},
 		// 4 length
@@ -140,51 +129,7 @@ func TestDecoderValidationV2(t *testing.T) {
 		{name: "v2 metadata of only a version byte", in: req2(TypePush, one2(37, []byte{2}, "p")), step: 10, ok: true, id: 37},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			in := append(append([]byte(nil), tt.in...), valid...)
-			if tt.want != nil || tt.fatal {
-				in = tt.in
-			}
-			d := NewDecoder(bytes.NewReader(in), max)
-			f, err := d.Next()
-			switch {
-			case tt.ok:
-				if err != nil {
-					t.Fatalf("step %d: got %v, want a frame", tt.step, err)
-				}
-				if f.Version != Version2 || f.RequestID != tt.id || f.Replay != tt.replay {
-					t.Fatalf("got %+v", f)
-				}
-			case tt.want != nil:
-				if err != tt.want {
-					t.Fatalf("step %d: got %v, want %v", tt.step, err, tt.want)
-				}
-				return
-			default:
-				var pe *ProtocolError
-				if !errors.As(err, &pe) {
-					t.Fatalf("step %d: got %v (%T), want *ProtocolError", tt.step, err, err)
-				}
-				if pe.Code != tt.code || pe.Fatal != tt.fatal || pe.RequestID != tt.id {
-					t.Fatalf("step %d: got code=%s fatal=%v id=%d (%s), want code=%s fatal=%v id=%d",
-						tt.step, pe.Code, pe.Fatal, pe.RequestID, pe.Reason, tt.code, tt.fatal, tt.id)
-				}
-				wantVersion := Version2
-				if tt.step <= 3 {
-					wantVersion = 0
-				}
-				if pe.Version != wantVersion {
-					t.Fatalf("error version %d, want %d", pe.Version, wantVersion)
-				}
-				if pe.Fatal {
-					return
-				}
-			}
-			f, err = d.Next()
-			if err != nil || f.Version != Version || f.RequestID != 99 || string(f.Payloads[0]) != "ok" {
-				t.Fatalf("frame after: got %+v, %v", f, err)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { runDecodeCase(t, max, tt) })
 	}
 }
 
@@ -364,26 +309,5 @@ func TestResponsesV2(t *testing.T) {
 	short := frame(Magic, Version2, TypeHelloAck, 11, make([]byte, 11))
 	if _, err := ReadResponse(bytes.NewReader(short)); !errors.As(err, &pe) || !pe.Fatal {
 		t.Fatalf("short HelloAck: got %v", err)
-	}
-}
-
-func TestDecoderNoSteadyStateAllocationV2(t *testing.T) {
-	var s []byte
-	s = AppendPush(s, Push{Version: 2, RequestID: 1, Payloads: [][]byte{make([]byte, 700)}, Metas: [][]byte{okMeta}})
-	s = AppendPush(s, Push{Version: 2, RequestID: 2, Payloads: [][]byte{make([]byte, 10), make([]byte, 20)}, Metas: [][]byte{okMeta, replayMeta}})
-	s = AppendPush(s, Push{Version: 2, RequestID: 3, Payloads: [][]byte{make([]byte, 10), make([]byte, 20), {}}})
-	d := NewDecoder(&loopReader{buf: s}, 0)
-	for range 6 {
-		if _, err := d.Next(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	allocs := testing.AllocsPerRun(1000, func() {
-		if _, err := d.Next(); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if allocs != 0 {
-		t.Fatalf("%.1f allocations per frame, want 0", allocs)
 	}
 }

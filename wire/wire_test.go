@@ -63,17 +63,7 @@ var errBoom = errors.New("boom")
 
 func TestDecoderValidation(t *testing.T) {
 	const max = 64
-	valid := req(TypePush, pushBody(99, 0, 'o', 'k'))
-	tests := []struct {
-		name  string
-		in    []byte
-		step  int
-		want  error // io.EOF, io.ErrUnexpectedEOF, or nil with code set
-		code  Code
-		fatal bool
-		id    uint64
-		ok    bool // a valid push is expected instead of an error
-	}{
+	tests := []decodeCase{
 		// 1 header
 		{name: "clean EOF", in: nil, step: 1, want: io.EOF},
 		{name: "partial header", in: []byte{0x57, 0x52, 1}, step: 1, want: io.ErrUnexpectedEOF},
@@ -119,52 +109,81 @@ func TestDecoderValidation(t *testing.T) {
 		{name: "batch with empty records", in: req(TypePushBatch, batchBody(20, 0, 2, nil, nil)), step: 9, ok: true, id: 20},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			// Append a valid frame: after a non-fatal error it must decode.
-			in := append(append([]byte(nil), tt.in...), valid...)
-			if tt.want != nil || tt.fatal {
-				in = tt.in
+		t.Run(tt.name, func(t *testing.T) { runDecodeCase(t, max, tt) })
+	}
+}
+
+// decodeCase is one row of a validation table: the bytes, the step of the
+// validation order they exercise, and what must come of them — an I/O
+// outcome (want), a *ProtocolError (code, fatal, id), or a frame (ok, id,
+// replay).
+type decodeCase struct {
+	name   string
+	in     []byte
+	step   int
+	want   error // io.EOF, io.ErrUnexpectedEOF, or nil with code set
+	code   Code
+	fatal  bool
+	id     uint64
+	ok     bool // a valid frame is expected instead of an error
+	replay bool
+}
+
+// runDecodeCase decodes tt.in with a frame cap of max. After a non-fatal
+// refusal or a valid frame, the valid version-1 frame appended after it
+// must still decode.
+func runDecodeCase(t *testing.T, max int, tt decodeCase) {
+	t.Helper()
+	valid := req(TypePush, pushBody(99, 0, 'o', 'k'))
+	in := append(append([]byte(nil), tt.in...), valid...)
+	if tt.want != nil || tt.fatal {
+		in = tt.in
+	}
+	d := NewDecoder(bytes.NewReader(in), max)
+	f, err := d.Next()
+	switch {
+	case tt.ok:
+		if err != nil {
+			t.Fatalf("step %d: got %v, want a frame", tt.step, err)
+		}
+		if f.Version != tt.in[2] || f.RequestID != tt.id || f.Durability.normalise() != f.Durability || f.Replay != tt.replay {
+			t.Fatalf("got %+v", f)
+		}
+	case tt.want != nil:
+		if err != tt.want {
+			t.Fatalf("step %d: got %v, want %v", tt.step, err, tt.want)
+		}
+		return
+	default:
+		var pe *ProtocolError
+		if !errors.As(err, &pe) {
+			t.Fatalf("step %d: got %v (%T), want *ProtocolError", tt.step, err, err)
+		}
+		if pe.Code != tt.code || pe.Fatal != tt.fatal || pe.RequestID != tt.id {
+			t.Fatalf("step %d: got code=%s fatal=%v id=%d (%s), want code=%s fatal=%v id=%d",
+				tt.step, pe.Code, pe.Fatal, pe.RequestID, pe.Reason, tt.code, tt.fatal, tt.id)
+		}
+		// The version to answer in is known once the version was accepted.
+		var wantV uint8
+		if tt.step > 3 {
+			wantV = tt.in[2]
+		}
+		if pe.Version != wantV {
+			t.Fatalf("error version %d, want %d", pe.Version, wantV)
+		}
+		if pe.Fatal {
+			if tt.step <= 4 && cap(d.body) != 0 {
+				t.Fatalf("body buffer allocated (%d) before the header was validated", cap(d.body))
 			}
-			cr := &countingReader{r: bytes.NewReader(in)}
-			d := NewDecoder(cr, max)
-			p, err := d.Next()
-			switch {
-			case tt.ok:
-				if err != nil {
-					t.Fatalf("step %d: got %v, want a push", tt.step, err)
-				}
-				if p.RequestID != tt.id || p.Durability.normalise() != p.Durability {
-					t.Fatalf("got %+v", p)
-				}
-			case tt.want != nil:
-				if err != tt.want {
-					t.Fatalf("step %d: got %v, want %v", tt.step, err, tt.want)
-				}
-				return
-			default:
-				var pe *ProtocolError
-				if !errors.As(err, &pe) {
-					t.Fatalf("step %d: got %v (%T), want *ProtocolError", tt.step, err, err)
-				}
-				if pe.Code != tt.code || pe.Fatal != tt.fatal || pe.RequestID != tt.id {
-					t.Fatalf("step %d: got code=%s fatal=%v id=%d (%s), want code=%s fatal=%v id=%d",
-						tt.step, pe.Code, pe.Fatal, pe.RequestID, pe.Reason, tt.code, tt.fatal, tt.id)
-				}
-				if pe.Fatal {
-					if tt.step <= 4 && cap(d.body) != 0 {
-						t.Fatalf("body buffer allocated (%d) before the header was validated", cap(d.body))
-					}
-					return
-				}
-			}
-			p, err = d.Next()
-			if err != nil || p.RequestID != 99 || string(p.Payloads[0]) != "ok" {
-				t.Fatalf("frame after: got %+v, %v", p, err)
-			}
-			if _, err := d.Next(); err != io.EOF {
-				t.Fatalf("end: got %v, want io.EOF", err)
-			}
-		})
+			return
+		}
+	}
+	f, err = d.Next()
+	if err != nil || f.RequestID != 99 || string(f.Payloads[0]) != "ok" {
+		t.Fatalf("frame after: got %+v, %v", f, err)
+	}
+	if _, err := d.Next(); err != io.EOF {
+		t.Fatalf("end: got %v, want io.EOF", err)
 	}
 }
 
@@ -401,21 +420,26 @@ func (l *loopReader) Read(p []byte) (int, error) {
 }
 
 func TestDecoderNoSteadyStateAllocation(t *testing.T) {
-	var s []byte
-	s = AppendPush(s, Push{RequestID: 1, Payloads: [][]byte{make([]byte, 700)}})
-	s = AppendPush(s, Push{RequestID: 2, Payloads: [][]byte{make([]byte, 10), make([]byte, 20), make([]byte, 30)}})
-	d := NewDecoder(&loopReader{buf: s}, 0)
-	for range 4 { // warm up the buffers
-		if _, err := d.Next(); err != nil {
-			t.Fatal(err)
+	var v1, v2 []byte
+	v1 = AppendPush(v1, Push{RequestID: 1, Payloads: [][]byte{make([]byte, 700)}})
+	v1 = AppendPush(v1, Push{RequestID: 2, Payloads: [][]byte{make([]byte, 10), make([]byte, 20), make([]byte, 30)}})
+	v2 = AppendPush(v2, Push{Version: 2, RequestID: 1, Payloads: [][]byte{make([]byte, 700)}, Metas: [][]byte{okMeta}})
+	v2 = AppendPush(v2, Push{Version: 2, RequestID: 2, Payloads: [][]byte{make([]byte, 10), make([]byte, 20)}, Metas: [][]byte{okMeta, replayMeta}})
+	v2 = AppendPush(v2, Push{Version: 2, RequestID: 3, Payloads: [][]byte{make([]byte, 10), make([]byte, 20), {}}})
+	for _, s := range [][]byte{v1, v2} {
+		d := NewDecoder(&loopReader{buf: s}, 0)
+		for range 6 { // warm up the buffers
+			if _, err := d.Next(); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	allocs := testing.AllocsPerRun(1000, func() {
-		if _, err := d.Next(); err != nil {
-			t.Fatal(err)
+		allocs := testing.AllocsPerRun(1000, func() {
+			if _, err := d.Next(); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Fatalf("version %d: %.1f allocations per frame, want 0", s[2], allocs)
 		}
-	})
-	if allocs != 0 {
-		t.Fatalf("%.1f allocations per frame, want 0", allocs)
 	}
 }
