@@ -235,9 +235,21 @@ func (c *Client) pushAsync(ctx context.Context, payloads [][]byte, recs []Record
 		c.win.release(weight)
 		return ErrClosed
 	}
+	r := &request{frame: frame, version: sess.version, records: n, weight: weight, done: done}
+	if cur := c.sess.Load().version; r.version > cur {
+		// A reconnect to a version-1 daemon came between the encoding and
+		// now (and has re-encoded the queue already).
+		f, err := downgrade(frame)
+		if err != nil {
+			c.mu.Unlock()
+			c.win.release(weight)
+			return fmt.Errorf("client: %w", ErrUnsupported)
+		}
+		r.frame, r.version = f, cur
+	}
 	c.nextID++
-	r := &request{id: c.nextID, frame: frame, version: sess.version, records: n, weight: weight, done: done}
-	putRequestID(frame, r.id)
+	r.id = c.nextID
+	putRequestID(r.frame, r.id)
 	c.pending[r.id] = r
 	c.queue = append(c.queue, r)
 	c.mu.Unlock()
