@@ -215,10 +215,13 @@ func (c *conn) answer(v uint8, id uint64, records int, code wire.Code, msg strin
 // themselves.
 func (c *conn) fillRecords(p *pending, push *wire.Push, size int) {
 	metaSize := 0
-	if push.Version >= wire.Version2 {
+	switch {
+	case push.Version < wire.Version2:
+	case push.Metas == nil: // no record brought metadata: all alike
+		metaSize = len(push.Payloads) * c.sess.storedMetaSize(push, nil, wire.MetaInfo{})
+	default:
 		c.infos = c.infos[:0]
-		for i := range push.Payloads {
-			block := blockAt(push, i)
+		for _, block := range push.Metas {
 			var info wire.MetaInfo
 			if len(block) > 0 {
 				info, _ = wire.InspectMeta(block) // checked by the decoder
@@ -229,38 +232,37 @@ func (c *conn) fillRecords(p *pending, push *wire.Push, size int) {
 	}
 	p.buf = getBuf(size + metaSize)
 	buf := p.buf.bytes()
-	p.req.Payloads = copyPayloads(p.one[:0], push.Payloads, buf[:size])
+	n := len(push.Payloads)
+	slots, metas := p.one[:0], p.oneMeta[:0]
+	if n > 1 {
+		if metaSize == 0 {
+			slots = make([][]byte, 0, n)
+		} else { // one allocation for both
+			both := make([][]byte, 2*n)
+			slots, metas = both[:0:n], both[n:n]
+		}
+	}
+	p.req.Payloads = copyPayloads(slots, push.Payloads, buf[:size])
 	if metaSize == 0 {
 		return
 	}
-	metas := p.oneMeta[:0]
-	if len(push.Payloads) > 1 {
-		metas = make([][]byte, 0, len(push.Payloads))
-	}
 	mbuf := buf[size:size]
 	for i := range push.Payloads {
+		var block []byte
+		var info wire.MetaInfo
+		if push.Metas != nil {
+			block, info = push.Metas[i], c.infos[i]
+		}
 		start := len(mbuf)
-		mbuf = c.sess.appendStoredMeta(mbuf, push, i, blockAt(push, i), c.infos[i])
+		mbuf = c.sess.appendStoredMeta(mbuf, push, i, block, info)
 		metas = append(metas, mbuf[start:len(mbuf):len(mbuf)])
 	}
 	p.req.Metas = metas
 }
 
-// blockAt is record i's metadata block, nil when it has none.
-func blockAt(push *wire.Push, i int) []byte {
-	if push.Metas == nil {
-		return nil
-	}
-	return push.Metas[i]
-}
-
 // copyPayloads copies the decoder's aliased payloads into buf, appending
-// the slices to dst (which has room for one: a single-record push needs no
-// allocation for them).
+// the slices to dst, which has room for them.
 func copyPayloads(dst, src [][]byte, buf []byte) [][]byte {
-	if len(src) > cap(dst) {
-		dst = make([][]byte, 0, len(src))
-	}
 	off := 0
 	for _, p := range src {
 		n := copy(buf[off:], p)
