@@ -12,6 +12,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weir-io/weir/wire"
@@ -35,6 +36,7 @@ const (
 type request struct {
 	id      uint64
 	frame   []byte
+	version uint8 // the frame's wire version
 	records int
 	weight  int // window slots held
 	done    func(error)
@@ -48,6 +50,8 @@ type Client struct {
 	opts options
 	log  *slog.Logger
 	win  *window
+	prod *Producer
+	sess atomic.Pointer[session] // what the current (or last) connection negotiated
 
 	wake chan struct{} // cap 1: the send queue has work
 	kill chan struct{} // closed to stop the connection loop at once
@@ -67,8 +71,12 @@ type Client struct {
 // Dial connects to the daemon at addr and returns a Client. addr is
 // unix:///path, unix:/path or a plain socket path for a Unix socket, or
 // tcp://host:port for TCP, which requires WithTLS. ctx bounds only this
-// first dial (together with the dial timeout); later redials are the
-// client's own business until Close.
+// first dial and its version negotiation (together with the dial
+// timeout); later redials are the client's own business until Close.
+//
+// The client speaks wire version 2 (an idempotent producer; see Producer)
+// and falls back to version 1 with a daemon that speaks only that; it
+// negotiates again on every reconnect.
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	ep, err := parseAddr(addr)
 	if err != nil {
@@ -81,13 +89,13 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if ep.network == "tcp" && o.tls == nil {
 		return nil, fmt.Errorf("client: address %q: tcp requires WithTLS", addr)
 	}
-	conn, err := dial(ctx, ep, &o)
-	if err != nil {
-		return nil, err
-	}
 	log := o.logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	prod := o.producer
+	if prod == nil {
+		prod = NewProducer()
 	}
 	life, stop := context.WithCancel(context.Background())
 	c := &Client{
@@ -95,6 +103,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		opts:    o,
 		log:     log,
 		win:     newWindow(o.window),
+		prod:    prod,
 		wake:    make(chan struct{}, 1),
 		kill:    make(chan struct{}),
 		life:    life,
@@ -102,10 +111,23 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		pending: make(map[uint64]*request),
 		drained: make(chan struct{}),
 	}
+	conn, sess, err := c.connect(ctx)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	c.sess.Store(&sess)
 	c.wg.Add(1)
-	go c.run(conn)
+	go c.run(conn, sess)
 	return c, nil
 }
+
+// Producer is the client's producer: its id and sequence counter.
+func (c *Client) Producer() *Producer { return c.prod }
+
+// ProtocolVersion is the wire version the client's current (or last)
+// connection negotiated: 2, or 1 with a daemon that speaks only that.
+func (c *Client) ProtocolVersion() uint8 { return c.sess.Load().version }
 
 // Push pushes one record and waits for its Ack. It returns nil once the
 // daemon acknowledged the record at tier d, a *NackError if the daemon
@@ -114,19 +136,20 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 // record stays in flight (it may already be stored) and its outcome is
 // discarded.
 func (c *Client) Push(ctx context.Context, payload []byte, d Durability) error {
-	return c.pushWait(ctx, [][]byte{payload}, d)
+	return c.pushWait(ctx, [][]byte{payload}, nil, d)
 }
 
 // PushBatch pushes the records in one frame and waits for the one response
 // that covers all of them: they are acknowledged or refused together. Its
 // results are those of Push.
 func (c *Client) PushBatch(ctx context.Context, payloads [][]byte, d Durability) error {
-	return c.pushWait(ctx, payloads, d)
+	return c.pushWait(ctx, payloads, nil, d)
 }
 
-func (c *Client) pushWait(ctx context.Context, payloads [][]byte, d Durability) error {
+// pushWait is pushAsync waiting for the answer.
+func (c *Client) pushWait(ctx context.Context, payloads [][]byte, recs []Record, d Durability) error {
 	res := make(chan error, 1)
-	if err := c.PushAsync(ctx, payloads, d, func(err error) { res <- err }); err != nil {
+	if err := c.pushAsync(ctx, payloads, recs, d, func(err error) { res <- err }); err != nil {
 		return err
 	}
 	select {
@@ -148,40 +171,85 @@ func (c *Client) pushWait(ctx context.Context, payloads [][]byte, d Durability) 
 // done is never called. The payloads are copied before
 // PushAsync returns, so the caller may reuse them.
 //
+// Each record gets the next sequence number of the client's Producer and
+// the time of this call as its event time; a resend after a reconnect
+// keeps both, so the daemon stores the resent record under the same id.
+//
 // done runs on the client's own goroutine (the connection reader, or
 // Close): it must be quick and must not block or push on the same client.
 func (c *Client) PushAsync(ctx context.Context, payloads [][]byte, d Durability, done func(error)) error {
-	if len(payloads) == 0 {
+	return c.pushAsync(ctx, payloads, nil, d, done)
+}
+
+// PushRecords pushes records with their metadata (key, headers, event
+// time, replay identity) in one frame and waits for the response, as
+// PushBatch. Metadata needs wire version 2: against a daemon that speaks
+// only version 1 a record with metadata fails with ErrUnsupported.
+func (c *Client) PushRecords(ctx context.Context, recs []Record, d Durability) error {
+	if recs == nil {
+		recs = []Record{}
+	}
+	return c.pushWait(ctx, nil, recs, d)
+}
+
+// PushRecordsAsync is PushAsync for records with metadata. Besides the
+// errors of PushAsync it returns ErrBadMeta for metadata the daemon would
+// refuse, ErrUnsupported for metadata a version-1 daemon cannot carry,
+// and ErrNotPermitted for replay fields on a connection not granted
+// replay. The records are copied before it returns.
+func (c *Client) PushRecordsAsync(ctx context.Context, recs []Record, d Durability, done func(error)) error {
+	if recs == nil {
+		recs = []Record{}
+	}
+	return c.pushAsync(ctx, nil, recs, d, done)
+}
+
+func (c *Client) pushAsync(ctx context.Context, payloads [][]byte, recs []Record, d Durability, done func(error)) error {
+	n := len(payloads)
+	if recs != nil {
+		n = len(recs)
+	}
+	if n == 0 {
 		return ErrEmptyBatch
 	}
 	if !d.Valid() {
 		return fmt.Errorf("client: durability %s: %w", d, ErrBadDurability)
 	}
-	if n := wire.PushBodySize(payloads); n > c.opts.maxFrame {
-		return fmt.Errorf("client: push of %d records needs a %d byte frame, cap is %d: %w",
-			len(payloads), n, c.opts.maxFrame, ErrFrameTooLarge)
-	}
 	if done == nil {
 		done = func(error) {}
 	}
-	weight := min(len(payloads), c.opts.window)
+	sess := c.sess.Load()
+	// Encode before waiting for the window; the id goes in afterwards. The
+	// frame is owned by the request from now on.
+	frame, err := c.encode(sess, payloads, recs, d)
+	if err != nil {
+		return err
+	}
+	weight := min(n, c.opts.window)
 	if err := c.win.acquire(ctx, weight); err != nil {
 		return err
 	}
-	// Encode outside the lock; the id goes in afterwards. The frame is
-	// owned by the request from now on.
-	frame := wire.AppendPush(make([]byte, 0, wire.HeaderSize+wire.PushBodySize(payloads)),
-		wire.Push{Durability: d, Payloads: payloads})
-
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
 		c.win.release(weight)
 		return ErrClosed
 	}
+	r := &request{frame: frame, version: sess.version, records: n, weight: weight, done: done}
+	if cur := c.sess.Load().version; r.version > cur {
+		// A reconnect to a version-1 daemon came between the encoding and
+		// now (and has re-encoded the queue already).
+		f, err := downgrade(frame)
+		if err != nil {
+			c.mu.Unlock()
+			c.win.release(weight)
+			return fmt.Errorf("client: %w", ErrUnsupported)
+		}
+		r.frame, r.version = f, cur
+	}
 	c.nextID++
-	r := &request{id: c.nextID, frame: frame, records: len(payloads), weight: weight, done: done}
-	putRequestID(frame, r.id)
+	r.id = c.nextID
+	putRequestID(r.frame, r.id)
 	c.pending[r.id] = r
 	c.queue = append(c.queue, r)
 	c.mu.Unlock()
@@ -293,11 +361,11 @@ func (c *Client) complete(id uint64, err error) bool {
 
 // run owns the connection: it serves one connection at a time and redials
 // with backoff when one breaks, until Close.
-func (c *Client) run(conn net.Conn) {
+func (c *Client) run(conn net.Conn, sess session) {
 	defer c.wg.Done()
 	attempt := 0
 	for {
-		answered := c.serve(conn)
+		answered := c.serve(conn, sess)
 		select {
 		case <-c.kill:
 			return
@@ -313,7 +381,7 @@ func (c *Client) run(conn net.Conn) {
 			}
 			attempt++
 			var err error
-			conn, err = dial(c.life, c.ep, &c.opts)
+			conn, sess, err = c.connect(c.life)
 			if err != nil {
 				c.log.Warn("weir client: redial failed", "addr", c.ep.address, "attempt", attempt, "err", err)
 			}
@@ -348,9 +416,11 @@ func (c *Client) sleep(d time.Duration) bool {
 
 // serve runs a writer and a reader on conn until either fails or the
 // client is killed, then closes conn. Every unanswered request is queued
-// again, in its original order, for the next connection. It reports
+// again, in its original order, for the next connection — unchanged, so
+// its records keep their sequence numbers and event time. It reports
 // whether the connection carried at least one response.
-func (c *Client) serve(conn net.Conn) bool {
+func (c *Client) serve(conn net.Conn, sess session) bool {
+	c.sess.Store(&sess)
 	c.mu.Lock()
 	c.gen++
 	gen := c.gen
@@ -366,7 +436,11 @@ func (c *Client) serve(conn net.Conn) bool {
 			resend++
 		}
 	}
+	failed := c.downgradeQueueLocked(sess.version)
 	c.mu.Unlock()
+	for _, r := range failed {
+		c.complete(r.id, &NackError{Code: wire.CodeBadVersion, Message: "the daemon now speaks only wire version 1, which cannot carry these records' metadata"})
+	}
 	if resend > 0 {
 		c.log.Info("weir client: resending unacknowledged requests", "count", resend)
 	}
@@ -404,6 +478,29 @@ func (c *Client) serve(conn net.Conn) bool {
 		}
 	}
 	return answered
+}
+
+// downgradeQueueLocked re-encodes the queued frames of a version above v
+// (requests pushed while the daemon spoke version 2, going to a daemon
+// that now speaks only version 1) and takes out of the queue, returning
+// them, those that cannot be (records with metadata). Called with mu held.
+func (c *Client) downgradeQueueLocked(v uint8) []*request {
+	var failed []*request
+	q := c.queue[:0]
+	for _, r := range c.queue {
+		if r.version > v {
+			f, err := downgrade(r.frame)
+			if err != nil {
+				failed = append(failed, r)
+				continue
+			}
+			r.frame, r.version = f, v
+		}
+		q = append(q, r)
+	}
+	clear(c.queue[len(q):])
+	c.queue = q
+	return failed
 }
 
 // writeLoop writes queued frames to conn until an error or connDone.
@@ -466,8 +563,12 @@ func (c *Client) readLoop(conn net.Conn, gen uint64) (answered bool, err error) 
 			id = c.oldestSent(gen)
 		}
 		var result error
-		if resp.Type == wire.TypeNack {
+		switch resp.Type {
+		case wire.TypeNack:
 			result = &NackError{Code: resp.Code, Message: resp.Message}
+		case wire.TypeHelloAck:
+			c.log.Warn("weir client: unexpected HelloAck")
+			continue
 		}
 		if !c.complete(id, result) {
 			c.log.Warn("weir client: response for an unknown request", "id", resp.RequestID, "type", resp.Type)

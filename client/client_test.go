@@ -154,9 +154,13 @@ func TestLocalRefusals(t *testing.T) {
 	if n := len(s.received()); n != 0 {
 		t.Errorf("server saw %d requests", n)
 	}
-	// Exactly at the cap is fine.
-	if err := c.Push(ctx, make([]byte, 100-wire.PushPrefixSize), Durable); err != nil {
+	// Exactly at the cap is fine, in either version.
+	if err := c.Push(ctx, make([]byte, 100-wire.Push2PrefixSize), Durable); err != nil {
 		t.Errorf("push at the cap: %v", err)
+	}
+	c1 := dialT(t, s, WithMaxFrameBytes(100), WithProtocolVersion(1))
+	if err := c1.Push(ctx, make([]byte, 100-wire.PushPrefixSize), Durable); err != nil {
+		t.Errorf("version-1 push at the cap: %v", err)
 	}
 }
 
@@ -274,10 +278,13 @@ func TestNackCodes(t *testing.T) {
 		{wire.CodeShardFailed, ErrShardFailed, true},
 		{wire.CodeShuttingDown, ErrShuttingDown, true},
 		{wire.CodeInternal, ErrInternal, false},
+		{wire.CodeNoHello, ErrNoHello, false},
+		{wire.CodeBadMeta, ErrBadMeta, false},
+		{wire.CodeNotPermitted, ErrNotPermitted, false},
 		{42, nil, false},
 	}
 	all := []error{ErrFrameTooLarge, ErrBadVersion, ErrBadDurability, ErrBadFrame, ErrQueueTimeout,
-		ErrDiskFull, ErrShardFailed, ErrShuttingDown, ErrInternal}
+		ErrDiskFull, ErrShardFailed, ErrShuttingDown, ErrInternal, ErrNoHello, ErrBadMeta, ErrNotPermitted}
 	for _, tt := range tests {
 		err := c.Push(ctx, []byte(strconv.Itoa(int(tt.code))), Durable)
 		var ne *NackError

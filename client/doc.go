@@ -29,6 +29,24 @@
 // writes each connection and one reads it, matching every response to its
 // request by request id.
 //
+// # Idempotent producers and record metadata
+//
+// The client speaks wire protocol version 2: every connection opens with
+// a Hello naming the client's Producer — 16 random bytes chosen once per
+// Client (or shared by several Clients through WithProducer) and kept
+// across every reconnect. Each record is numbered from the Producer's
+// counter and stamped with the time of its push when it is first pushed;
+// a resend carries the same number and stamp, so the daemon stores it
+// under the same record id and idempotent sinks absorb the copy. Against
+// a daemon that speaks only version 1 the client falls back to it (no
+// producer id: a resent record is a new record); WithProtocolVersion(1)
+// does so always.
+//
+// PushRecords and PushRecordsAsync push Records, which may carry a key,
+// ordered headers, their own event time and — for weir deadletter replay,
+// on the Unix socket only — a Replay identity that the daemon keeps
+// instead of deriving an id.
+//
 // # Errors
 //
 // A refusal from the daemon is a *NackError with the Nack code and message;
@@ -49,11 +67,13 @@
 // Delivery is therefore at least once, not exactly once. A request that
 // was cut off may have been made durable by the daemon before the break
 // with its Ack lost on the way back; resending it stores its records a
-// second time. Downstream, weir gives every record a deterministic id so
-// sinks can absorb such duplicates, but a producer that cannot tolerate
-// them must make its records idempotent (for example, carry its own unique
-// key in the payload). The same holds for a caller that retries after a
-// Nack or after its ctx ended while waiting.
+// second time — under the same record ids (version 2), which idempotent
+// sinks (Postgres, MySQL) absorb and readers of the file sink can drop.
+// With a version-1 daemon the copies get new ids, and a producer that
+// cannot tolerate them must make its records idempotent itself (for
+// example, carry its own unique key in the payload). A caller that pushes
+// records again after a Nack or after its ctx ended while waiting makes
+// new records (new sequence numbers), in either version.
 //
 // The client redials until Close. A push blocked on an unreachable daemon
 // waits as long as its ctx allows; the request stays queued meanwhile.

@@ -19,6 +19,9 @@ var (
 	ErrShardFailed   = errors.New("weir: shard failed")
 	ErrShuttingDown  = errors.New("weir: daemon shutting down")
 	ErrInternal      = errors.New("weir: internal daemon error")
+	ErrNoHello       = errors.New("weir: version-2 push without a Hello")
+	ErrBadMeta       = errors.New("weir: bad record metadata")
+	ErrNotPermitted  = errors.New("weir: not permitted on this connection")
 )
 
 // ErrClosed is returned for requests made after Close, and delivered to
@@ -68,6 +71,12 @@ func sentinel(c wire.Code) error {
 		return ErrShuttingDown
 	case wire.CodeInternal:
 		return ErrInternal
+	case wire.CodeNoHello:
+		return ErrNoHello
+	case wire.CodeBadMeta:
+		return ErrBadMeta
+	case wire.CodeNotPermitted:
+		return ErrNotPermitted
 	}
 	return nil
 }
@@ -76,8 +85,8 @@ func sentinel(c wire.Code) error {
 // records are pushed again later or to another daemon: a Nack with code
 // QueueTimeout, ShuttingDown or ShardFailed, or DiskFull (which needs a
 // longer pause). Nacks about the request itself (FrameTooLarge, BadVersion,
-// BadDurability, BadFrame), Internal, ErrClosed, context errors and
-// anything else are not retryable.
+// BadDurability, BadFrame, NoHello, BadMeta, NotPermitted), Internal,
+// ErrClosed, context errors and anything else are not retryable.
 //
 // Retrying is the caller's decision; the client never resends a Nacked
 // request on its own. A retried record may be stored twice (see the package

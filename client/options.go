@@ -32,6 +32,8 @@ type options struct {
 	maxFrame    int
 	tls         *tls.Config
 	logger      *slog.Logger
+	maxVersion  uint8
+	producer    *Producer
 }
 
 func defaultOptions() options {
@@ -41,6 +43,7 @@ func defaultOptions() options {
 		backoffMin:  DefaultBackoffMin,
 		backoffMax:  DefaultBackoffMax,
 		maxFrame:    DefaultMaxFrameBytes,
+		maxVersion:  wire.MaxVersion,
 	}
 }
 
@@ -112,4 +115,28 @@ func WithTLS(cfg *tls.Config) Option {
 // protocol anomalies). The default discards them.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.logger = l }
+}
+
+// WithProducer makes the client push as p: p's id, sequence numbers drawn
+// from p's counter. Clients sharing one Producer are one producer on
+// several connections; no two of them ever use the same sequence number.
+// The default is a new Producer per Client. nil is ignored.
+func WithProducer(p *Producer) Option {
+	return func(o *options) {
+		if p != nil {
+			o.producer = p
+		}
+	}
+}
+
+// WithProtocolVersion caps the wire version the client speaks (default
+// and highest 2). With 1 the client sends no Hello and speaks version 1
+// only: no producer id, so a resend after a reconnect is stored as a new
+// record, and no record metadata. Other values are ignored.
+func WithProtocolVersion(v uint8) Option {
+	return func(o *options) {
+		if v >= wire.Version && v <= wire.MaxVersion {
+			o.maxVersion = v
+		}
+	}
 }

@@ -32,9 +32,13 @@ type action struct {
 // received is one request as the test server saw it.
 type received struct {
 	conn       int
+	version    uint8
 	id         uint64
 	durability wire.Durability
+	firstSeq   uint64
+	eventTime  int64
 	payloads   [][]byte
+	metas      [][]byte
 }
 
 // testServer is a minimal daemon stand-in built on the wire package: it
@@ -54,6 +58,20 @@ type testServer struct {
 	tlsVersions []uint16
 	discard     bool // do not record requests (benchmarks)
 	wg          sync.WaitGroup
+
+	// maxVersion is the highest wire version the server speaks (0: 2);
+	// with 1 it refuses a Hello as a version-1 daemon does.
+	maxVersion uint8
+	// grant, when set, grants only these Hello flags (default: all asked).
+	grant     *uint8
+	hellos    []hello   // every Hello seen
+	helloNack wire.Code // when set, every Hello is refused with it
+}
+
+// hello is a Hello as the test server saw it.
+type hello struct {
+	conn int
+	h    wire.Hello
 }
 
 func shortSocketPath(t testing.TB) string {
@@ -152,8 +170,9 @@ func (s *testServer) serve(idx int, c net.Conn) {
 		s.mu.Unlock()
 	}
 	type item struct {
-		r  received
-		pe *wire.ProtocolError
+		r     received
+		pe    *wire.ProtocolError
+		hello *wire.Hello
 	}
 	work := make(chan item, 1<<14)
 	answered := make(chan struct{})
@@ -161,15 +180,29 @@ func (s *testServer) serve(idx int, c net.Conn) {
 		defer close(answered)
 		for it := range work {
 			var out []byte
-			if it.pe != nil {
-				out = wire.AppendNack(nil, it.pe.RequestID, it.pe.Code, it.pe.Reason)
-			} else {
+			switch {
+			case it.pe != nil:
+				out = wire.AppendNackVersion(nil, max(it.pe.Version, 1), it.pe.RequestID, it.pe.Code, it.pe.Reason)
+			case it.hello != nil:
+				s.mu.Lock()
+				grant, nack := wire.FlagIdempotent|wire.FlagReplay, s.helloNack
+				if s.grant != nil {
+					grant = *s.grant
+				}
+				s.mu.Unlock()
+				out = wire.AppendHelloAck(nil, wire.HelloAck{Version: 2, MaxVersion: 2,
+					Flags: it.hello.Flags & grant, MaxFrameBytes: wire.DefaultMaxFrameBytes,
+					MaxMetaBytes: wire.MaxMetaBytes})
+				if nack != 0 {
+					out = wire.AppendNackVersion(nil, 2, 0, nack, "refused")
+				}
+			default:
 				a := s.handler(it.r)
 				switch a.kind {
 				case actAck:
-					out = wire.AppendAck(nil, it.r.id, uint32(len(it.r.payloads)))
+					out = wire.AppendAckVersion(nil, it.r.version, it.r.id, uint32(len(it.r.payloads)))
 				case actNack:
-					out = wire.AppendNack(nil, it.r.id, a.code, a.msg)
+					out = wire.AppendNackVersion(nil, it.r.version, it.r.id, a.code, a.msg)
 				case actNack0Drop:
 					c.Write(wire.AppendNack(nil, 0, a.code, a.msg))
 					c.Close()
@@ -191,6 +224,11 @@ func (s *testServer) serve(idx int, c net.Conn) {
 		}
 	}()
 	d := wire.NewDecoder(c, 0)
+	s.mu.Lock()
+	if s.maxVersion != 0 {
+		d.SetMaxVersion(s.maxVersion)
+	}
+	s.mu.Unlock()
 	for {
 		p, err := d.Next()
 		var pe *wire.ProtocolError
@@ -198,15 +236,25 @@ func (s *testServer) serve(idx int, c net.Conn) {
 			break
 		}
 		it := item{pe: pe}
-		if pe == nil {
-			r := received{conn: idx, id: p.RequestID, durability: p.Durability}
-			for _, pl := range p.Payloads {
+		switch {
+		case pe == nil && p.Type == wire.TypeHello:
+			h := p.Hello
+			it.hello = &h
+		case pe == nil:
+			r := received{conn: idx, version: p.Version, id: p.RequestID, durability: p.Durability,
+				firstSeq: p.FirstSeq, eventTime: p.EventTime}
+			for i, pl := range p.Payloads {
 				r.payloads = append(r.payloads, append([]byte(nil), pl...))
+				if p.Metas != nil {
+					r.metas = append(r.metas, append([]byte(nil), p.Metas[i]...))
+				}
 			}
 			it.r = r
 		}
 		s.mu.Lock()
-		if pe == nil && !s.discard {
+		if it.hello != nil {
+			s.hellos = append(s.hellos, hello{conn: idx, h: *it.hello})
+		} else if pe == nil && !s.discard {
 			s.seen = append(s.seen, it.r)
 		}
 		s.outstanding++

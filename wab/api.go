@@ -104,13 +104,17 @@ var (
 // called exactly once, from the shard's flusher: with nil once the tier's
 // promise holds (after the write for Buffered, after fdatasync — and the
 // directory fsync of a new segment — for Durable), or with an error, in which
-// case none of the records may be considered acknowledged.
+// case none of the records may be considered acknowledged. Done is the last
+// use of Payloads and Metas: the flusher has copied them by then, so the
+// submitter may reuse their bytes as soon as Done is called.
 type Request struct {
 	Durability Durability
 	Payloads   [][]byte
 	// Metas, when not nil, holds one Meta per payload (same length as
-	// Payloads; each at most MaxMetaBytes): a record.Meta encoding, which
-	// carries a source record's id, key, headers and event time.
+	// Payloads; each at most MaxMetaBytes): the record's metadata
+	// (record.Append) — a source record's id, key, headers and event time,
+	// a version-2 producer's id, sequence number and event time; version-1
+	// producer records have none.
 	Metas    [][]byte
 	Received int64
 	Done     func(err error)

@@ -23,6 +23,12 @@ func (c Code) String() string {
 		return "ShuttingDown"
 	case CodeInternal:
 		return "Internal"
+	case CodeNoHello:
+		return "NoHello"
+	case CodeBadMeta:
+		return "BadMeta"
+	case CodeNotPermitted:
+		return "NotPermitted"
 	}
 	return "Code(" + strconv.Itoa(int(c)) + ")"
 }
@@ -31,8 +37,9 @@ func (c Code) String() string {
 // later or to another daemon, with a chance of success: the refusal says
 // something about the daemon's state, not about the request. DiskFull is
 // retryable but only after a delay. Codes that describe the request itself
-// (FrameTooLarge, BadVersion, BadDurability, BadFrame) are never retryable,
-// and neither is Internal or an unknown code.
+// (FrameTooLarge, BadVersion, BadDurability, BadFrame, NoHello, BadMeta,
+// NotPermitted) are never retryable, and neither is Internal or an unknown
+// code.
 func (c Code) Retryable() bool {
 	switch c {
 	case CodeQueueTimeout, CodeDiskFull, CodeShardFailed, CodeShuttingDown:
@@ -52,6 +59,10 @@ func (t FrameType) String() string {
 		return "Ack"
 	case TypeNack:
 		return "Nack"
+	case TypeHello:
+		return "Hello"
+	case TypeHelloAck:
+		return "HelloAck"
 	}
 	return "FrameType(0x" + strconv.FormatUint(uint64(t), 16) + ")"
 }

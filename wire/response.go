@@ -8,7 +8,8 @@ import (
 // maxResponseBody is the largest body a valid response can have.
 const maxResponseBody = NackPrefixSize + 0xFFFF
 
-// ReadResponse reads one Ack or Nack frame.
+// ReadResponse reads one Ack, Nack or HelloAck frame, of version 1 or 2
+// (a HelloAck only of version 2).
 //
 // It returns io.EOF at a clean end of stream, io.ErrUnexpectedEOF inside a
 // frame, a wrapped I/O error, or a *ProtocolError for a malformed response.
@@ -26,7 +27,8 @@ func ReadResponse(r io.Reader) (Response, error) {
 	if m := binary.BigEndian.Uint16(hdr[0:2]); m != Magic {
 		return Response{}, protoErr(CodeBadFrame, 0, true, "bad magic 0x%04x", m)
 	}
-	if v := hdr[2]; v != Version {
+	v := hdr[2]
+	if v < Version || v > MaxVersion {
 		return Response{}, protoErr(CodeBadVersion, 0, true, "unsupported version %d", v)
 	}
 	length := binary.BigEndian.Uint32(hdr[4:8])
@@ -45,6 +47,7 @@ func ReadResponse(r io.Reader) (Response, error) {
 		}
 		return Response{
 			Type:      TypeAck,
+			Version:   v,
 			RequestID: binary.BigEndian.Uint64(b[0:8]),
 			Count:     binary.BigEndian.Uint32(b[8:12]),
 		}, nil
@@ -64,14 +67,45 @@ func ReadResponse(r io.Reader) (Response, error) {
 		}
 		return Response{
 			Type:      TypeNack,
+			Version:   v,
 			RequestID: id,
 			Code:      Code(binary.BigEndian.Uint16(b[8:10])),
 			Message:   string(b[NackPrefixSize:]),
 		}, nil
-	default:
-		if _, err := io.CopyN(io.Discard, r, int64(length)); err != nil {
-			return Response{}, readErr("body", err)
+	case TypeHelloAck:
+		if v < Version2 {
+			break
 		}
-		return Response{}, protoErr(CodeBadFrame, 0, false, "unknown response type %s", t)
+		return readHelloAck(r, length)
 	}
+	if _, err := io.CopyN(io.Discard, r, int64(length)); err != nil {
+		return Response{}, readErr("body", err)
+	}
+	return Response{}, protoErr(CodeBadFrame, 0, false, "unknown version-%d response type %s", v, t)
+}
+
+// readHelloAck reads a HelloAck body of length bytes; bytes after the
+// known fields are skipped.
+func readHelloAck(r io.Reader, length uint32) (Response, error) {
+	if length < HelloAckBodySize {
+		return Response{}, protoErr(CodeBadFrame, 0, true, "HelloAck body of %d bytes, want %d", length, HelloAckBodySize)
+	}
+	var b [HelloAckBodySize]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return Response{}, readErr("body", err)
+	}
+	if _, err := io.CopyN(io.Discard, r, int64(length-HelloAckBodySize)); err != nil {
+		return Response{}, readErr("body", err)
+	}
+	return Response{
+		Type:    TypeHelloAck,
+		Version: Version2,
+		Hello: HelloAck{
+			Version:       b[0],
+			MaxVersion:    b[1],
+			Flags:         b[2],
+			MaxFrameBytes: binary.BigEndian.Uint32(b[4:8]),
+			MaxMetaBytes:  binary.BigEndian.Uint32(b[8:12]),
+		},
+	}, nil
 }

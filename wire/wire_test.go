@@ -63,17 +63,7 @@ var errBoom = errors.New("boom")
 
 func TestDecoderValidation(t *testing.T) {
 	const max = 64
-	valid := req(TypePush, pushBody(99, 0, 'o', 'k'))
-	tests := []struct {
-		name  string
-		in    []byte
-		step  int
-		want  error // io.EOF, io.ErrUnexpectedEOF, or nil with code set
-		code  Code
-		fatal bool
-		id    uint64
-		ok    bool // a valid push is expected instead of an error
-	}{
+	tests := []decodeCase{
 		// 1 header
 		{name: "clean EOF", in: nil, step: 1, want: io.EOF},
 		{name: "partial header", in: []byte{0x57, 0x52, 1}, step: 1, want: io.ErrUnexpectedEOF},
@@ -82,15 +72,16 @@ func TestDecoderValidation(t *testing.T) {
 		{name: "zero magic", in: make([]byte, 8), step: 2, code: CodeBadFrame, fatal: true},
 		// 3 version
 		{name: "version 0", in: frame(Magic, 0, TypePush, 9, pushBody(1, 0)), step: 3, code: CodeBadVersion, fatal: true},
-		{name: "version 2", in: frame(Magic, 2, TypePush, 9, pushBody(1, 0)), step: 3, code: CodeBadVersion, fatal: true},
-		{name: "bad version before bad length", in: frame(Magic, 2, TypePush, 1<<31, nil), step: 3, code: CodeBadVersion, fatal: true},
+		{name: "version 3", in: frame(Magic, 3, TypePush, 9, pushBody(1, 0)), step: 3, code: CodeBadVersion, fatal: true},
+		{name: "bad version before bad length", in: frame(Magic, 3, TypePush, 1<<31, nil), step: 3, code: CodeBadVersion, fatal: true},
 		// 4 length
 		{name: "length over cap", in: frame(Magic, Version, TypePush, max+1, nil), step: 4, code: CodeFrameTooLarge, fatal: true},
 		{name: "length max uint32", in: frame(Magic, Version, TypePushBatch, 0xFFFFFFFF, nil), step: 4, code: CodeFrameTooLarge, fatal: true},
 		{name: "length over cap with unknown type", in: frame(Magic, Version, 0x7F, max+1, nil), step: 4, code: CodeFrameTooLarge, fatal: true},
 		{name: "length at cap", in: req(TypePush, pushBody(5, 1, make([]byte, max-PushPrefixSize)...)), step: 4, ok: true, id: 5},
 		// 5 type
-		{name: "unknown type", in: req(0x03, []byte("junk")), step: 5, code: CodeBadFrame},
+		{name: "unknown type", in: req(0x04, []byte("junk")), step: 5, code: CodeBadFrame},
+		{name: "Hello is not a version-1 type", in: req(TypeHello, make([]byte, HelloBodySize)), step: 5, code: CodeBadFrame},
 		{name: "response type as request", in: req(TypeAck, make([]byte, 12)), step: 5, code: CodeBadFrame},
 		{name: "unknown type empty body", in: req(0x00, nil), step: 5, code: CodeBadFrame},
 		{name: "unknown type truncated body", in: frame(Magic, Version, 0x03, 10, []byte("abc")), step: 5, want: io.ErrUnexpectedEOF},
@@ -118,52 +109,81 @@ func TestDecoderValidation(t *testing.T) {
 		{name: "batch with empty records", in: req(TypePushBatch, batchBody(20, 0, 2, nil, nil)), step: 9, ok: true, id: 20},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			// Append a valid frame: after a non-fatal error it must decode.
-			in := append(append([]byte(nil), tt.in...), valid...)
-			if tt.want != nil || tt.fatal {
-				in = tt.in
+		t.Run(tt.name, func(t *testing.T) { runDecodeCase(t, max, tt) })
+	}
+}
+
+// decodeCase is one row of a validation table: the bytes, the step of the
+// validation order they exercise, and what must come of them — an I/O
+// outcome (want), a *ProtocolError (code, fatal, id), or a frame (ok, id,
+// replay).
+type decodeCase struct {
+	name   string
+	in     []byte
+	step   int
+	want   error // io.EOF, io.ErrUnexpectedEOF, or nil with code set
+	code   Code
+	fatal  bool
+	id     uint64
+	ok     bool // a valid frame is expected instead of an error
+	replay bool
+}
+
+// runDecodeCase decodes tt.in with a frame cap of max. After a non-fatal
+// refusal or a valid frame, the valid version-1 frame appended after it
+// must still decode.
+func runDecodeCase(t *testing.T, max int, tt decodeCase) {
+	t.Helper()
+	valid := req(TypePush, pushBody(99, 0, 'o', 'k'))
+	in := append(append([]byte(nil), tt.in...), valid...)
+	if tt.want != nil || tt.fatal {
+		in = tt.in
+	}
+	d := NewDecoder(bytes.NewReader(in), max)
+	f, err := d.Next()
+	switch {
+	case tt.ok:
+		if err != nil {
+			t.Fatalf("step %d: got %v, want a frame", tt.step, err)
+		}
+		if f.Version != tt.in[2] || f.RequestID != tt.id || f.Durability.normalise() != f.Durability || f.Replay != tt.replay {
+			t.Fatalf("got %+v", f)
+		}
+	case tt.want != nil:
+		if err != tt.want {
+			t.Fatalf("step %d: got %v, want %v", tt.step, err, tt.want)
+		}
+		return
+	default:
+		var pe *ProtocolError
+		if !errors.As(err, &pe) {
+			t.Fatalf("step %d: got %v (%T), want *ProtocolError", tt.step, err, err)
+		}
+		if pe.Code != tt.code || pe.Fatal != tt.fatal || pe.RequestID != tt.id {
+			t.Fatalf("step %d: got code=%s fatal=%v id=%d (%s), want code=%s fatal=%v id=%d",
+				tt.step, pe.Code, pe.Fatal, pe.RequestID, pe.Reason, tt.code, tt.fatal, tt.id)
+		}
+		// The version to answer in is known once the version was accepted.
+		var wantV uint8
+		if tt.step > 3 {
+			wantV = tt.in[2]
+		}
+		if pe.Version != wantV {
+			t.Fatalf("error version %d, want %d", pe.Version, wantV)
+		}
+		if pe.Fatal {
+			if tt.step <= 4 && cap(d.body) != 0 {
+				t.Fatalf("body buffer allocated (%d) before the header was validated", cap(d.body))
 			}
-			cr := &countingReader{r: bytes.NewReader(in)}
-			d := NewDecoder(cr, max)
-			p, err := d.Next()
-			switch {
-			case tt.ok:
-				if err != nil {
-					t.Fatalf("step %d: got %v, want a push", tt.step, err)
-				}
-				if p.RequestID != tt.id || p.Durability.normalise() != p.Durability {
-					t.Fatalf("got %+v", p)
-				}
-			case tt.want != nil:
-				if err != tt.want {
-					t.Fatalf("step %d: got %v, want %v", tt.step, err, tt.want)
-				}
-				return
-			default:
-				var pe *ProtocolError
-				if !errors.As(err, &pe) {
-					t.Fatalf("step %d: got %v (%T), want *ProtocolError", tt.step, err, err)
-				}
-				if pe.Code != tt.code || pe.Fatal != tt.fatal || pe.RequestID != tt.id {
-					t.Fatalf("step %d: got code=%s fatal=%v id=%d (%s), want code=%s fatal=%v id=%d",
-						tt.step, pe.Code, pe.Fatal, pe.RequestID, pe.Reason, tt.code, tt.fatal, tt.id)
-				}
-				if pe.Fatal {
-					if tt.step <= 4 && cap(d.body) != 0 {
-						t.Fatalf("body buffer allocated (%d) before the header was validated", cap(d.body))
-					}
-					return
-				}
-			}
-			p, err = d.Next()
-			if err != nil || p.RequestID != 99 || string(p.Payloads[0]) != "ok" {
-				t.Fatalf("frame after: got %+v, %v", p, err)
-			}
-			if _, err := d.Next(); err != io.EOF {
-				t.Fatalf("end: got %v, want io.EOF", err)
-			}
-		})
+			return
+		}
+	}
+	f, err = d.Next()
+	if err != nil || f.RequestID != 99 || string(f.Payloads[0]) != "ok" {
+		t.Fatalf("frame after: got %+v, %v", f, err)
+	}
+	if _, err := d.Next(); err != io.EOF {
+		t.Fatalf("end: got %v, want io.EOF", err)
 	}
 }
 
@@ -280,11 +300,11 @@ func TestResponseRoundTrip(t *testing.T) {
 	s = AppendNack(s, 5, CodeShuttingDown, "")
 	r := bytes.NewReader(s)
 	want := []Response{
-		{Type: TypeAck, RequestID: 1, Count: 1},
-		{Type: TypeNack, RequestID: 2, Code: CodeQueueTimeout, Message: "queue full"},
-		{Type: TypeAck, RequestID: 1 << 63, Count: 1000},
-		{Type: TypeNack, RequestID: 4, Code: CodeInternal, Message: strings.Repeat("é", 512)},
-		{Type: TypeNack, RequestID: 5, Code: CodeShuttingDown},
+		{Type: TypeAck, Version: 1, RequestID: 1, Count: 1},
+		{Type: TypeNack, Version: 1, RequestID: 2, Code: CodeQueueTimeout, Message: "queue full"},
+		{Type: TypeAck, Version: 1, RequestID: 1 << 63, Count: 1000},
+		{Type: TypeNack, Version: 1, RequestID: 4, Code: CodeInternal, Message: strings.Repeat("é", 512)},
+		{Type: TypeNack, Version: 1, RequestID: 5, Code: CodeShuttingDown},
 	}
 	for i, w := range want {
 		got, err := ReadResponse(r)
@@ -360,7 +380,8 @@ func TestCodeNames(t *testing.T) {
 		CodeBadDurability: "BadDurability", CodeBadFrame: "BadFrame",
 		CodeQueueTimeout: "QueueTimeout", CodeDiskFull: "DiskFull",
 		CodeShardFailed: "ShardFailed", CodeShuttingDown: "ShuttingDown",
-		CodeInternal: "Internal", 0: "Code(0)", 77: "Code(77)",
+		CodeInternal: "Internal", CodeNoHello: "NoHello", CodeBadMeta: "BadMeta",
+		CodeNotPermitted: "NotPermitted", 0: "Code(0)", 77: "Code(77)",
 	}
 	for c, name := range want {
 		if c.String() != name {
@@ -368,7 +389,7 @@ func TestCodeNames(t *testing.T) {
 		}
 	}
 	retry := map[Code]bool{CodeQueueTimeout: true, CodeDiskFull: true, CodeShardFailed: true, CodeShuttingDown: true}
-	for c := Code(0); c < 12; c++ {
+	for c := Code(0); c < 16; c++ {
 		if c.Retryable() != retry[c] {
 			t.Errorf("%s.Retryable() = %v", c, c.Retryable())
 		}
@@ -377,7 +398,8 @@ func TestCodeNames(t *testing.T) {
 	if pe.Error() != "wire: BadFrame: bad magic" {
 		t.Errorf("Error() = %q", pe.Error())
 	}
-	if TypePushBatch.String() != "PushBatch" || FrameType(0x7f).String() != "FrameType(0x7f)" {
+	if TypePushBatch.String() != "PushBatch" || TypeHello.String() != "Hello" ||
+		TypeHelloAck.String() != "HelloAck" || FrameType(0x7f).String() != "FrameType(0x7f)" {
 		t.Error("FrameType names")
 	}
 	if Buffered.String() != "Buffered" || Durability(9).Valid() || !ReservedDurable.Valid() {
@@ -398,21 +420,26 @@ func (l *loopReader) Read(p []byte) (int, error) {
 }
 
 func TestDecoderNoSteadyStateAllocation(t *testing.T) {
-	var s []byte
-	s = AppendPush(s, Push{RequestID: 1, Payloads: [][]byte{make([]byte, 700)}})
-	s = AppendPush(s, Push{RequestID: 2, Payloads: [][]byte{make([]byte, 10), make([]byte, 20), make([]byte, 30)}})
-	d := NewDecoder(&loopReader{buf: s}, 0)
-	for range 4 { // warm up the buffers
-		if _, err := d.Next(); err != nil {
-			t.Fatal(err)
+	var v1, v2 []byte
+	v1 = AppendPush(v1, Push{RequestID: 1, Payloads: [][]byte{make([]byte, 700)}})
+	v1 = AppendPush(v1, Push{RequestID: 2, Payloads: [][]byte{make([]byte, 10), make([]byte, 20), make([]byte, 30)}})
+	v2 = AppendPush(v2, Push{Version: 2, RequestID: 1, Payloads: [][]byte{make([]byte, 700)}, Metas: [][]byte{okMeta}})
+	v2 = AppendPush(v2, Push{Version: 2, RequestID: 2, Payloads: [][]byte{make([]byte, 10), make([]byte, 20)}, Metas: [][]byte{okMeta, replayMeta}})
+	v2 = AppendPush(v2, Push{Version: 2, RequestID: 3, Payloads: [][]byte{make([]byte, 10), make([]byte, 20), {}}})
+	for _, s := range [][]byte{v1, v2} {
+		d := NewDecoder(&loopReader{buf: s}, 0)
+		for range 6 { // warm up the buffers
+			if _, err := d.Next(); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	allocs := testing.AllocsPerRun(1000, func() {
-		if _, err := d.Next(); err != nil {
-			t.Fatal(err)
+		allocs := testing.AllocsPerRun(1000, func() {
+			if _, err := d.Next(); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Fatalf("version %d: %.1f allocations per frame, want 0", s[2], allocs)
 		}
-	})
-	if allocs != 0 {
-		t.Fatalf("%.1f allocations per frame, want 0", allocs)
 	}
 }

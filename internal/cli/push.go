@@ -26,6 +26,12 @@ pushes them to a running daemon. Prints "acked N nacked M" at the end, and
 each refused record's line number and Nack code on stderr. Exits 0 only if
 every record was acked.
 
+All connections push as one idempotent producer (wire protocol version 2):
+each line is numbered once, and what is resent after a reconnect (the
+daemon restarted, say) keeps its number, so it is stored under the same
+weir_record_id. With a daemon that speaks only version 1, resent records
+are new records.
+
 Flags:
 `
 
@@ -50,7 +56,7 @@ func push(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, pushUsage); fs.PrintDefaults() }
 	fs.StringVar(&f.socket, "socket-path", defSocket, "daemon socket (env WEIR_SOCKET_PATH)")
 	fs.StringVar(&f.durability, "durability", "durable", "tier: durable or buffered")
-	fs.IntVar(&f.concurrency, "concurrency", 1, "producers, each on its own connection")
+	fs.IntVar(&f.concurrency, "concurrency", 1, "connections (of one producer)")
 	fs.IntVar(&f.batch, "batch", 1, "records per frame (1: single-record frames)")
 	fs.IntVar(&f.window, "window", client.DefaultWindow, "records in flight per connection")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up after this long (0: no limit)")
@@ -107,16 +113,9 @@ type chunk struct {
 
 func runPush(ctx context.Context, f pushFlags, tier client.Durability, stdin io.Reader, stderr io.Writer) (*pushResult, error) {
 	res := &pushResult{}
-	clients := make([]*client.Client, f.concurrency)
-	for i := range clients {
-		c, err := client.Dial(ctx, f.socket, client.WithWindow(f.window))
-		if err != nil {
-			for _, c := range clients[:i] {
-				c.Close(context.Background())
-			}
-			return res, fmt.Errorf("connect to %s: %w", f.socket, err)
-		}
-		clients[i] = c
+	clients, err := dialProducer(ctx, f)
+	if err != nil {
+		return res, err
 	}
 
 	var errMu sync.Mutex
@@ -170,6 +169,47 @@ func runPush(ctx context.Context, f pushFlags, tier client.Durability, stdin io.
 		}(clients[i], feeds[i])
 	}
 
+	if err := readChunks(ctx, stdin, f, feeds); err != nil {
+		setErr(err)
+	}
+	for _, feed := range feeds {
+		close(feed)
+	}
+	wg.Wait()
+	// Close waits for every in-flight answer (or ctx).
+	for _, c := range clients {
+		if err := c.Close(ctx); err != nil && !errors.Is(err, client.ErrClosed) {
+			setErr(fmt.Errorf("waiting for acks: %w", err))
+		}
+	}
+	if ctx.Err() != nil {
+		setErr(ctx.Err())
+	}
+	return res, firstErr
+}
+
+// dialProducer opens --concurrency connections of one producer: the
+// records share one sequence space, so no two connections ever number a
+// record alike.
+func dialProducer(ctx context.Context, f pushFlags) ([]*client.Client, error) {
+	prod := client.NewProducer()
+	clients := make([]*client.Client, f.concurrency)
+	for i := range clients {
+		c, err := client.Dial(ctx, f.socket, client.WithWindow(f.window), client.WithProducer(prod))
+		if err != nil {
+			for _, c := range clients[:i] {
+				c.Close(context.Background())
+			}
+			return nil, fmt.Errorf("connect to %s: %w", f.socket, err)
+		}
+		clients[i] = c
+	}
+	return clients, nil
+}
+
+// readChunks reads stdin into chunks of up to --batch lines and deals them
+// round-robin to feeds, until the input or ctx ends.
+func readChunks(ctx context.Context, stdin io.Reader, f pushFlags, feeds []chan chunk) error {
 	sc := bufio.NewScanner(stdin)
 	sc.Buffer(make([]byte, 64<<10), f.maxLine+1)
 	line, next := 0, 0
@@ -206,22 +246,9 @@ func runPush(ctx context.Context, f pushFlags, tier client.Durability, stdin io.
 			break
 		}
 	}
-	if err := sc.Err(); err != nil {
-		setErr(fmt.Errorf("reading stdin at line %d: %w", line+1, err))
-	}
 	flush()
-	for _, feed := range feeds {
-		close(feed)
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading stdin at line %d: %w", line+1, err)
 	}
-	wg.Wait()
-	// Close waits for every in-flight answer (or ctx).
-	for _, c := range clients {
-		if err := c.Close(ctx); err != nil && !errors.Is(err, client.ErrClosed) {
-			setErr(fmt.Errorf("waiting for acks: %w", err))
-		}
-	}
-	if ctx.Err() != nil {
-		setErr(ctx.Err())
-	}
-	return res, firstErr
+	return nil
 }

@@ -173,7 +173,7 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 		m.recvBytesD[d] = m.recvBytes.WithLabelValues(dl)
 		m.ackRecordsD[d] = m.ackRecords.WithLabelValues(dl)
 		m.ackBytesD[d] = m.ackBytes.WithLabelValues(dl)
-		for c := wire.CodeFrameTooLarge; c <= wire.CodeInternal; c++ {
+		for c := wire.CodeFrameTooLarge; c <= wire.MaxCode; c++ {
 			m.nackedDC[d][c] = m.nacked.WithLabelValues(dl, c.String())
 		}
 	}

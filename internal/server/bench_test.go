@@ -10,15 +10,31 @@ import (
 
 // BenchmarkConnPush measures the connection handler's per-frame cost:
 // one producer pipelining single-record Buffered pushes over a Unix socket
-// into a real wab.Log (no fdatasync on the path), answers read as they come.
+// into a real wab.Log (no fdatasync on the path), answers read as they
+// come — in wire version 1, and in version 2 after a Hello (each record
+// then stored with its producer id, sequence number and event time).
 func BenchmarkConnPush(b *testing.B) {
+	for _, v := range []uint8{1, 2} {
+		name := "v1"
+		if v == 2 {
+			name = "v2"
+		}
+		b.Run(name, func(b *testing.B) { benchConnPush(b, v) })
+	}
+}
+
+func benchConnPush(b *testing.B, version uint8) {
 	e := newEnv(b, envConfig{})
 	c := e.dial()
+	if version == 2 {
+		c.hello(wire.FlagIdempotent, testProducer)
+	}
 	payload := bytes.Repeat([]byte("p"), 100)
 	const chunk = 64
 	var frames []byte
 	for i := range chunk {
-		frames = pushFrame(frames, uint64(i+1), wire.Buffered, payload)
+		frames = wire.AppendPush(frames, wire.Push{Version: version, RequestID: uint64(i + 1), Durability: wire.Buffered,
+			FirstSeq: uint64(i), EventTime: 1, Payloads: [][]byte{payload}})
 	}
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	b.SetBytes(int64(len(payload)))

@@ -32,6 +32,9 @@ type conn struct {
 	wake    chan struct{} // cap 1: a pending request was completed
 	stopped atomic.Bool
 	dr      *deadlineReader
+	replay  bool     // replay fields may be granted (the Unix socket)
+	sess    *session // set by Hello (wire version 2)
+	infos   []wire.MetaInfo
 }
 
 // pending is one request awaiting its answer, and the wab.Request it was
@@ -39,16 +42,20 @@ type conn struct {
 // flusher, or the reader when Submit refused — sets the answer, marks it
 // done and wakes the writer without blocking; the writer waits for done.
 type pending struct {
-	req     wab.Request
-	one     [1][]byte // req.Payloads of a single-record push
-	c       *conn
-	id      uint64
-	records int
-	bytes   int
-	dur     wire.Durability
-	code    wire.Code // 0: ack
-	msg     string
-	done    atomic.Bool // set after code and msg
+	req      wab.Request
+	one      [1][]byte // req.Payloads of a single-record push
+	oneMeta  [1][]byte // req.Metas of a single-record push
+	c        *conn
+	id       uint64
+	records  int
+	bytes    int
+	dur      wire.Durability
+	version  uint8          // of the request; the answer's version
+	helloAck *wire.HelloAck // the answer to a Hello
+	buf      frameBuf       // holds the request's payloads and metas
+	code     wire.Code      // 0: ack
+	msg      string
+	done     atomic.Bool // set after code and msg
 }
 
 func (p *pending) complete(err error) {
@@ -89,6 +96,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		shard:   s.pickShard(),
 		pending: make(chan *pending, s.opts.ConnMaxInflight),
 		wake:    make(chan struct{}, 1),
+		replay:  replayAllowed(nc),
 	}
 	c.dr = &deadlineReader{nc: nc, idle: s.opts.IdleTimeout, frame: s.opts.FrameReadTimeout, stopped: &c.stopped}
 	return c
@@ -123,11 +131,11 @@ func (c *conn) readLoop() {
 	dec := wire.NewDecoder(br, c.s.opts.MaxFrameBytes)
 	for {
 		c.dr.nextFrame(br.Buffered() > 0)
-		push, err := dec.Next()
+		f, err := dec.Next()
 		if err != nil {
 			var pe *wire.ProtocolError
 			if errors.As(err, &pe) {
-				c.answer(pe.RequestID, 0, pe.Code, pe.Reason)
+				c.answer(max(pe.Version, wire.Version), pe.RequestID, 0, pe.Code, pe.Reason)
 				if pe.Fatal {
 					log.Warn("closing connection after protocol error", "code", pe.Code.String(), "reason", pe.Reason)
 					return
@@ -153,44 +161,108 @@ func (c *conn) readLoop() {
 			}
 			return
 		}
-		n, size := len(push.Payloads), 0
-		for _, pl := range push.Payloads {
-			size += len(pl)
-		}
-		c.s.obs.Received(push.Durability, n, size)
-		if c.stopped.Load() || c.s.closing.Load() {
-			c.answer(push.RequestID, n, wire.CodeShuttingDown, "daemon is shutting down")
+		if f.Type == wire.TypeHello {
+			c.hello(f.Hello)
 			continue
 		}
-		p := &pending{c: c, id: push.RequestID, records: n, bytes: size, dur: push.Durability}
-		c.pending <- p // blocks while the in-flight window is full
-		p.req = wab.Request{
-			Durability: wab.Durability(push.Durability),
-			Payloads:   copyPayloads(p.one[:0], push.Payloads, size),
-			Received:   time.Now().UnixNano(),
-			Done:       p.complete,
-		}
-		if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout); err != nil {
-			p.complete(err)
-		}
+		c.submit(&f.Push)
 	}
 }
 
-// answer queues an immediate response (a Nack decided by the reader).
-func (c *conn) answer(id uint64, records int, code wire.Code, msg string) {
-	p := &pending{c: c, id: id, records: records, code: code, msg: msg}
+// submit hands a decoded push to the buffer, or answers it at once when it
+// is refused before that.
+func (c *conn) submit(push *wire.Push) {
+	n, size := len(push.Payloads), 0
+	for _, pl := range push.Payloads {
+		size += len(pl)
+	}
+	c.s.obs.Received(push.Durability, n, size)
+	if c.stopped.Load() || c.s.closing.Load() {
+		c.answer(push.Version, push.RequestID, n, wire.CodeShuttingDown, "daemon is shutting down")
+		return
+	}
+	if push.Version >= wire.Version2 {
+		if code, msg := c.refuseV2(push); code != 0 {
+			c.answer(push.Version, push.RequestID, n, code, msg)
+			return
+		}
+	}
+	p := &pending{c: c, id: push.RequestID, records: n, bytes: size, dur: push.Durability, version: push.Version}
+	c.pending <- p // blocks while the in-flight window is full
+	p.req = wab.Request{
+		Durability: wab.Durability(push.Durability),
+		Received:   time.Now().UnixNano(),
+		Done:       p.complete,
+	}
+	c.fillRecords(p, push, size)
+	if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout); err != nil {
+		p.complete(err)
+	}
+}
+
+// answer queues an immediate response (a Nack decided by the reader) of
+// version v.
+func (c *conn) answer(v uint8, id uint64, records int, code wire.Code, msg string) {
+	p := &pending{c: c, id: id, records: records, version: v, code: code, msg: msg}
 	p.done.Store(true)
 	c.pending <- p
 }
 
-// copyPayloads copies the decoder's aliased payloads into one allocation,
-// appending the slices to dst (which has room for one: a single-record push
-// needs no allocation for them).
-func copyPayloads(dst, src [][]byte, size int) [][]byte {
-	buf := make([]byte, size)
-	if len(src) > cap(dst) {
-		dst = make([][]byte, 0, len(src))
+// fillRecords sets p.req's Payloads — copies of the decoder's aliased
+// payloads — and, for a version-2 push, the Metas each record is stored
+// with (see session.appendStoredMeta), all in one pooled buffer (see
+// getBuf). A single-record push needs no allocation for the slices
+// themselves.
+func (c *conn) fillRecords(p *pending, push *wire.Push, size int) {
+	metaSize := 0
+	switch {
+	case push.Version < wire.Version2:
+	case push.Metas == nil: // no record brought metadata: all alike
+		metaSize = len(push.Payloads) * c.sess.storedMetaSize(push, nil, wire.MetaInfo{})
+	default:
+		c.infos = c.infos[:0]
+		for _, block := range push.Metas {
+			var info wire.MetaInfo
+			if len(block) > 0 {
+				info, _ = wire.InspectMeta(block) // checked by the decoder
+			}
+			c.infos = append(c.infos, info)
+			metaSize += c.sess.storedMetaSize(push, block, info)
+		}
 	}
+	p.buf = getBuf(size + metaSize)
+	buf := p.buf.bytes()
+	n := len(push.Payloads)
+	slots, metas := p.one[:0], p.oneMeta[:0]
+	if n > 1 {
+		if metaSize == 0 {
+			slots = make([][]byte, 0, n)
+		} else { // one allocation for both
+			both := make([][]byte, 2*n)
+			slots, metas = both[:0:n], both[n:n]
+		}
+	}
+	p.req.Payloads = copyPayloads(slots, push.Payloads, buf[:size])
+	if metaSize == 0 {
+		return
+	}
+	mbuf := buf[size:size]
+	for i := range push.Payloads {
+		var block []byte
+		var info wire.MetaInfo
+		if push.Metas != nil {
+			block, info = push.Metas[i], c.infos[i]
+		}
+		start := len(mbuf)
+		mbuf = c.sess.appendStoredMeta(mbuf, push, i, block, info)
+		metas = append(metas, mbuf[start:len(mbuf):len(mbuf)])
+	}
+	p.req.Metas = metas
+}
+
+// copyPayloads copies the decoder's aliased payloads into buf, appending
+// the slices to dst, which has room for them.
+func copyPayloads(dst, src [][]byte, buf []byte) [][]byte {
 	off := 0
 	for _, p := range src {
 		n := copy(buf[off:], p)
@@ -240,11 +312,19 @@ func (c *conn) writeLoop() {
 				}
 			}
 		}
-		if p.code == 0 {
-			frame = wire.AppendAck(frame[:0], p.id, uint32(p.records))
+		// Done has been called: the flusher is finished with the bytes.
+		if p.buf.b != nil {
+			p.buf.put()
+			p.buf = frameBuf{}
+		}
+		switch {
+		case p.helloAck != nil:
+			frame = wire.AppendHelloAck(frame[:0], *p.helloAck)
+		case p.code == 0:
+			frame = wire.AppendAckVersion(frame[:0], p.version, p.id, uint32(p.records))
 			c.s.obs.Acked(p.dur, p.records, p.bytes)
-		} else {
-			frame = wire.AppendNack(frame[:0], p.id, p.code, p.msg)
+		default:
+			frame = wire.AppendNackVersion(frame[:0], p.version, p.id, p.code, p.msg)
 			c.s.obs.Nacked(p.dur, p.code, p.records)
 		}
 		if !broken {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,7 +108,10 @@ func BenchmarkIngest(b *testing.B) {
 				name := fmt.Sprintf("%s/%s/p%d", tier, frames, producers)
 				b.Run(name, func(b *testing.B) {
 					for range b.N {
-						ingestOnce(b, name, tier, batch, producers, records)
+						r := ingestOnce(b, name, tier, batch, producers, records)
+						b.ReportMetric(r.rate, "records/s")
+						b.ReportMetric(r.p50, "p50-µs")
+						b.ReportMetric(r.p99, "p99-µs")
 					}
 				})
 			}
@@ -115,7 +119,22 @@ func BenchmarkIngest(b *testing.B) {
 	}
 }
 
-func ingestOnce(b *testing.B, name string, tier client.Durability, batch, producers, records int) {
+// ingestResult is one ingest measurement: records/s, the ack latency's p50
+// and p99 in µs, and the CPU time per record, in µs, of the daemon and of
+// this process (the producers) from the first push to the last ack —
+// steadier than the rate on a shared machine.
+type ingestResult struct{ rate, p50, p99, daemonCPU, clientCPU float64 }
+
+// cpuSeconds is this process's user and system CPU time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// ingestOnce runs one ingest measurement against a fresh daemon and prints
+// its BENCH line; opts are added to every producer's client options.
+func ingestOnce(b *testing.B, name string, tier client.Durability, batch, producers, records int, opts ...client.Option) ingestResult {
 	b.StopTimer()
 	d := newDaemon(b, "--log-level", "warn")
 	d.start()
@@ -132,7 +151,7 @@ func ingestOnce(b *testing.B, name string, tier client.Durability, batch, produc
 	clients := make([]*client.Client, producers)
 	ctx := context.Background()
 	for i := range clients {
-		c, err := client.Dial(ctx, d.socket, client.WithWindow(window))
+		c, err := client.Dial(ctx, d.socket, append([]client.Option{client.WithWindow(window)}, opts...)...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -141,6 +160,7 @@ func ingestOnce(b *testing.B, name string, tier client.Durability, batch, produc
 	lat := make([][]time.Duration, producers)
 	var failed atomic.Int64
 	var wg sync.WaitGroup
+	daemonCPU0, clientCPU0 := d.scrape()["process_cpu_seconds_total"], cpuSeconds()
 	b.StartTimer()
 	start := time.Now()
 	for p := range producers {
@@ -178,18 +198,66 @@ func ingestOnce(b *testing.B, name string, tier client.Durability, batch, produc
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	clientCPU := cpuSeconds() - clientCPU0
+	daemonCPU := d.scrape()["process_cpu_seconds_total"] - daemonCPU0
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d pushes refused", n)
 	}
 	qs := quantiles(slices.Concat(lat...))
 	total := perProducer / batch * batch * producers
 	rate := float64(total) / elapsed.Seconds()
-	b.ReportMetric(rate, "records/s")
-	b.ReportMetric(qs[0], "p50-µs")
-	b.ReportMetric(qs[1], "p99-µs")
+	r := ingestResult{rate: rate, p50: qs[0], p99: qs[1],
+		daemonCPU: daemonCPU * 1e6 / float64(total), clientCPU: clientCPU * 1e6 / float64(total)}
 	benchLine(b, map[string]any{"name": "ingest/" + name, "records_per_s": rate,
 		"p50_us": qs[0], "p99_us": qs[1], "p999_us": qs[2], "records": total,
-		"producers": producers, "batch": batch, "window": window, "record_bytes": benchRecordBytes})
+		"producers": producers, "batch": batch, "window": window, "record_bytes": benchRecordBytes,
+		"daemon_cpu_us_per_record": r.daemonCPU, "producer_cpu_us_per_record": r.clientCPU})
+	return r
 }
+
+// BenchmarkWireVersions compares wire protocol versions 1 and 2 in the
+// same run: 64 Durable producers of 256-byte records, single-record and
+// batch frames, the client pinned to version 1 (no Hello, no producer id)
+// or speaking version 2 (a producer id and sequence number per record,
+// stored with it). Each iteration runs both versions, each against a
+// fresh daemon, in an order that alternates from one pair to the next:
+// on this machine the second run of a pair is measurably faster than the
+// first, whatever its version. BENCH lines carry each run; the reported
+// metrics are the pair's.
+//
+//	go test -run '^$' -bench WireVersions -benchtime 1x -count 10 ./internal/systest
+func BenchmarkWireVersions(b *testing.B) {
+	records := 200_000
+	if s := os.Getenv("WEIR_BENCH_RECORDS"); s != "" {
+		fmt.Sscan(s, &records)
+	}
+	for _, batch := range []int{1, 64} {
+		frames := "single"
+		if batch > 1 {
+			frames = fmt.Sprintf("batch%d", batch)
+		}
+		b.Run(fmt.Sprintf("Durable/%s/p64", frames), func(b *testing.B) {
+			for range b.N {
+				order := []uint8{1, 2}
+				if wirePairs%2 == 1 {
+					order = []uint8{2, 1}
+				}
+				wirePairs++
+				rate := map[uint8]float64{}
+				for _, v := range order {
+					name := fmt.Sprintf("Durable/%s/p64/v%d", frames, v)
+					r := ingestOnce(b, "wire/"+name, client.Durable, batch, 64, records, client.WithProtocolVersion(v))
+					rate[v] = r.rate
+				}
+				b.ReportMetric(rate[1], "v1-records/s")
+				b.ReportMetric(rate[2], "v2-records/s")
+				b.ReportMetric(rate[2]/rate[1], "v2/v1")
+			}
+		})
+	}
+}
+
+// wirePairs counts BenchmarkWireVersions' pairs, to alternate their order.
+var wirePairs int
 
 func sortDurations(s []time.Duration) { slices.Sort(s) }

@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weir-io/weir/internal/server"
+	"github.com/weir-io/weir/record"
+	"github.com/weir-io/weir/wab"
+)
+
+// storeBackend acks every request at once and keeps what it would have
+// stored.
+type storeBackend struct {
+	mu    sync.Mutex
+	metas map[string][]record.Meta // by payload
+}
+
+func (b *storeBackend) Shards() int        { return 2 }
+func (b *storeBackend) ShardErr(int) error { return nil }
+func (b *storeBackend) Submit(_ context.Context, _ int, req *wab.Request, _ time.Duration) error {
+	b.mu.Lock()
+	for i, p := range req.Payloads {
+		var m record.Meta
+		if req.Metas != nil {
+			var err error
+			if m, err = record.Decode(bytes.Clone(req.Metas[i]), record.LegacyOrigin); err != nil {
+				b.mu.Unlock()
+				return err
+			}
+		}
+		b.metas[string(p)] = append(b.metas[string(p)], m)
+	}
+	b.mu.Unlock()
+	req.Done(nil)
+	return nil
+}
+
+// TestPushOneProducerManyConnections: weir push --concurrency N pushes as
+// one idempotent producer: every record carries the same producer id and
+// its own sequence number, never shared with a record of another
+// connection.
+func TestPushOneProducerManyConnections(t *testing.T) {
+	dir, err := os.MkdirTemp("", "wpush")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "s.sock")
+	b := &storeBackend{metas: map[string][]record.Meta{}}
+	srv := server.New(server.Options{}, b)
+	if err := srv.ListenUnix(sock); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	const lines = 1000
+	var in strings.Builder
+	for i := range lines {
+		fmt.Fprintf(&in, "line-%d\n", i)
+	}
+	var out, errOut bytes.Buffer
+	code := push([]string{"--socket-path", sock, "--concurrency", "8", "--batch", "7"}, strings.NewReader(in.String()), &out, &errOut)
+	if code != 0 || out.String() != fmt.Sprintf("acked %d nacked 0\n", lines) {
+		t.Fatalf("exit %d, %q, stderr %q", code, out.String(), errOut.String())
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.metas) != lines {
+		t.Fatalf("%d records stored", len(b.metas))
+	}
+	producer := b.metas["line-0"][0].Producer
+	seqs := map[uint64]string{}
+	for p, ms := range b.metas {
+		m := ms[0]
+		if len(ms) != 1 || !m.HasProducer || m.Producer != producer || m.EventTime == 0 {
+			t.Fatalf("%s stored as %+v", p, ms)
+		}
+		if other, dup := seqs[m.Seq]; dup {
+			t.Fatalf("sequence %d used by %s and %s", m.Seq, p, other)
+		}
+		seqs[m.Seq] = p
+	}
+}

@@ -1,0 +1,161 @@
+package server
+
+import (
+	"encoding/binary"
+	"net"
+
+	"github.com/weir-io/weir/record"
+	"github.com/weir-io/weir/wire"
+)
+
+// session is what a connection's Hello established (wire version 2).
+type session struct {
+	flags uint8 // the Hello flags granted
+	// tmpl is the stored metadata of a record that brought none of its
+	// own: version byte, event time, producer id and sequence number, in
+	// tag order; storedMeta patches the event time and the sequence.
+	tmpl [metaTemplateSize]byte
+}
+
+// Layout of session.tmpl.
+const (
+	metaTemplateSize = 1 + fieldEventTime + fieldProducer + fieldSeq
+	fieldEventTime   = 2 + 8  // tag, length, i64
+	fieldProducer    = 2 + 16 // tag, length, id
+	fieldSeq         = 2 + 8  // tag, length, u64
+	tmplEventTime    = 1 + 2  // offset of the event time value
+	tmplSeq          = 1 + fieldEventTime + fieldProducer + 2
+)
+
+func newSession(flags uint8, producer record.ProducerID) *session {
+	s := &session{flags: flags}
+	t := s.tmpl[:0]
+	t = append(t, record.Version, byte(record.TagEventTime), 8)
+	t = append(t, make([]byte, 8)...)
+	t = append(t, byte(record.TagProducerID), 16)
+	t = append(t, producer[:]...)
+	t = append(t, byte(record.TagProducerSeq), 8)
+	_ = append(t, make([]byte, 8)...)
+	return s
+}
+
+func (s *session) idempotent() bool { return s.flags&wire.FlagIdempotent != 0 }
+
+// replayAllowed reports whether replay fields may be set on nc: only on the
+// Unix socket, whose peers are the daemon's own user (see
+// docs/wire_protocol.md, "Replay fields").
+func replayAllowed(nc net.Conn) bool {
+	_, ok := nc.(*net.UnixConn)
+	return ok
+}
+
+// hello answers a Hello: the first one opens the session, a second one is
+// refused (the producer id of a connection cannot change).
+func (c *conn) hello(h wire.Hello) {
+	if c.sess != nil {
+		c.answer(wire.Version2, 0, 0, wire.CodeBadFrame, "Hello already received on this connection")
+		return
+	}
+	granted := h.Flags & wire.FlagIdempotent
+	if h.Flags&wire.FlagReplay != 0 && c.replay {
+		granted |= wire.FlagReplay
+	}
+	c.sess = newSession(granted, h.Producer)
+	c.s.log.Debug("producer session opened", "producer", producerString(h.Producer), "flags", granted, "shard", c.shard)
+	ack := &wire.HelloAck{
+		Version:       min(h.MaxVersion, wire.MaxVersion),
+		MaxVersion:    wire.MaxVersion,
+		Flags:         granted,
+		MaxFrameBytes: uint32(c.s.opts.MaxFrameBytes),
+		MaxMetaBytes:  wire.MaxMetaBytes,
+	}
+	p := &pending{c: c, version: wire.Version2, helloAck: ack}
+	p.done.Store(true)
+	c.pending <- p
+}
+
+func producerString(p record.ProducerID) string {
+	const hex = "0123456789abcdef"
+	var b [32]byte
+	for i, v := range p {
+		b[2*i], b[2*i+1] = hex[v>>4], hex[v&0xf]
+	}
+	return string(b[:])
+}
+
+// refuseV2 is the Nack a version-2 push gets before it is submitted, or
+// 0: pushes need a session, and replay fields a session granted them.
+func (c *conn) refuseV2(push *wire.Push) (wire.Code, string) {
+	switch {
+	case c.sess == nil:
+		return wire.CodeNoHello, "a version-2 push needs a Hello first"
+	case push.Replay && c.sess.flags&wire.FlagReplay == 0:
+		return wire.CodeNotPermitted, "replay fields (id, source, origin position) are accepted only on the Unix socket, after a Hello asking for replay"
+	}
+	return 0, ""
+}
+
+// storedMetaSize is the size of record i's stored metadata (see
+// storedMeta); info is its block's summary.
+func (s *session) storedMetaSize(push *wire.Push, block []byte, info wire.MetaInfo) int {
+	if len(block) == 0 {
+		n := 0
+		if push.EventTime != 0 {
+			n += fieldEventTime
+		}
+		if s.idempotent() {
+			n += fieldProducer + fieldSeq
+		}
+		if n == 0 {
+			return 0 // stored without metadata, as a version-1 record
+		}
+		return 1 + n
+	}
+	if info.HasID {
+		return len(block)
+	}
+	n := len(block)
+	if push.EventTime != 0 && !info.HasEventTime {
+		n += fieldEventTime
+	}
+	if s.idempotent() {
+		n += fieldProducer + fieldSeq
+	}
+	return n
+}
+
+// appendStoredMeta appends record i's stored metadata to dst: its block as
+// sent, plus the frame's event time when the block has none, plus the
+// producer id and sequence number of an idempotent session. A block that
+// carries an id (a replayed record) is stored as sent: its id and origin
+// are the record's own.
+func (s *session) appendStoredMeta(dst []byte, push *wire.Push, i int, block []byte, info wire.MetaInfo) []byte {
+	seq := push.FirstSeq + uint64(i)
+	if len(block) == 0 {
+		switch {
+		case push.EventTime != 0 && s.idempotent():
+			start := len(dst)
+			dst = append(dst, s.tmpl[:]...)
+			binary.BigEndian.PutUint64(dst[start+tmplEventTime:], uint64(push.EventTime))
+			binary.BigEndian.PutUint64(dst[start+tmplSeq:], seq)
+			return dst
+		case push.EventTime == 0 && !s.idempotent():
+			return dst
+		}
+		dst = append(dst, record.Version)
+	} else {
+		dst = append(dst, block...)
+		if info.HasID {
+			return dst
+		}
+	}
+	if push.EventTime != 0 && !info.HasEventTime {
+		dst = append(dst, byte(record.TagEventTime), 8)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(push.EventTime))
+	}
+	if s.idempotent() {
+		dst = append(dst, s.tmpl[1+fieldEventTime:tmplSeq]...)
+		dst = binary.BigEndian.AppendUint64(dst, seq)
+	}
+	return dst
+}
