@@ -24,10 +24,9 @@
 //	observer.go     Observer: what the fan-out reports for metrics
 //	stats.go        FanoutStats and SinkStats: coverage, lag and counters per secondary
 //
-//	invariant.go    Checker: the position invariant every source's tests run
-//
-// Sub-packages, for tests only (the daemon never imports them):
-// enginetest gives source tests a real buffer and a drain to a file raw;
+// Sub-packages, for tests only (the daemon never imports them; cmd/weir's
+// TestDaemonBuildHasNoTestSupport checks it): enginetest gives source tests
+// a real buffer, a drain to a file raw and the position invariant Checker;
 // outage runs the fan-out against a Postgres secondary that is cut off and
 // restored.
 //
@@ -48,7 +47,7 @@
 // FileCursorStore.Save in cursorstore.go). A recovery-only node reads raw
 // no further than the end a writer recorded after its acks
 // (Fanout.startEnd in fanout.go, the flusher in coverage.go). The Checker
-// (invariant.go) checks the rule in every source's tests.
+// in enginetest checks the rule in every source's tests.
 //
 // Coverage only after the secondary's durable ack. secondary.deliver
 // (secondary.go), for live batches and recovery windows alike, calls

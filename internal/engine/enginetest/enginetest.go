@@ -1,5 +1,13 @@
-// Package enginetest gives source tests a real write-ahead buffer to write
-// through and a way to read back what it holds.
+// Package enginetest is test support for sources and the engine: a real
+// write-ahead buffer to write through and a way to read back what it holds
+// (WAB), a drain from it into a file primary raw (DrainToFileRaw), a
+// source run in a goroutine (Start), a gate that crashes after the durable
+// write (CrashAfter), and the position invariant Checker (checker.go),
+// which fails a test the moment a committed source position leads what the
+// gate made durable.
+//
+// Only tests import it: it is never part of the daemon's build, which
+// cmd/weir's TestDaemonBuildHasNoTestSupport checks.
 package enginetest
 
 import (

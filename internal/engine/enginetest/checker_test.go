@@ -1,17 +1,29 @@
-package engine_test
+package enginetest_test
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/source"
 )
 
 type gateFunc func(context.Context, []source.Record) error
 
 func (f gateFunc) Write(ctx context.Context, r []source.Record) error { return f(ctx, r) }
+
+// recs are n records of source src numbered from from, with unique
+// payloads.
+func recs(src string, from, n int) []source.Record {
+	out := make([]source.Record, n)
+	for i := range out {
+		p := []byte(fmt.Sprintf("%s-%06d", src, from+i))
+		out[i] = source.Record{ID: source.ID([]byte(src), source.Uint64(uint64(from+i)), p), Payload: p, Source: src}
+	}
+	return out
+}
 
 func TestCheckerPrefixCommit(t *testing.T) {
 	batch := recs("k", 0, 10)
@@ -22,10 +34,10 @@ func TestCheckerPrefixCommit(t *testing.T) {
 		}
 		return nil
 	})
-	var seen []engine.Violation
-	c := engine.NewChecker(g, nil, func(v engine.Violation) { seen = append(seen, v) })
+	var seen []enginetest.Violation
+	c := enginetest.NewChecker(g, nil, func(v enginetest.Violation) { seen = append(seen, v) })
 	for i, r := range batch {
-		c.ExpectPayload(r.Payload, engine.Position{Source: "k", Partition: "t/0", Offset: int64(i)})
+		c.ExpectPayload(r.Payload, enginetest.Position{Source: "k", Partition: "t/0", Offset: int64(i)})
 	}
 	ctx := context.Background()
 	if err := c.Write(ctx, batch[:5]); err != nil {
@@ -67,11 +79,11 @@ func TestCheckerPrefixCommit(t *testing.T) {
 
 func TestCheckerAckAndIDChange(t *testing.T) {
 	batch := recs("n", 1, 3)
-	var seen []engine.Violation
-	c := engine.NewChecker(gateFunc(func(context.Context, []source.Record) error { return nil }), nil,
-		func(v engine.Violation) { seen = append(seen, v) })
+	var seen []enginetest.Violation
+	c := enginetest.NewChecker(gateFunc(func(context.Context, []source.Record) error { return nil }), nil,
+		func(v enginetest.Violation) { seen = append(seen, v) })
 	for i, r := range batch {
-		c.ExpectPayload(r.Payload, engine.Position{Source: "n", Partition: "S", Offset: int64(i + 1)})
+		c.ExpectPayload(r.Payload, enginetest.Position{Source: "n", Partition: "S", Offset: int64(i + 1)})
 	}
 	ctx := context.Background()
 	if err := c.Write(ctx, batch[:1]); err != nil {
@@ -103,17 +115,17 @@ func TestCheckerAckAndIDChange(t *testing.T) {
 // A record can reach the gate before the test learns its position (a
 // consumer sees it before the producer's ack): it is placed when declared.
 func TestCheckerLateDeclaration(t *testing.T) {
-	var seen []engine.Violation
-	c := engine.NewChecker(gateFunc(func(context.Context, []source.Record) error { return nil }), nil,
-		func(v engine.Violation) { seen = append(seen, v) })
+	var seen []enginetest.Violation
+	c := enginetest.NewChecker(gateFunc(func(context.Context, []source.Record) error { return nil }), nil,
+		func(v enginetest.Violation) { seen = append(seen, v) })
 	batch := recs("k", 0, 3)
 	if err := c.Write(context.Background(), batch); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range batch {
-		c.ExpectPayload(r.Payload, engine.Position{Source: "k", Partition: "p", Offset: int64(i)})
+		c.ExpectPayload(r.Payload, enginetest.Position{Source: "k", Partition: "p", Offset: int64(i)})
 	}
-	c.ExpectPayload([]byte("never written"), engine.Position{Source: "k", Partition: "p", Offset: 3})
+	c.ExpectPayload([]byte("never written"), enginetest.Position{Source: "k", Partition: "p", Offset: 3})
 	c.Committed("k", "p", 3)
 	if len(seen) != 0 {
 		t.Fatalf("violations = %v", seen)
