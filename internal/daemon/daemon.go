@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 	}()
 
-	gate, err := engine.NewWABGate(wlog, engine.GateOptions{MaxRecordBytes: cfg.MaxFrameBytes})
+	gate, err := engine.NewWABGate(wlog, bufferGateOptions(cfg, fs, tel.m))
 	if err != nil {
 		stopDrain()
 		drainWG.Wait()

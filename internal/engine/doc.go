@@ -7,7 +7,7 @@
 //
 // # Files
 //
-//	gate.go         WABGate: the gate with a write-ahead buffer (Durable tier, one shard per source)
+//	gate.go         WABGate: the gate with a write-ahead buffer (Durable tier, one shard per source, oversize lane)
 //	sinkgate.go     SinkGate: the gate without one (gate = "raw"), and SinkRecord
 //	fanout.go       Fanout: FanoutOptions, SecondaryConfig, NewFanout, Commit / Appended (raw first, then offered to the secondaries), Close
 //	secondary.go    a secondary's worker: bounded live queue, run loop, deliver / commitChunk with retry, cover after the ack
@@ -39,6 +39,13 @@
 // returned — a durable ack by the sink contract — and after the records the
 // sink refused are durable in the gate's quarantine. On any error nothing
 // of the Write may be treated as durable.
+//
+// A record a gate rejects is never nowhere. WABGate.Write stores the
+// records the buffer cannot hold (GateOptions.MaxRecordBytes,
+// wab.MaxMetaBytes) in its rejection lane — code oversize, stage gate —
+// before it submits the rest (WABGate.reject in gate.go), so that a source
+// may commit past them; a lane that fails fails the Write. SinkGate does
+// the same for what the sink refuses (sinkgate.go).
 //
 // Positions may lag, never lead. A source commits its position only after
 // the gate's Write returned nil (the seam's contract, package source; the

@@ -15,23 +15,30 @@ const (
 	quarantineLogEvery = time.Second
 )
 
-// QuarantinedRecord is a record a secondary (or, at a raw gate, primary
-// raw) refused permanently, with why.
+// QuarantinedRecord is a record a secondary refused permanently — or, at
+// a gate, one primary raw refused (SinkGate) or the buffer cannot hold
+// (WABGate) — with why.
 type QuarantinedRecord struct {
 	// Sink names the quarantine lane: the secondary's name, or the gate's.
 	Sink string
 	// Pos is the record's raw position (0 at the gate: not in raw).
-	Pos    uint64
-	Record sink.Record
+	Pos uint64
+	// OriginPos is where the source read the record
+	// ("topic/partition@offset"), when known; the buffer gate sets it.
+	OriginPos string
+	Record    sink.Record
 	// Reject is the rejection: code, stage, component (the sink that
 	// refused), error text (the sink's reason), attempts, first-seen time.
 	Reject   record.Rejection
 	Recovery bool // found by recovery rather than live delivery
 }
 
-// Quarantine receives a secondary's rejected records: a convenience view
-// for inspection, not the system of record (raw keeps every record). It
-// runs on its own goroutine and buffer; it can slow only itself.
+// Quarantine receives rejected records. For a secondary it is a
+// convenience view for inspection, not the system of record (raw keeps
+// every record): it runs on its own goroutine and buffer and can slow only
+// itself. For a gate (SinkGate, WABGate) it is where the refused records
+// live, since raw never got them: Write calls it before it returns, and a
+// nil answer must mean the records are durable.
 type Quarantine interface {
 	Quarantine(ctx context.Context, recs []QuarantinedRecord) error
 }

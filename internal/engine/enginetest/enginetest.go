@@ -52,7 +52,13 @@ func OpenWAB(t testing.TB, shards int) *WAB {
 // Gate is a WABGate over the buffer.
 func (w *WAB) Gate(t testing.TB) *engine.WABGate {
 	t.Helper()
-	g, err := engine.NewWABGate(w.Log, engine.GateOptions{})
+	return w.GateWith(t, engine.GateOptions{})
+}
+
+// GateWith is a WABGate over the buffer with opts.
+func (w *WAB) GateWith(t testing.TB, opts engine.GateOptions) *engine.WABGate {
+	t.Helper()
+	g, err := engine.NewWABGate(w.Log, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
