@@ -20,14 +20,7 @@ import (
 	"github.com/weir-io/weir/wab"
 )
 
-func recs(src string, from, n int) []source.Record {
-	out := make([]source.Record, n)
-	for i := range out {
-		p := []byte(fmt.Sprintf("%s-%06d", src, from+i))
-		out[i] = source.Record{ID: source.ID([]byte(src), source.Uint64(uint64(from+i)), p), Payload: p, Source: src}
-	}
-	return out
-}
+var recs = enginetest.Records
 
 func TestWABGateWritesDurablyWithOrigins(t *testing.T) {
 	w := enginetest.OpenWAB(t, 3)

@@ -3,7 +3,6 @@ package enginetest_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/weir-io/weir/internal/engine/enginetest"
@@ -14,16 +13,7 @@ type gateFunc func(context.Context, []source.Record) error
 
 func (f gateFunc) Write(ctx context.Context, r []source.Record) error { return f(ctx, r) }
 
-// recs are n records of source src numbered from from, with unique
-// payloads.
-func recs(src string, from, n int) []source.Record {
-	out := make([]source.Record, n)
-	for i := range out {
-		p := []byte(fmt.Sprintf("%s-%06d", src, from+i))
-		out[i] = source.Record{ID: source.ID([]byte(src), source.Uint64(uint64(from+i)), p), Payload: p, Source: src}
-	}
-	return out
-}
+var recs = enginetest.Records
 
 func TestCheckerPrefixCommit(t *testing.T) {
 	batch := recs("k", 0, 10)

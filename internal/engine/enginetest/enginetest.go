@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -149,6 +150,17 @@ func Summary(t testing.TB, recs []Stored) map[string]int {
 		payloadOf[r.ID] = r.Payload
 	}
 	return copies
+}
+
+// Records are n records of source src numbered from from: payloads
+// "<src>-<number>" (unique per source), ids derived from source and number.
+func Records(src string, from, n int) []source.Record {
+	out := make([]source.Record, n)
+	for i := range out {
+		p := []byte(fmt.Sprintf("%s-%06d", src, from+i))
+		out[i] = source.Record{ID: source.ID([]byte(src), source.Uint64(uint64(from+i)), p), Payload: p, Source: src}
+	}
+	return out
 }
 
 // CrashAfter is a gate that passes writes to Inner and, on the write number
