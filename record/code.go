@@ -33,7 +33,8 @@ type Stage string
 const (
 	// StageIngest: at the door (a socket frame, a source's decode).
 	StageIngest Stage = "ingest"
-	// StageGate: while writing to the gate (the raw gate's own commit).
+	// StageGate: while writing to the gate (the raw gate's own commit, or
+	// a record the write-ahead buffer cannot hold).
 	StageGate Stage = "gate"
 	// StageDrain: by the drain's delivery to the primary sink.
 	StageDrain Stage = "drain"

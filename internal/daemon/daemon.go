@@ -60,7 +60,7 @@ func runBufferNode(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog
 	if err != nil {
 		return err
 	}
-	gate, err := engine.NewWABGate(b.wlog, engine.GateOptions{MaxRecordBytes: cfg.MaxFrameBytes})
+	gate, err := engine.NewWABGate(b.wlog, bufferGateOptions(cfg, fs, tel.m))
 	if err != nil {
 		return errors.Join(fmt.Errorf("source gate: %w", err), b.close(context.Background()))
 	}

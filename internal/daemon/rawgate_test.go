@@ -6,11 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/weir-io/weir/internal/config"
-	"github.com/weir-io/weir/internal/quarantine"
-	"github.com/weir-io/weir/internal/vfs"
 )
 
 // With gate = "raw", a record primary raw refuses lands in
@@ -22,8 +19,7 @@ func TestRawGateQuarantinesWithReasonCode(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "a.log"), []byte("small-1\n"+big+"\nsmall-2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	toml := filepath.Join(dir, "weir.toml")
-	if err := os.WriteFile(toml, fmt.Appendf(nil, `
+	cfg := loadConfig(t, dir, fmt.Sprintf(`
 gate = "raw"
 [sink]
 type = "parquet"
@@ -36,23 +32,9 @@ type = "file"
 [source.file]
 glob = %q
 poll_interval = "20ms"
-`, filepath.Join(dir, "*.log")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load([]string{"--config", toml, "--data-dir", dir, "--metrics-port", "0"}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, filepath.Join(dir, "*.log")))
 	stop := runInProcess(t, cfg)
-	qdir := filepath.Join(dir, config.DefaultQuarantineDirName, rawGateQuarantine)
-	var got []quarantine.Entry
-	for deadline := time.Now().Add(30 * time.Second); len(got) == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("nothing quarantined at the gate after 30s")
-		}
-		time.Sleep(20 * time.Millisecond)
-		got, _ = quarantine.ReadDir(vfs.OS, qdir)
-	}
+	got := waitQuarantined(t, filepath.Join(dir, config.DefaultQuarantineDirName, rawGateQuarantine), nil)
 	stop()
 	e := got[0]
 	if len(got) != 1 || e.Record.Payload != big || e.ReasonCode != "oversize" || e.Stage != "gate" ||

@@ -1,6 +1,87 @@
-// Package engine holds the parts of a pipeline that sit between sources and
-// sinks: the gate a source writes through (the write-ahead buffer, see
-// NewWABGate), the offset store's file-backed cursor store (see
-// OpenFileCursorStore) and the position invariant checker every source's
-// tests run (see Checker).
+// Package engine holds the parts of a pipeline between its sources and its
+// sinks: the gate a source writes through, the raw-first fan-out that feeds
+// secondary sinks from primary raw, the recovery that replays raw into a
+// lagging secondary, and the offset store that records how far each of
+// them got. docs/architecture.md tells the story; this comment says where
+// each part lives and which file keeps each promise.
+//
+// # Files
+//
+//	gate.go         WABGate: the gate with a write-ahead buffer (Durable tier, one shard per source, oversize lane)
+//	sinkgate.go     SinkGate: the gate without one (gate = "raw"), and SinkRecord
+//	fanout.go       Fanout: FanoutOptions, SecondaryConfig, NewFanout, Commit / Appended (raw first, then offered to the secondaries), Close
+//	secondary.go    a secondary's worker: bounded live queue, run loop, deliver / commitChunk with retry, cover after the ack
+//	recovery.go     recovery windows over coverage gaps, window halving, stepping over positions raw no longer keeps
+//	quarantine.go   Quarantine, QuarantinedRecord, each secondary's quarantine lane (own goroutine and buffer; sheds when full)
+//	reject.go       a sink's rejections turned into quarantine records; counts by reason code
+//	coverage.go     the flusher: writes coverage to the offset store and reports the gauges every FlushInterval
+//	store.go        CoverageStore: the offset store as the fan-out uses it, with its lag/lead contract
+//	offsetstore.go  OffsetStore: coverage, cursors and raw end in memory, merged into what is persisted
+//	offsetfile.go   the offset file in raw's directory (OpenOffsetStore): format, lock, durable replace
+//	cursorstore.go  FileCursorStore: source cursors in one durably replaced file
+//	spanset.go      SpanSet: sets of raw positions (coverage, queued spans), with their encoding
+//	role.go         Role (both, ingest, recovery) and RecoveryMode (rehydrate, skip-quarantine)
+//	observer.go     Observer: what the fan-out reports for metrics
+//	stats.go        FanoutStats and SinkStats: coverage, lag and counters per secondary
+//
+// Sub-packages, for tests only (the daemon never imports them; cmd/weir's
+// TestDaemonBuildHasNoTestSupport checks it): enginetest gives source tests
+// a real buffer, a drain to a file raw and the position invariant Checker;
+// outage runs the fan-out against a Postgres secondary that is cut off and
+// restored.
+//
+// # Invariants and where they are kept
+//
+// The gate's durable ack. WABGate.Write (gate.go) returns nil only once
+// every request it submitted has been answered Done(nil) by the buffer's
+// Durable tier: fdatasynced, in a segment whose directory entry is durable.
+// SinkGate.Write (sinkgate.go) returns nil only after the sink's Commit
+// returned — a durable ack by the sink contract — and after the records the
+// sink refused are durable in the gate's quarantine. On any error nothing
+// of the Write may be treated as durable.
+//
+// A record a gate rejects is never nowhere. WABGate.Write stores the
+// records the buffer cannot hold (GateOptions.MaxRecordBytes,
+// wab.MaxMetaBytes) in its rejection lane — code oversize, stage gate —
+// before it submits the rest (WABGate.reject in gate.go), so that a source
+// may commit past them; a lane that fails fails the Write. SinkGate does
+// the same for what the sink refuses (sinkgate.go).
+//
+// Positions may lag, never lead. A source commits its position only after
+// the gate's Write returned nil (the seam's contract, package source; the
+// gates above are what makes nil mean durable). A store-managed cursor is
+// saved only when durable (OffsetStore.Save in offsetstore.go,
+// FileCursorStore.Save in cursorstore.go). A recovery-only node reads raw
+// no further than the end a writer recorded after its acks
+// (Fanout.startEnd in fanout.go, the flusher in coverage.go). The Checker
+// in enginetest checks the rule in every source's tests.
+//
+// Coverage only after the secondary's durable ack. secondary.deliver
+// (secondary.go), for live batches and recovery windows alike, calls
+// CoverageStore.Cover for a chunk only after commitChunk saw the
+// secondary's Commit return nil (each record delivered, or rejected and
+// handed to the quarantine lane). Recovery covers on its own only a gap
+// raw says holds nothing, or no longer keeps (recovery.go). The store
+// persists what was covered in memory later (coverage.go; Flush in
+// offsetstore.go), so what is written may lag the acks, never lead them,
+// and a merge with what another writer persisted only unites coverage.
+//
+// Recovery from raw in bounded windows. secondary.recoverWindow
+// (recovery.go) reads at most the current window of records from the first
+// gap in coverage — positions queued for live delivery count as covered —
+// and commits them under a WindowTime deadline; a window that misses it is
+// halved (down to minWindowRecords) and grows back after a window that
+// fits. A gap raw no longer keeps (sink.PositionsGone) is stepped over,
+// counted and logged, never asked for again.
+//
+// No secondary slows the source. Fanout.Commit (fanout.go) returns raw's
+// result; the records are then offered to each secondary's bounded queue
+// without waiting (secondary.offer in secondary.go), and a full queue
+// drops the batch for that secondary, counted, for recovery to fill in.
+//
+// Quarantine never backpressures the clean path. A secondary hands its
+// rejected records to its quarantine lane without blocking
+// (secondary.accounted in secondary.go); the lane writes on its own
+// goroutine (quarantine.go) and sheds, counted, when full or failing — raw
+// still keeps every record.
 package engine

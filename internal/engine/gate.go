@@ -37,12 +37,33 @@ type GateOptions struct {
 	MaxRequestBytes   int64
 	// MaxRecordBytes must match the buffer's Options.MaxRecordBytes
 	// (default wab.DefaultMaxRecordBytes). Write checks every payload
-	// against it before submitting anything, so that an oversized record
-	// fails the whole Write with wab.ErrRecordTooLarge and nothing of it is
-	// written.
+	// against it before submitting anything: a larger record, like one
+	// whose key and headers encode to more than wab.MaxMetaBytes, is one
+	// the buffer cannot hold (see Quarantine).
 	MaxRecordBytes int
+	// Quarantine is the rejection lane for the records the buffer cannot
+	// hold. Write stores them there — reason code oversize, stage gate,
+	// component Name, one attempt — and only once the lane has made them
+	// durable submits the rest, so that a source may move its position
+	// past them: a rejected record is never nowhere. A lane that cannot
+	// take them fails the Write (the source writes again). Nil: such a
+	// record fails the whole Write with wab.ErrRecordTooLarge and nothing of
+	// it is written.
+	Quarantine Quarantine
+	// Name labels the records Write quarantines (their lane and
+	// component); empty means "buffer".
+	Name string
+	// Observer counts the records Write quarantines; nil discards.
+	Observer GateObserver
 	// QueueWait: see DefaultGateQueueWait.
 	QueueWait time.Duration
+}
+
+// GateObserver sees the records a gate quarantines, for metrics.
+type GateObserver interface {
+	// GateQuarantined: records stored in the gate's quarantine, once per
+	// reason code among them.
+	GateQuarantined(code record.Code, records int)
 }
 
 func (o GateOptions) withDefaults() GateOptions {
@@ -58,12 +79,16 @@ func (o GateOptions) withDefaults() GateOptions {
 	if o.QueueWait <= 0 {
 		o.QueueWait = DefaultGateQueueWait
 	}
+	if o.Name == "" {
+		o.Name = "buffer"
+	}
 	return o
 }
 
 // ErrGate wraps every error WABGate.Write returns, next to the cause
 // (a wab error such as wab.ErrShardFailed, wab.ErrQueueTimeout,
-// wab.ErrRecordTooLarge or wab.ErrClosed, or the context's error).
+// wab.ErrRecordTooLarge or wab.ErrClosed, the rejection lane's error, or
+// the context's error).
 var ErrGate = errors.New("engine: gate write failed")
 
 // WABGate is the gate of a pipeline with a write-ahead buffer: Write
@@ -118,8 +143,11 @@ func (g *WABGate) ShardFor(sourceName string) int {
 // Write submits recs under the Durable tier, each with its metadata as
 // Meta (record.Meta: id, source, key, headers, event time = Record.Time,
 // origin position), and returns nil once every request has been
-// acknowledged. On any error none of recs may be considered durable (some
-// may be; written again they are deduplicated by id).
+// acknowledged. A record the buffer cannot hold (GateOptions.MaxRecordBytes,
+// wab.MaxMetaBytes) is stored in the rejection lane first
+// (GateOptions.Quarantine), or fails the Write when there is none. On any
+// error none of recs may be considered durable (some may be; written again
+// they are deduplicated by id, and a rejected record is quarantined again).
 //
 // The buffer keeps referring to the payloads, keys and header values
 // until the requests are finished, which may be after Write returned early
@@ -129,18 +157,21 @@ func (g *WABGate) Write(ctx context.Context, recs []source.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	for i := range recs {
-		if n := len(recs[i].Payload); n > g.opts.MaxRecordBytes {
-			return fmt.Errorf("%w: record %d of %q: %w: %d bytes, limit %d",
-				ErrGate, i, recs[i].Source, wab.ErrRecordTooLarge, n, g.opts.MaxRecordBytes)
-		}
-	}
 	arena := getMetaArena(recs)
-	reqs, err := g.split(recs, arena)
+	reqs, over, err := g.split(recs, arena)
+	if err == nil && len(over) > 0 {
+		err = g.reject(ctx, recs, over)
+	}
 	if err != nil {
 		putMetaArena(arena)
 		return err
 	}
+	return g.submit(ctx, reqs, arena)
+}
+
+// submit submits the requests and waits for their answers; the arena goes
+// back to the pool once the buffer no longer reads it.
+func (g *WABGate) submit(ctx context.Context, reqs []shardReq, arena *[]byte) error {
 	done := make(chan error, len(reqs))
 	submitted := 0
 	var firstErr error
@@ -171,6 +202,46 @@ func (g *WABGate) Write(ctx context.Context, recs []source.Record) error {
 	return firstErr
 }
 
+// oversized is a record of a Write the buffer cannot hold, and why.
+type oversized struct {
+	index int
+	why   string
+}
+
+// tooLarge checks r, the i-th record of a Write, whose encoded meta is
+// metaLen bytes, against the buffer's limits: "" when it fits, else why
+// not.
+func (g *WABGate) tooLarge(r *source.Record, metaLen int) string {
+	if n := len(r.Payload); n > g.opts.MaxRecordBytes {
+		return fmt.Sprintf("payload of %d bytes, limit %d", n, g.opts.MaxRecordBytes)
+	}
+	if metaLen > wab.MaxMetaBytes {
+		return fmt.Sprintf("metadata (key and headers) of %d bytes, limit %d", metaLen, wab.MaxMetaBytes)
+	}
+	return ""
+}
+
+// reject stores the records the buffer cannot hold in the rejection lane,
+// durably, before anything of the Write is submitted.
+func (g *WABGate) reject(ctx context.Context, recs []source.Record, over []oversized) error {
+	now := time.Now()
+	qs := make([]QuarantinedRecord, len(over))
+	for i, o := range over {
+		r := &recs[o.index]
+		qs[i] = QuarantinedRecord{Sink: g.opts.Name, OriginPos: r.OriginPos, Record: SinkRecord(r, now), Reject: record.Rejection{
+			Code: record.CodeOversize, Stage: record.StageGate, Component: g.opts.Name, Error: o.why,
+			Attempts: 1, FirstSeen: now.UnixNano()}}
+	}
+	if err := g.opts.Quarantine.Quarantine(ctx, qs); err != nil {
+		return fmt.Errorf("%w: %d records too large for the buffer (first: record %d of %q, %s) could not be stored in the rejection lane: %w",
+			ErrGate, len(qs), over[0].index, recs[over[0].index].Source, over[0].why, err)
+	}
+	if g.opts.Observer != nil {
+		g.opts.Observer.GateQuarantined(record.CodeOversize, len(qs))
+	}
+	return nil
+}
+
 type shardReq struct {
 	shard int
 	req   *wab.Request
@@ -178,10 +249,11 @@ type shardReq struct {
 
 // split cuts recs into requests within the limits, keeping each source's
 // records in order on its shard. The records' metas are encoded into
-// arena, which the requests then refer to.
-func (g *WABGate) split(recs []source.Record, arena *[]byte) ([]shardReq, error) {
+// arena, which the requests then refer to. A record the buffer cannot hold
+// is left out and returned in over; without a rejection lane it fails the
+// split.
+func (g *WABGate) split(recs []source.Record, arena *[]byte) (out []shardReq, over []oversized, err error) {
 	now := time.Now().UnixNano()
-	var out []shardReq
 	open := map[int]int{} // shard -> index in out of the request being filled
 	var openBytes = map[int]int64{}
 	var lastSource string
@@ -189,18 +261,22 @@ func (g *WABGate) split(recs []source.Record, arena *[]byte) ([]shardReq, error)
 	buf := (*arena)[:0]
 	for i := range recs {
 		r := &recs[i]
-		shard := lastShard
-		if shard < 0 || r.Source != lastSource {
-			shard = g.ShardFor(r.Source)
-			lastSource, lastShard = r.Source, shard
-		}
 		m := metaOf(r)
 		start := len(buf)
 		buf = record.Append(buf, &m)
 		meta := buf[start:len(buf):len(buf)]
-		if len(meta) > wab.MaxMetaBytes {
-			return nil, fmt.Errorf("%w: record %d of %q: %w: metadata (key and headers) of %d bytes, limit %d",
-				ErrGate, i, r.Source, wab.ErrRecordTooLarge, len(meta), wab.MaxMetaBytes)
+		if why := g.tooLarge(r, len(meta)); why != "" {
+			if g.opts.Quarantine == nil {
+				return nil, nil, fmt.Errorf("%w: record %d of %q: %w: %s", ErrGate, i, r.Source, wab.ErrRecordTooLarge, why)
+			}
+			buf = buf[:start]
+			over = append(over, oversized{index: i, why: why})
+			continue
+		}
+		shard := lastShard
+		if shard < 0 || r.Source != lastSource {
+			shard = g.ShardFor(r.Source)
+			lastSource, lastShard = r.Source, shard
 		}
 		size := wab.RecordSize(len(meta), len(r.Payload))
 		idx, ok := open[shard]
@@ -222,7 +298,7 @@ func (g *WABGate) split(recs []source.Record, arena *[]byte) ([]shardReq, error)
 		openBytes[shard] += size
 	}
 	*arena = buf
-	return out, nil
+	return out, over, nil
 }
 
 // metaOf is what the buffer keeps of a source record besides its payload.

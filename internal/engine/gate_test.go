@@ -1,26 +1,26 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/engine/enginetest"
+	"github.com/weir-io/weir/internal/quarantine"
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/record"
+	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
 )
 
-func recs(src string, from, n int) []source.Record {
-	out := make([]source.Record, n)
-	for i := range out {
-		p := []byte(fmt.Sprintf("%s-%06d", src, from+i))
-		out[i] = source.Record{ID: source.ID([]byte(src), source.Uint64(uint64(from+i)), p), Payload: p, Source: src}
-	}
-	return out
-}
+var recs = enginetest.Records
 
 func TestWABGateWritesDurablyWithOrigins(t *testing.T) {
 	w := enginetest.OpenWAB(t, 3)
@@ -104,5 +104,158 @@ func TestWABGateCancelledContext(t *testing.T) {
 		return
 	} else if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// laneRecorder is a rejection lane that keeps what it is given, or fails
+// with err; gateCounts counts GateQuarantined by code.
+type laneRecorder struct {
+	err  error
+	recs []engine.QuarantinedRecord
+}
+
+func (l *laneRecorder) Quarantine(_ context.Context, qs []engine.QuarantinedRecord) error {
+	if l.err != nil {
+		return l.err
+	}
+	l.recs = append(l.recs, qs...)
+	return nil
+}
+
+type gateCounts map[record.Code]int
+
+func (c gateCounts) GateQuarantined(code record.Code, n int) { c[code] += n }
+
+// TestWABGateQuarantinesWhatTheBufferCannotHold: a record the buffer
+// cannot hold — its payload over MaxRecordBytes, or its key and headers
+// over wab.MaxMetaBytes — goes to the rejection lane with code oversize,
+// stage gate, and the Write stores the others and returns nil, so that a
+// source may move past it.
+func TestWABGateQuarantinesWhatTheBufferCannotHold(t *testing.T) {
+	bigPayload := func(r *source.Record) { r.Payload = bytes.Repeat([]byte("p"), 101) }
+	bigHeaders := func(r *source.Record) {
+		r.Key = []byte("k")
+		r.Headers = []sink.Header{{Key: "big", Value: make([]byte, wab.MaxMetaBytes)}}
+	}
+	for _, tc := range []struct {
+		name string
+		big  map[int]func(*source.Record)
+		why  []string
+	}{
+		{"payload", map[int]func(*source.Record){3: bigPayload}, []string{"payload of 101 bytes, limit 100"}},
+		{"key and headers", map[int]func(*source.Record){0: bigHeaders}, []string{"metadata (key and headers)"}},
+		{"both, and every record", map[int]func(*source.Record){0: bigPayload, 1: bigHeaders, 2: bigPayload, 3: bigPayload, 4: bigHeaders},
+			[]string{"payload", "metadata", "payload", "payload", "metadata"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := enginetest.OpenWAB(t, 2)
+			lane, counts := &laneRecorder{}, gateCounts{}
+			g, err := engine.NewWABGate(w.Log, engine.GateOptions{MaxRecordBytes: 100, Quarantine: lane, Observer: counts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch := recs("a", 0, 5)
+			for i := range batch {
+				batch[i].OriginPos = fmt.Sprintf("t/0@%d", i)
+			}
+			for i, f := range tc.big {
+				f(&batch[i])
+			}
+			if err := g.Write(context.Background(), batch); err != nil {
+				t.Fatalf("Write: %v", err)
+			}
+			var want []source.Record
+			for i := range batch {
+				if tc.big[i] == nil {
+					want = append(want, batch[i])
+				}
+			}
+			stored := w.Records(t)
+			if len(stored) != len(want) {
+				t.Fatalf("buffer holds %d records, want %d", len(stored), len(want))
+			}
+			for i, s := range stored {
+				if s.ID != want[i].ID || s.Payload != string(want[i].Payload) {
+					t.Errorf("buffer record %d: %s, want %s", i, s.Payload, want[i].Payload)
+				}
+			}
+			if len(lane.recs) != len(tc.big) || counts[record.CodeOversize] != len(tc.big) || len(counts) != 1 {
+				t.Fatalf("lane got %d records, counted %v; want %d oversize", len(lane.recs), counts, len(tc.big))
+			}
+			for i, q := range lane.recs {
+				r := batch[slices.Sorted(maps.Keys(tc.big))[i]]
+				rej := q.Reject
+				if q.Sink != "buffer" || q.Pos != 0 || q.OriginPos != r.OriginPos || q.Record.ID != r.ID || !bytes.Equal(q.Record.Payload, r.Payload) ||
+					!bytes.Equal(q.Record.Key, r.Key) || len(q.Record.Headers) != len(r.Headers) || q.Record.Source != r.Source {
+					t.Errorf("lane record %d: %+v, want %s's record", i, q, r.Payload[:min(len(r.Payload), 10)])
+				}
+				if rej.Code != record.CodeOversize || rej.Stage != record.StageGate || rej.Component != "buffer" ||
+					rej.Attempts != 1 || rej.FirstSeen == 0 || !strings.Contains(rej.Error, tc.why[i]) {
+					t.Errorf("lane record %d: rejection %+v, want oversize at the gate with %q", i, rej, tc.why[i])
+				}
+			}
+		})
+	}
+}
+
+// TestWABGateFailsWhenTheLaneFails: a lane that cannot take an oversized
+// record fails the Write, and nothing of it is written: the source does
+// not move past a record that is nowhere, and writes the batch again.
+func TestWABGateFailsWhenTheLaneFails(t *testing.T) {
+	w := enginetest.OpenWAB(t, 1)
+	boom := errors.New("lane down")
+	counts := gateCounts{}
+	g, err := engine.NewWABGate(w.Log, engine.GateOptions{MaxRecordBytes: 100, Quarantine: &laneRecorder{err: boom}, Observer: counts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := recs("a", 0, 5)
+	batch[2].Payload = make([]byte, 101)
+	err = g.Write(context.Background(), batch)
+	if !errors.Is(err, boom) || !errors.Is(err, engine.ErrGate) {
+		t.Fatalf("err = %v, want ErrGate and the lane's error", err)
+	}
+	if got := w.Records(t); len(got) != 0 {
+		t.Fatalf("%d records written, want none", len(got))
+	}
+	if len(counts) != 0 {
+		t.Fatalf("counted %v, want nothing", counts)
+	}
+}
+
+// TestWABGateOversizeIntoQuarantineFiles: with the quarantine writer the
+// daemon uses, the rejected record lands in the lane's NDJSON files with
+// its rejection; a full lane fails the Write.
+func TestWABGateOversizeIntoQuarantineFiles(t *testing.T) {
+	dir := t.TempDir()
+	w := enginetest.OpenWAB(t, 1)
+	lane := quarantine.NewOnDemand(quarantine.Options{Dir: dir, MaxBytes: 4096})
+	g, err := engine.NewWABGate(w.Log, engine.GateOptions{MaxRecordBytes: 1000, Quarantine: lane})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := recs("a", 0, 3)
+	batch[1].Payload = bytes.Repeat([]byte("x"), 1001)
+	batch[1].OriginPos = "orders/2@41"
+	if err := g.Write(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	got, err := quarantine.ReadDir(vfs.OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Record.Payload != string(batch[1].Payload) || got[0].Record.ID != batch[1].ID.String() ||
+		got[0].ReasonCode != "oversize" || got[0].Stage != "gate" || got[0].Sink != "buffer" || got[0].OriginPos != "orders/2@41" {
+		t.Fatalf("lane holds %+v", got)
+	}
+	// The lane is bounded: two more such records do not fit.
+	batch = recs("b", 0, 3)
+	batch[0].Payload = bytes.Repeat([]byte("y"), 1500)
+	batch[2].Payload = bytes.Repeat([]byte("z"), 1500)
+	if err := g.Write(context.Background(), batch); !errors.Is(err, quarantine.ErrFull) || !errors.Is(err, engine.ErrGate) {
+		t.Fatalf("Write with a full lane: %v, want ErrGate and quarantine.ErrFull", err)
+	}
+	if stored := w.Records(t); len(stored) != 2 {
+		t.Fatalf("buffer holds %d records, want the first Write's 2", len(stored))
 	}
 }

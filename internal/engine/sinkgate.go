@@ -21,9 +21,7 @@ var ErrRejectedAtGate = errors.New("engine: the sink refused records at the gate
 // drain's Commit has the same shape), and the records it quarantines.
 type SinkGateObserver interface {
 	Commit(records, rejected int, d time.Duration, err error)
-	// GateQuarantined: records stored in the gate's quarantine, once per
-	// reason code among them.
-	GateQuarantined(code record.Code, records int)
+	GateObserver
 }
 
 // SinkGateOptions configure NewSinkGate.

@@ -220,7 +220,7 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 	m.dlFull = f.counter("weir_dead_letter_full_total", "Times the drain entered blocked_dead_letter_full (once per entry, not per wake).")
 	m.dlRecords = f.counterVec("weir_dead_letter_records_total", "Records written to the dead-letter lane, by reason code.", "code")
 	m.dlRecordsC = codeCounters(m.dlRecords)
-	m.gateQuar = f.counterVec("weir_gate_quarantined_records_total", "Records the sink refused at a raw gate (gate = raw), stored in <data_dir>/quarantine/raw, by reason code.", "code")
+	m.gateQuar = f.counterVec("weir_gate_quarantined_records_total", "Records a gate quarantined, by reason code: refused by the sink at a raw gate (gate = raw; <data_dir>/quarantine/raw), or too large for the write-ahead buffer (<data_dir>/quarantine/buffer).", "code")
 	m.gateQuarC = codeCounters(m.gateQuar)
 	m.segDelivered = f.counter("weir_segments_delivered_total", "Sealed segments fully delivered and removed by the drain.")
 	m.recsDelivered = f.counter("weir_records_delivered_total", "Records of fully delivered segments (committed or dead-lettered).")

@@ -222,7 +222,8 @@ func (m *Metrics) DeadLettered(code sink.Code, records int) {
 	codeCounter(m.dlRecordsC, m.dlRecords, code).Add(float64(records))
 }
 
-// GateQuarantined implements engine.SinkGateObserver.
+// GateQuarantined implements engine.GateObserver (and so
+// engine.SinkGateObserver).
 func (m *Metrics) GateQuarantined(code sink.Code, records int) {
 	codeCounter(m.gateQuarC, m.gateQuar, code).Add(float64(records))
 }

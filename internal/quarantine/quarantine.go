@@ -26,7 +26,9 @@
 // the record has them; key and header values are UTF-8 text, or base64
 // when not valid UTF-8 (the *_encoding field says which). The record's
 // origin is record.source with raw_position (0 at the gate: a record the
-// gate refused never reached raw). Files are named
+// gate refused never reached raw) and, when the source said where it read
+// the record, origin_pos ("topic/partition@offset"; the buffer gate's
+// lane has it). Files are named
 // q-<unix nanos>-<random>.ndjson, so an ingest node and a recovery node may
 // quarantine into one directory without a lock. Every batch is written and
 // fdatasynced before Quarantine returns; a file's directory entry is synced
@@ -237,6 +239,10 @@ func appendLine(buf []byte, q *engine.QuarantinedRecord, now time.Time) []byte {
 	buf = appendJSONString(buf, q.Sink)
 	buf = append(buf, `,"raw_position":`...)
 	buf = strconv.AppendUint(buf, q.Pos, 10)
+	if q.OriginPos != "" {
+		buf = append(buf, `,"origin_pos":`...)
+		buf = appendJSONString(buf, q.OriginPos)
+	}
 	if q.Recovery {
 		buf = append(buf, `,"found_by":"recovery","reason":`...)
 	} else {

@@ -14,6 +14,7 @@ import (
 type Entry struct {
 	Sink          string `json:"sink"`
 	RawPosition   uint64 `json:"raw_position"`
+	OriginPos     string `json:"origin_pos"`
 	FoundBy       string `json:"found_by"`
 	Reason        string `json:"reason"`
 	QuarantinedAt string `json:"quarantined_at"`

@@ -1,11 +1,20 @@
-// Package enginetest gives source tests a real write-ahead buffer to write
-// through and a way to read back what it holds.
+// Package enginetest is test support for sources and the engine: a real
+// write-ahead buffer to write through and a way to read back what it holds
+// (WAB), a drain from it into a file primary raw (DrainToFileRaw), a
+// source run in a goroutine (Start), a gate that crashes after the durable
+// write (CrashAfter), and the position invariant Checker (checker.go),
+// which fails a test the moment a committed source position leads what the
+// gate made durable.
+//
+// Only tests import it: it is never part of the daemon's build, which
+// cmd/weir's TestDaemonBuildHasNoTestSupport checks.
 package enginetest
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -44,7 +53,13 @@ func OpenWAB(t testing.TB, shards int) *WAB {
 // Gate is a WABGate over the buffer.
 func (w *WAB) Gate(t testing.TB) *engine.WABGate {
 	t.Helper()
-	g, err := engine.NewWABGate(w.Log, engine.GateOptions{})
+	return w.GateWith(t, engine.GateOptions{})
+}
+
+// GateWith is a WABGate over the buffer with opts.
+func (w *WAB) GateWith(t testing.TB, opts engine.GateOptions) *engine.WABGate {
+	t.Helper()
+	g, err := engine.NewWABGate(w.Log, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +150,17 @@ func Summary(t testing.TB, recs []Stored) map[string]int {
 		payloadOf[r.ID] = r.Payload
 	}
 	return copies
+}
+
+// Records are n records of source src numbered from from: payloads
+// "<src>-<number>" (unique per source), ids derived from source and number.
+func Records(src string, from, n int) []source.Record {
+	out := make([]source.Record, n)
+	for i := range out {
+		p := []byte(fmt.Sprintf("%s-%06d", src, from+i))
+		out[i] = source.Record{ID: source.ID([]byte(src), source.Uint64(uint64(from+i)), p), Payload: p, Source: src}
+	}
+	return out
 }
 
 // CrashAfter is a gate that passes writes to Inner and, on the write number

@@ -27,7 +27,7 @@ type env struct {
 	t       *testing.T
 	dir     string
 	wab     *enginetest.WAB
-	check   *engine.Checker
+	check   *enginetest.Checker
 	cursors *engine.FileCursorStore
 	lines   int
 }
@@ -36,7 +36,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{t: t, dir: t.TempDir()}
 	e.wab = enginetest.OpenWAB(t, 1)
-	e.check = engine.NewTestChecker(t, e.wab.Gate(t), nil)
+	e.check = enginetest.NewTestChecker(t, e.wab.Gate(t), nil)
 	var err error
 	if e.cursors, err = engine.OpenFileCursorStore(nil, t.TempDir(), ""); err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func (e *env) appendLines(f *os.File, n int, gen uint32) {
 	for range n {
 		line := fmt.Sprintf("line-%06d %s", e.lines, strings.Repeat("x", e.lines%37))
 		e.lines++
-		e.check.ExpectPayload([]byte(line), engine.Position{Source: srcName, Partition: filesrc.FileKey(dev, ino, gen), Offset: off + int64(b.Len())})
+		e.check.ExpectPayload([]byte(line), enginetest.Position{Source: srcName, Partition: filesrc.FileKey(dev, ino, gen), Offset: off + int64(b.Len())})
 		b.WriteString(line + "\n")
 	}
 	if _, err := f.WriteString(b.String()); err != nil {
@@ -151,7 +151,7 @@ func TestTailAppends(t *testing.T) {
 			e.lines++
 			dev, ino, _ := filesrc.Identify(a.Name())
 			off, _ := a.Seek(0, 1)
-			e.check.ExpectPayload([]byte("partial line"), engine.Position{Source: srcName, Partition: filesrc.FileKey(dev, ino, 0), Offset: off - 7})
+			e.check.ExpectPayload([]byte("partial line"), enginetest.Position{Source: srcName, Partition: filesrc.FileKey(dev, ino, 0), Offset: off - 7})
 			if _, err := a.WriteString(" line\n"); err != nil {
 				t.Fatal(err)
 			}
@@ -251,7 +251,7 @@ func TestLongLineIsCut(t *testing.T) {
 		if p == "after" {
 			off = 251
 		}
-		e.check.ExpectPayload([]byte(p), engine.Position{Source: srcName, Partition: filesrc.FileKey(dev, ino, 0), Offset: off})
+		e.check.ExpectPayload([]byte(p), enginetest.Position{Source: srcName, Partition: filesrc.FileKey(dev, ino, 0), Offset: off})
 	}
 	r := e.start(e.source(func(o *filesrc.Options) { o.MaxLineBytes = 100 }), e.check)
 	e.waitDurable()

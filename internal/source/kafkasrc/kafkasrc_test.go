@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
-	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/internal/source/kafkasrc"
 	"github.com/weir-io/weir/source"
@@ -33,7 +32,7 @@ type env struct {
 	topic   string
 	group   string
 	wab     *enginetest.WAB
-	check   *engine.Checker
+	check   *enginetest.Checker
 	commits atomic.Int64
 }
 
@@ -43,7 +42,7 @@ func newEnv(t *testing.T, partitions int32) *env { return newEnvWith(t, partitio
 
 // newEnvWith collects violations with onViolation instead of failing the
 // test when it is not nil.
-func newEnvWith(t *testing.T, partitions int32, onViolation func(engine.Violation)) *env {
+func newEnvWith(t *testing.T, partitions int32, onViolation func(enginetest.Violation)) *env {
 	t.Helper()
 	topic, group := "events", "weir"
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic))
@@ -54,9 +53,9 @@ func newEnvWith(t *testing.T, partitions int32, onViolation func(engine.Violatio
 	e := &env{t: t, c: c, topic: topic, group: group}
 	e.wab = enginetest.OpenWAB(t, 2)
 	if onViolation != nil {
-		e.check = engine.NewChecker(e.wab.Gate(t), nil, onViolation)
+		e.check = enginetest.NewChecker(e.wab.Gate(t), nil, onViolation)
 	} else {
-		e.check = engine.NewTestChecker(t, e.wab.Gate(t), nil)
+		e.check = enginetest.NewTestChecker(t, e.wab.Gate(t), nil)
 	}
 	topicID := e.topicID()
 	c.ControlKey(kmsg.OffsetCommit.Int16(), func(kr kmsg.Request) (kmsg.Response, error, bool) {
@@ -137,7 +136,7 @@ func (e *env) produce(prefix string, n int) {
 		e.t.Fatal(err)
 	}
 	for _, r := range res {
-		p := engine.Position{Source: srcName, Partition: kafkasrc.PartitionKey(r.Record.Topic, r.Record.Partition), Offset: r.Record.Offset}
+		p := enginetest.Position{Source: srcName, Partition: kafkasrc.PartitionKey(r.Record.Topic, r.Record.Partition), Offset: r.Record.Offset}
 		e.check.ExpectPayload(r.Record.Value, p)
 	}
 }
@@ -394,8 +393,8 @@ func TestOptionsRequired(t *testing.T) {
 // The broker-side observation catches a commit that leads, whoever makes it.
 func TestCheckerCatchesLeadingCommit(t *testing.T) {
 	var mu sync.Mutex
-	var viols []engine.Violation
-	e := newEnvWith(t, 1, func(v engine.Violation) { mu.Lock(); viols = append(viols, v); mu.Unlock() })
+	var viols []enginetest.Violation
+	e := newEnvWith(t, 1, func(v enginetest.Violation) { mu.Lock(); viols = append(viols, v); mu.Unlock() })
 	e.produce("a", 10)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.c.ListenAddrs()...), kgo.ConsumerGroup(e.group),
 		kgo.ConsumeTopics(e.topic), kgo.DisableAutoCommit())

@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/internal/source/kafkasrc"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/sink/sinktest"
@@ -50,7 +50,7 @@ func TestRecordMetadataReachesTheSink(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := res[0].Record
-		e.check.ExpectPayload(r.Value, engine.Position{Source: srcName, Partition: kafkasrc.PartitionKey(r.Topic, r.Partition), Offset: r.Offset})
+		e.check.ExpectPayload(r.Value, enginetest.Position{Source: srcName, Partition: kafkasrc.PartitionKey(r.Topic, r.Partition), Offset: r.Offset})
 	}
 	cl.Close()
 	r := start(e.source("kafka", nil), e.check)

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/internal/source/natssrc"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/sink/sinktest"
@@ -52,7 +52,7 @@ func TestRecordMetadataReachesTheSink(t *testing.T) {
 			s.key = []byte(msgID)
 		}
 		want[p] = s
-		e.check.ExpectPayload([]byte(p), engine.Position{Source: srcName, Partition: e.stream, Offset: int64(ack.Sequence)})
+		e.check.ExpectPayload([]byte(p), enginetest.Position{Source: srcName, Partition: e.stream, Offset: int64(ack.Sequence)})
 	}
 	r := start(context.Background(), e.source(nil), e.check)
 	e.settled()

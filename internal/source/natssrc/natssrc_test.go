@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/internal/source/natssrc"
 	"github.com/weir-io/weir/internal/testenv"
@@ -40,7 +39,7 @@ type env struct {
 	stream  string
 	subject string
 	wab     *enginetest.WAB
-	check   *engine.Checker
+	check   *enginetest.Checker
 }
 
 // newEnv creates a stream of its own for the test, deleted at the end.
@@ -71,7 +70,7 @@ func newEnv(t *testing.T) *env {
 		nc.Close()
 	})
 	e.wab = enginetest.OpenWAB(t, 2)
-	e.check = engine.NewTestChecker(t, e.wab.Gate(t), nil)
+	e.check = enginetest.NewTestChecker(t, e.wab.Gate(t), nil)
 	return e
 }
 
@@ -85,7 +84,7 @@ func (e *env) publish(prefix string, n int) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		e.check.ExpectPayload(p, engine.Position{Source: srcName, Partition: e.stream, Offset: int64(ack.Sequence)})
+		e.check.ExpectPayload(p, enginetest.Position{Source: srcName, Partition: e.stream, Offset: int64(ack.Sequence)})
 	}
 }
 

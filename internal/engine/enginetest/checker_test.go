@@ -1,17 +1,19 @@
-package engine_test
+package enginetest_test
 
 import (
 	"context"
 	"errors"
 	"testing"
 
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/source"
 )
 
 type gateFunc func(context.Context, []source.Record) error
 
 func (f gateFunc) Write(ctx context.Context, r []source.Record) error { return f(ctx, r) }
+
+var recs = enginetest.Records
 
 func TestCheckerPrefixCommit(t *testing.T) {
 	batch := recs("k", 0, 10)
@@ -22,10 +24,10 @@ func TestCheckerPrefixCommit(t *testing.T) {
 		}
 		return nil
 	})
-	var seen []engine.Violation
-	c := engine.NewChecker(g, nil, func(v engine.Violation) { seen = append(seen, v) })
+	var seen []enginetest.Violation
+	c := enginetest.NewChecker(g, nil, func(v enginetest.Violation) { seen = append(seen, v) })
 	for i, r := range batch {
-		c.ExpectPayload(r.Payload, engine.Position{Source: "k", Partition: "t/0", Offset: int64(i)})
+		c.ExpectPayload(r.Payload, enginetest.Position{Source: "k", Partition: "t/0", Offset: int64(i)})
 	}
 	ctx := context.Background()
 	if err := c.Write(ctx, batch[:5]); err != nil {
@@ -67,11 +69,11 @@ func TestCheckerPrefixCommit(t *testing.T) {
 
 func TestCheckerAckAndIDChange(t *testing.T) {
 	batch := recs("n", 1, 3)
-	var seen []engine.Violation
-	c := engine.NewChecker(gateFunc(func(context.Context, []source.Record) error { return nil }), nil,
-		func(v engine.Violation) { seen = append(seen, v) })
+	var seen []enginetest.Violation
+	c := enginetest.NewChecker(gateFunc(func(context.Context, []source.Record) error { return nil }), nil,
+		func(v enginetest.Violation) { seen = append(seen, v) })
 	for i, r := range batch {
-		c.ExpectPayload(r.Payload, engine.Position{Source: "n", Partition: "S", Offset: int64(i + 1)})
+		c.ExpectPayload(r.Payload, enginetest.Position{Source: "n", Partition: "S", Offset: int64(i + 1)})
 	}
 	ctx := context.Background()
 	if err := c.Write(ctx, batch[:1]); err != nil {
@@ -103,17 +105,17 @@ func TestCheckerAckAndIDChange(t *testing.T) {
 // A record can reach the gate before the test learns its position (a
 // consumer sees it before the producer's ack): it is placed when declared.
 func TestCheckerLateDeclaration(t *testing.T) {
-	var seen []engine.Violation
-	c := engine.NewChecker(gateFunc(func(context.Context, []source.Record) error { return nil }), nil,
-		func(v engine.Violation) { seen = append(seen, v) })
+	var seen []enginetest.Violation
+	c := enginetest.NewChecker(gateFunc(func(context.Context, []source.Record) error { return nil }), nil,
+		func(v enginetest.Violation) { seen = append(seen, v) })
 	batch := recs("k", 0, 3)
 	if err := c.Write(context.Background(), batch); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range batch {
-		c.ExpectPayload(r.Payload, engine.Position{Source: "k", Partition: "p", Offset: int64(i)})
+		c.ExpectPayload(r.Payload, enginetest.Position{Source: "k", Partition: "p", Offset: int64(i)})
 	}
-	c.ExpectPayload([]byte("never written"), engine.Position{Source: "k", Partition: "p", Offset: 3})
+	c.ExpectPayload([]byte("never written"), enginetest.Position{Source: "k", Partition: "p", Offset: 3})
 	c.Committed("k", "p", 3)
 	if len(seen) != 0 {
 		t.Fatalf("violations = %v", seen)

@@ -1,4 +1,4 @@
-package engine
+package enginetest
 
 import (
 	"cmp"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"testing"
 
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
@@ -106,18 +107,10 @@ func NewChecker(gate source.Gate, locate Locator, onViolation func(Violation)) *
 	return c
 }
 
-// TB is the part of testing.TB the helpers use.
-type TB interface {
-	Helper()
-	Errorf(format string, args ...any)
-	Fatalf(format string, args ...any)
-	Cleanup(func())
-}
-
 // NewTestChecker is NewChecker for tests: each violation is reported with
 // t.Errorf the moment it happens (from whatever goroutine made the commit)
 // and, at the end of the test, any violation fails it.
-func NewTestChecker(t TB, gate source.Gate, locate Locator) *Checker {
+func NewTestChecker(t testing.TB, gate source.Gate, locate Locator) *Checker {
 	t.Helper()
 	c := NewChecker(gate, locate, func(v Violation) { t.Errorf("invariant: %v", v) })
 	t.Cleanup(func() { c.Require(t) })
@@ -125,7 +118,7 @@ func NewTestChecker(t TB, gate source.Gate, locate Locator) *Checker {
 }
 
 // Require fails t (t.Fatalf) if any violation was recorded.
-func (c *Checker) Require(t TB) {
+func (c *Checker) Require(t testing.TB) {
 	t.Helper()
 	if vs := c.Violations(); len(vs) > 0 {
 		t.Fatalf("invariant: %d violation(s), first: %v", len(vs), vs[0])

@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/weir-io/weir/record"
+	"github.com/weir-io/weir/sink"
+)
+
+// quarantineBatch bounds the records of one write to a quarantine lane;
+// quarantineLogEvery spaces the log lines about shed records.
+const (
+	quarantineBatch    = 256
+	quarantineLogEvery = time.Second
+)
+
+// QuarantinedRecord is a record a secondary refused permanently — or, at
+// a gate, one primary raw refused (SinkGate) or the buffer cannot hold
+// (WABGate) — with why.
+type QuarantinedRecord struct {
+	// Sink names the quarantine lane: the secondary's name, or the gate's.
+	Sink string
+	// Pos is the record's raw position (0 at the gate: not in raw).
+	Pos uint64
+	// OriginPos is where the source read the record
+	// ("topic/partition@offset"), when known; the buffer gate sets it.
+	OriginPos string
+	Record    sink.Record
+	// Reject is the rejection: code, stage, component (the sink that
+	// refused), error text (the sink's reason), attempts, first-seen time.
+	Reject   record.Rejection
+	Recovery bool // found by recovery rather than live delivery
+}
+
+// Quarantine receives rejected records. For a secondary it is a
+// convenience view for inspection, not the system of record (raw keeps
+// every record): it runs on its own goroutine and buffer and can slow only
+// itself. For a gate (SinkGate, WABGate) it is where the refused records
+// live, since raw never got them: Write calls it before it returns, and a
+// nil answer must mean the records are durable.
+type Quarantine interface {
+	Quarantine(ctx context.Context, recs []QuarantinedRecord) error
+}
+
+// QuarantineFunc adapts a function to Quarantine.
+type QuarantineFunc func(ctx context.Context, recs []QuarantinedRecord) error
+
+// Quarantine implements Quarantine.
+func (f QuarantineFunc) Quarantine(ctx context.Context, recs []QuarantinedRecord) error {
+	return f(ctx, recs)
+}
+
+func (s *secondary) shedQuarantine(n int, why string) {
+	s.shed.Add(int64(n))
+	s.f.obs.QuarantineShed(s.name, n)
+	now := time.Now().UnixNano()
+	if last := s.lastShed.Load(); now-last >= int64(quarantineLogEvery) && s.lastShed.CompareAndSwap(last, now) {
+		s.f.log.Warn("quarantine records shed; they remain in raw", "sink", s.name, "records", n,
+			"shed_total", s.shed.Load(), "reason", why)
+	}
+}
+
+// runQuarantine writes the sink's quarantine lane.
+func (s *secondary) runQuarantine(ctx context.Context) {
+	defer s.f.wg.Done()
+	q := s.cfg.Quarantine
+	for {
+		var first QuarantinedRecord
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-s.quar:
+		}
+		recs := []QuarantinedRecord{first}
+	fill:
+		for len(recs) < quarantineBatch {
+			select {
+			case r := <-s.quar:
+				recs = append(recs, r)
+			default:
+				break fill
+			}
+		}
+		if q == nil {
+			for _, r := range recs {
+				s.f.log.Warn("record rejected by secondary (no quarantine lane configured)", "sink", s.name,
+					"pos", r.Pos, "id", r.Record.ID.String(), "code", r.Reject.Code.String(), "reason", r.Reject.Error, "recovery", r.Recovery)
+			}
+			continue
+		}
+		if err := q.Quarantine(ctx, recs); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.shedQuarantine(len(recs), "quarantine write failed: "+err.Error())
+		}
+	}
+}

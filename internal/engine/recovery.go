@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/weir-io/weir/sink"
+)
+
+// minWindowRecords is the smallest recovery window: a window too slow for
+// WindowTime is halved down to it, never below.
+const minWindowRecords = 16
+
+// errWindowTimeout says a recovery commit missed its window deadline.
+var errWindowTimeout = errors.New("engine: recovery window deadline exceeded")
+
+// recoverWindow replays one window of the first gap in the sink's
+// coverage (positions queued for live delivery count as covered). It
+// reports whether there was anything to do.
+func (s *secondary) recoverWindow(ctx context.Context) (bool, error) {
+	end := s.f.end.Load()
+	cov := s.f.store.Coverage(s.name)
+	s.qmu.Lock()
+	cov.AddSet(&s.inQ)
+	s.qmu.Unlock()
+	gap, ok := cov.FirstGap(end)
+	if !ok {
+		return false, nil
+	}
+	want := int(min(uint64(s.window), gap.Len()))
+	rctx, cancel := context.WithTimeout(ctx, s.f.opts.WindowTime)
+	recs, err := s.f.reader.ReadFrom(rctx, gap.Lo, want)
+	cancel()
+	var gone sink.PositionsGone
+	if errors.As(err, &gone) && errors.Is(err, sink.ErrPositionGone) {
+		return s.stepOver(gap, gone)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		s.sleep(ctx, s.f.opts.RetryMax)
+		return true, fmt.Errorf("read raw from %d: %w", gap.Lo, err)
+	}
+	keep := 0
+	for keep < len(recs) && recs[keep].Pos < gap.Hi {
+		keep++
+	}
+	if keep == 0 {
+		if len(recs) > 0 {
+			// Raw holds nothing in the gap: the next record is past it.
+			s.f.store.Cover(s.name, gap.Lo, gap.Hi)
+			return true, nil
+		}
+		// Raw returned nothing below an end it acknowledged: never
+		// guess that the gap is empty; look again later.
+		return false, fmt.Errorf("raw returned nothing from %d below its end %d", gap.Lo, end)
+	}
+	err = s.deliver(ctx, gap.Lo, recs[:keep], true)
+	switch {
+	case errors.Is(err, errWindowTimeout):
+		s.window = max(minWindowRecords, s.window/2)
+		s.f.log.Warn("recovery window too slow; halving it", "sink", s.name, "window_records", s.window, "err", err)
+		return true, nil
+	case err != nil:
+		return true, err
+	}
+	if s.window < s.f.opts.WindowRecords {
+		s.window = min(s.f.opts.WindowRecords, s.window*2)
+	}
+	return true, nil
+}
+
+// stepOver records that the part of gap raw reports gone will never
+// reach the sink: it is covered — there is nothing left to deliver — and
+// counted and logged as unrecoverable, so that recovery goes on with what
+// raw still keeps instead of asking for the lost span forever.
+func (s *secondary) stepOver(gap Span, gone sink.PositionsGone) (bool, error) {
+	lo, hi := gone.GonePositions()
+	if lo > gap.Lo || hi <= gap.Lo {
+		return false, fmt.Errorf("raw reported positions [%d, %d) gone when asked for %d: %w", lo, hi, gap.Lo, gone)
+	}
+	hi = min(hi, gap.Hi)
+	s.f.store.Cover(s.name, gap.Lo, hi)
+	s.unrecoverable.Add(int64(hi - gap.Lo))
+	s.f.obs.Unrecoverable(s.name, hi-gap.Lo)
+	s.f.log.Error("positions the secondary lacks are no longer kept by raw; they cannot be recovered into it",
+		"sink", s.name, "from", gap.Lo, "to", hi, "err", gone)
+	return true, nil
+}
+
+func (s *secondary) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

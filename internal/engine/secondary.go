@@ -1,0 +1,249 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weir-io/weir/record"
+	"github.com/weir-io/weir/sink"
+)
+
+type liveBatch struct {
+	first uint64
+	recs  []sink.Positioned
+}
+
+type secondary struct {
+	f    *Fanout
+	cfg  SecondaryConfig
+	name string
+	snk  sink.Sink
+
+	queue chan liveBatch
+	qmu   sync.Mutex
+	inQ   SpanSet // positions queued or being delivered live
+
+	quar     chan QuarantinedRecord
+	lastShed atomic.Int64 // unix nanos of the last shed log line
+
+	window int // current recovery window, records
+
+	dropped, delivered, recovered, quarantined, shed, skipped, failures, unrecoverable atomic.Int64
+}
+
+// liveTurns is how many live batches a secondary delivers before it
+// gives a recovery window a turn.
+const liveTurns = 8
+
+// newSecondary makes the i-th secondary of c (seen holds the names taken)
+// and registers it in the offset store: a sink the store has never seen
+// starts covered up to end when c.StartAtEnd, and coverage past end —
+// positions raw does not hold — is dropped so recovery delivers them.
+func (f *Fanout) newSecondary(i int, c SecondaryConfig, end uint64, seen map[string]bool) (*secondary, error) {
+	if c.Sink == nil {
+		return nil, fmt.Errorf("engine: fan-out: secondary %d has no sink", i)
+	}
+	name := c.Name
+	if name == "" {
+		name = c.Sink.Name()
+	}
+	if seen[name] {
+		return nil, fmt.Errorf("engine: fan-out: two secondaries named %q (set distinct names)", name)
+	}
+	seen[name] = true
+	if c.QueueBatches <= 0 {
+		c.QueueBatches = DefaultQueueBatches
+	}
+	if c.QuarantineBuffer <= 0 {
+		c.QuarantineBuffer = DefaultQuarantineBuffer
+	}
+	s := &secondary{f: f, cfg: c, name: name, snk: c.Sink,
+		queue: make(chan liveBatch, c.QueueBatches), quar: make(chan QuarantinedRecord, c.QuarantineBuffer),
+		window: f.opts.WindowRecords}
+	if !f.store.Known(name) && c.StartAtEnd {
+		f.store.Cover(name, 0, end)
+	} else {
+		f.store.Cover(name, 0, 0) // register
+	}
+	if f.store.Clamp(name, end) {
+		f.log.Error("coverage claimed positions raw does not hold; dropped the claim so recovery delivers them",
+			"sink", name, "raw_end", end)
+	}
+	return s, nil
+}
+
+// offer enqueues without blocking, or drops and counts.
+func (s *secondary) offer(lb liveBatch) {
+	hi := lb.first + uint64(len(lb.recs))
+	s.qmu.Lock()
+	select {
+	case s.queue <- lb:
+		s.inQ.Add(lb.first, hi)
+		s.qmu.Unlock()
+	default:
+		s.qmu.Unlock()
+		s.dropped.Add(int64(len(lb.recs)))
+		s.f.obs.LiveDropped(s.name, len(lb.recs))
+	}
+}
+
+func (s *secondary) unqueue(lo, hi uint64) {
+	s.qmu.Lock()
+	s.inQ.Remove(lo, hi)
+	s.qmu.Unlock()
+}
+
+// run is the secondary's worker: live batches first, recovery windows in
+// between.
+func (s *secondary) run(ctx context.Context) {
+	defer s.f.wg.Done()
+	role := s.f.opts.Role
+	tick := time.NewTicker(s.f.opts.RecoveryInterval)
+	defer tick.Stop()
+	live := 0 // live batches delivered since the last recovery window
+	for ctx.Err() == nil {
+		// Live batches go first, but a recovery window gets a turn after
+		// every liveTurns of them, so old gaps close even under steady
+		// load.
+		if live < liveTurns || !role.recovers() {
+			select {
+			case lb := <-s.queue:
+				s.deliverLive(ctx, lb)
+				live++
+				continue
+			default:
+			}
+		}
+		live = 0
+		if role.recovers() {
+			did, err := s.recoverWindow(ctx)
+			if err != nil && ctx.Err() == nil {
+				s.f.log.Error("recovery window failed", "sink", s.name, "err", err)
+			}
+			if did {
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case lb := <-s.queue:
+			s.deliverLive(ctx, lb)
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *secondary) deliverLive(ctx context.Context, lb liveBatch) {
+	hi := lb.first + uint64(len(lb.recs))
+	defer s.unqueue(lb.first, hi)
+	_ = s.deliver(ctx, lb.first, lb.recs, false)
+}
+
+// deliver commits recs (positions from lo on; positions between lo and a
+// record hold nothing) in chunks of the sink's MaxBatchSize, retrying each
+// until it is accounted for, and covers each chunk after its ack.
+func (s *secondary) deliver(ctx context.Context, lo uint64, recs []sink.Positioned, recovery bool) error {
+	max := s.snk.MaxBatchSize()
+	if max <= 0 {
+		max = len(recs)
+	}
+	for len(recs) > 0 {
+		chunk := recs[:min(max, len(recs))]
+		recs = recs[len(chunk):]
+		if err := s.commitChunk(ctx, chunk, recovery); err != nil {
+			return err
+		}
+		hi := chunk[len(chunk)-1].Pos + 1
+		s.f.store.Cover(s.name, lo, hi)
+		lo = hi
+	}
+	return nil
+}
+
+func (s *secondary) commitChunk(ctx context.Context, chunk []sink.Positioned, recovery bool) error {
+	recs := make([]sink.Record, len(chunk))
+	for i := range chunk {
+		recs[i] = chunk[i].Record
+	}
+	b := sink.NewBatch(recs)
+	backoff := s.f.opts.RetryMin
+	for attempts := 1; ; attempts++ {
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if recovery {
+			cctx, cancel = context.WithTimeout(ctx, s.f.opts.WindowTime)
+		}
+		res, err := s.snk.Commit(cctx, b)
+		timedOut := cctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err == nil {
+			s.accounted(chunk, res.Rejected, recovery, attempts)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !sink.IsTransient(err) {
+			rej := make([]sink.Rejection, len(chunk))
+			for i := range rej {
+				rej[i] = sink.Rejection{Index: i, Reason: err.Error(), Code: sink.CodeSinkRefused}
+			}
+			s.f.log.Warn("secondary refused a batch permanently; its records go to quarantine", "sink", s.name,
+				"records", len(chunk), "recovery", recovery, "err", err)
+			s.accounted(chunk, rej, recovery, attempts)
+			return nil
+		}
+		s.failures.Add(1)
+		s.f.obs.CommitFailed(s.name, err, recovery)
+		s.f.log.Debug("secondary commit failed; retrying", "sink", s.name, "recovery", recovery, "backoff", backoff, "err", err)
+		if recovery && timedOut && len(chunk) > minWindowRecords {
+			// Too big for the window's time: let the caller shrink it.
+			return fmt.Errorf("%w (%d records in %v): %w", errWindowTimeout, len(chunk), s.f.opts.WindowTime, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.f.opts.RetryMax)
+	}
+}
+
+// accounted handles a chunk the sink accounted for after attempts
+// commits: counts, quarantine.
+func (s *secondary) accounted(chunk []sink.Positioned, rej []sink.Rejection, recovery bool, attempts int) {
+	if recovery {
+		s.recovered.Add(int64(len(chunk)))
+	} else {
+		s.delivered.Add(int64(len(chunk)))
+	}
+	s.f.obs.Delivered(s.name, len(chunk), recovery)
+	if len(rej) == 0 {
+		return
+	}
+	if recovery && s.f.opts.Mode == RecoverySkipQuarantine {
+		s.skipped.Add(int64(len(rej)))
+		s.f.obs.QuarantineSkipped(s.name, len(rej))
+		return
+	}
+	qs, _ := quarantined(rej, len(chunk), func(i int) (sink.Record, uint64) { return chunk[i].Record, chunk[i].Pos },
+		QuarantinedRecord{Sink: s.name, Recovery: recovery, Reject: record.Rejection{
+			Stage: record.StageSecondary, Component: s.name, Attempts: attempts, FirstSeen: time.Now().UnixNano()}})
+	s.quarantined.Add(int64(len(qs)))
+	countByCode(qs, func(code record.Code, n int) { s.f.obs.Quarantined(s.name, code, n, recovery) })
+	shed := 0
+	for _, q := range qs {
+		select {
+		case s.quar <- q:
+		default:
+			shed++
+		}
+	}
+	if shed > 0 {
+		s.shedQuarantine(shed, "quarantine lane full")
+	}
+}
