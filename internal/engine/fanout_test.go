@@ -22,8 +22,10 @@ import (
 // memSink is a secondary whose contents the test can see, that can be
 // taken down (transient errors), slowed, and told to reject some ids.
 type memSink struct {
-	name   string
-	delay  time.Duration
+	name  string
+	delay time.Duration
+	// hold, when set, holds every Commit until it is closed.
+	hold   chan struct{}
 	down   atomic.Bool
 	mu     sync.Mutex
 	ids    map[sink.RecordID]int // id -> deliveries
@@ -47,6 +49,13 @@ func (m *memSink) Health(context.Context) sink.Health {
 
 func (m *memSink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, error) {
 	m.calls.Add(1)
+	if m.hold != nil {
+		select {
+		case <-m.hold:
+		case <-ctx.Done():
+			return sink.CommitResult{}, sink.Transient(ctx.Err())
+		}
+	}
 	if m.delay > 0 {
 		select {
 		case <-time.After(m.delay):
@@ -313,6 +322,9 @@ func TestFanoutOverflowRecoversAndQuarantines(t *testing.T) {
 	raw := openRaw(t, rawDir)
 	slow := newMemSink("slow")
 	slow.delay = 5 * time.Millisecond
+	// The secondary accepts nothing until every Commit has returned: if
+	// the fan-out waited for it, the loop below would never finish.
+	slow.hold = make(chan struct{})
 	var qmu sync.Mutex
 	quarantined := map[sink.RecordID]record.Rejection{}
 	q := engine.QuarantineFunc(func(_ context.Context, recs []engine.QuarantinedRecord) error {
@@ -346,19 +358,29 @@ func TestFanoutOverflowRecoversAndQuarantines(t *testing.T) {
 	}
 	checker := startChecker(t, store, raw, "slow", memHas(slow), poison...)
 	start := time.Now()
-	for _, b := range batches {
-		if _, err := f.Commit(context.Background(), b); err != nil {
+	committed := make(chan error, 1)
+	go func() {
+		for _, b := range batches {
+			if _, err := f.Commit(context.Background(), b); err != nil {
+				committed <- err
+				return
+			}
+		}
+		committed <- nil
+	}()
+	select {
+	case err := <-committed:
+		if err != nil {
 			t.Fatal(err)
 		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Commit waited for a secondary that accepts nothing")
 	}
 	elapsed := time.Since(start)
 	st := f.Stats()
+	close(slow.hold)
 	if st.Sinks[0].LiveDropped == 0 {
-		t.Fatalf("no live drops with a 2-batch queue and a slow sink: %+v", st)
-	}
-	// 300 commits to a slow sink (5ms each) would take 1.5s if Commit waited.
-	if elapsed > time.Second {
-		t.Fatalf("300 commits took %v: the slow secondary slowed Commit", elapsed)
+		t.Fatalf("no live drops with a 2-batch queue and a held sink: %+v", st)
 	}
 	st = waitCaughtUp(t, f, 30*time.Second)
 	checker.finish()
