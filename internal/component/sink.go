@@ -62,6 +62,12 @@ type RawMode[C any] struct {
 	Check func(c *C) []Problem
 	// Where names the raw for logs (a directory, a table).
 	Where func(c *C) string
+	// Store opens the offset store beside raw without opening the sink
+	// in raw mode, holding nothing that needs closing (nil: the kind
+	// cannot). With gate = "raw" and no [[secondary]] the [sink] is not
+	// in raw mode, yet the sources' cursors live there, so adding a
+	// secondary later does not move them.
+	Store func(ctx context.Context, p SinkParams[C]) (*engine.OffsetStore, error)
 }
 
 // DirRaw is the raw mode of a sink that keeps raw in a directory, with the
@@ -95,6 +101,9 @@ func DirRaw[C any](dir func(*C) string,
 			return RawRead{Reader: r, Store: store, Close: closeReader}, nil
 		},
 		Where: dir,
+		Store: func(ctx context.Context, p SinkParams[C]) (*engine.OffsetStore, error) {
+			return engine.OpenOffsetStore(ctx, p.FS, dir(p.Config))
+		},
 	}
 }
 
@@ -149,6 +158,11 @@ func (d Sink[C]) sinkKind() (*SinkKind, error) {
 			check: problems(r.Check),
 			where: func(cfg any) string { s.mustOwn(cfg); return r.Where(cfg.(*C)) },
 		}
+		if r.Store != nil {
+			k.raw.store = func(ctx context.Context, env Env, cfg any) (*engine.OffsetStore, error) {
+				return r.Store(ctx, params(env, cfg))
+			}
+		}
 	}
 	return k, nil
 }
@@ -177,6 +191,7 @@ type rawKind struct {
 	read  func(context.Context, Env, any) (RawRead, error)
 	check func(any) []Problem
 	where func(any) string
+	store func(context.Context, Env, any) (*engine.OffsetStore, error) // nil: none alone
 }
 
 // ErrNoRawMode is returned when a kind without a raw mode is asked to be
@@ -235,6 +250,19 @@ func (k *SinkKind) ReadRaw(ctx context.Context, env Env, cfg any) (RawRead, erro
 		return RawRead{}, fmt.Errorf("%w: %q", ErrNoRawMode, k.kind)
 	}
 	return k.raw.read(ctx, env, cfg)
+}
+
+// HasStore reports whether the kind's offset store can be opened without
+// its raw mode (OpenStore).
+func (k *SinkKind) HasStore() bool { return k.raw != nil && k.raw.store != nil }
+
+// OpenStore opens the offset store beside the kind's raw with settings cfg
+// without opening the sink in raw mode (see RawMode.Store).
+func (k *SinkKind) OpenStore(ctx context.Context, env Env, cfg any) (*engine.OffsetStore, error) {
+	if !k.HasStore() {
+		return nil, fmt.Errorf("%w: %q: no offset store of its own", ErrNoRawMode, k.kind)
+	}
+	return k.raw.store(ctx, env, cfg)
 }
 
 // Where names the kind's raw with settings cfg for logs: its directory or

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weir-io/weir/internal/component"
 	"github.com/weir-io/weir/internal/config"
+	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
@@ -90,6 +91,16 @@ func (k kinds) readRaw(ctx context.Context, log *slog.Logger) (component.RawRead
 		return r, fmt.Errorf("open primary raw read-only (%s): %w", sk.Where(k.cfg.Sink.Settings()), err)
 	}
 	return r, nil
+}
+
+// openRawStore opens the offset store beside the [sink] without opening
+// it in raw mode, or returns nil when its kind keeps none of its own.
+func (k kinds) openRawStore(ctx context.Context, log *slog.Logger) (*engine.OffsetStore, error) {
+	sk, err := k.sinkKind(k.cfg.Sink)
+	if err != nil || !sk.HasStore() {
+		return nil, err
+	}
+	return sk.OpenStore(ctx, k.env(k.cfg.Sink.Type, log), k.cfg.Sink.Settings())
 }
 
 // rawWhere names the primary raw for logs.
