@@ -23,6 +23,11 @@ type SinkCaps struct {
 	// NOTHING, INSERT IGNORE). Otherwise the sink keeps the copy and
 	// readers deduplicate on weir_record_id.
 	Idempotent bool
+	// NonDurable: the kind can also commit without waiting for stable
+	// storage (no fdatasync, synchronous_commit = off), which it does when
+	// Env.NonDurable is set — for a [[secondary]] with durable = false.
+	// Without it, durable = false is refused for the kind.
+	NonDurable bool
 }
 
 // SinkParams is what a sink factory receives.

@@ -43,13 +43,17 @@ func (k kinds) sinkKind(sc config.SinkConfig) (*component.SinkKind, error) {
 }
 
 // openSink opens one sink as configured by sc — the [sink], or a
-// [[secondary]]'s, called name.
+// [[secondary]]'s, called name. A sink with durable = false (only ever a
+// secondary's: configuration refuses it for the [sink]) is told through
+// Env.NonDurable.
 func (k kinds) openSink(ctx context.Context, sc config.SinkConfig, name string, log *slog.Logger) (sink.Sink, error) {
 	sk, err := k.sinkKind(sc)
 	if err != nil {
 		return nil, err
 	}
-	s, err := sk.Open(ctx, k.env(name, log), sc.Settings())
+	env := k.env(name, log)
+	env.NonDurable = !sc.Durable
+	s, err := sk.Open(ctx, env, sc.Settings())
 	if err != nil {
 		return nil, fmt.Errorf("open %s sink: %w", sc.Type, err)
 	}

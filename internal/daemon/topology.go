@@ -100,6 +100,9 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 	var secs []engine.SecondaryConfig
 	for _, sc := range cfg.Secondaries {
 		secLog := log.With("component", "sink", "sink", sc.Name, "secondary", true)
+		if !sc.Sink.Durable {
+			secLog.Warn("secondary is not durable (durable = false): its commits do not wait for stable storage, so a power loss or crash of its host may lose records it acknowledged, and recovery will not send them again")
+		}
 		s, err := k.openSink(ctx, sc.Sink, sc.Name, secLog)
 		if err != nil {
 			// A secondary never gates the pipeline, not even at start: it
@@ -122,6 +125,7 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 		}
 		secs = append(secs, secCfg)
 		topo.Secondary(sc.Name)
+		topo.SecondaryDurable(sc.Name, sc.Sink.Durable)
 	}
 	return secs, nil
 }

@@ -1,0 +1,49 @@
+package filesink
+
+import (
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/weir-io/weir/internal/component"
+)
+
+// TestNoSync: with NoSync (a secondary with durable = false) a Commit
+// writes without fdatasync, and a file is fdatasynced once, when it is
+// finished, before its rename. Raw mode refuses NoSync.
+func TestNoSync(t *testing.T) {
+	dir := t.TempDir()
+	fs := newFaultFS()
+	s := open(t, Options{Dir: filepath.Join(dir, "b"), FS: fs, MaxBytes: 4096, NoSync: true})
+	defer s.Close()
+	commit(t, s, batch(0, 2, 10))
+	commit(t, s, batch(2, 1, 10))
+	commit(t, s, batch(3, 1, 5000)) // does not fit: the first file is finished
+	ops := strings.Join(fs.opList(), "\n")
+	want := `^create \S+\nwrite \S+\nsyncdir b\nwrite \S+\nsync \S+\nrename \S+ -> \S+\nsyncdir b\ncreate \S+\nwrite \S+\nsyncdir b\nsync \S+\nrename \S+ -> \S+\nsyncdir b$`
+	if !regexp.MustCompile(want).MatchString(ops) {
+		t.Errorf("ops:\n%s", ops)
+	}
+	got, err := ReadDirFS(fs, s.dir, true)
+	if err != nil || len(got) != 4 {
+		t.Fatalf("read back %d records, %v", len(got), err)
+	}
+	if _, err := New(context.Background(), Options{Dir: dir, Positions: true, NoSync: true}); err == nil {
+		t.Error("raw mode accepted NoSync")
+	}
+}
+
+// TestComponentNoSync: the kind asks for NoSync when it is opened for a
+// secondary with durable = false, never in raw mode.
+func TestComponentNoSync(t *testing.T) {
+	for _, tc := range []struct{ nonDurable, positions, want bool }{
+		{false, false, false}, {true, false, true}, {true, true, false},
+	} {
+		p := component.SinkParams[Config]{Env: component.Env{NonDurable: tc.nonDurable}, Config: &Config{Dir: "/d"}}
+		if got := options(p, tc.positions).NoSync; got != tc.want {
+			t.Errorf("NonDurable %v, positions %v: NoSync %v, want %v", tc.nonDurable, tc.positions, got, tc.want)
+		}
+	}
+}
