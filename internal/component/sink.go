@@ -25,8 +25,9 @@ type SinkCaps struct {
 	Idempotent bool
 	// NonDurable: the kind can also commit without waiting for stable
 	// storage (no fdatasync, synchronous_commit = off), which it does when
-	// Env.NonDurable is set — for a [[secondary]] with durable = false.
-	// Without it, durable = false is refused for the kind.
+	// Env.NonDurable is set — for a [[secondary]] with durable = false;
+	// the raw mode's factories never see it set. Without it,
+	// durable = false is refused for the kind.
 	NonDurable bool
 }
 
@@ -157,15 +158,17 @@ func (d Sink[C]) sinkKind() (*SinkKind, error) {
 		check:    problems(d.Check),
 	}
 	if r := d.Raw; r != nil {
+		// Raw is always durable: its factories never see NonDurable.
+		rawParams := func(env Env, cfg any) SinkParams[C] { env.NonDurable = false; return params(env, cfg) }
 		k.raw = &rawKind{
-			open:  func(ctx context.Context, env Env, cfg any) (RawSink, error) { return r.Open(ctx, params(env, cfg)) },
-			read:  func(ctx context.Context, env Env, cfg any) (RawRead, error) { return r.Read(ctx, params(env, cfg)) },
+			open:  func(ctx context.Context, env Env, cfg any) (RawSink, error) { return r.Open(ctx, rawParams(env, cfg)) },
+			read:  func(ctx context.Context, env Env, cfg any) (RawRead, error) { return r.Read(ctx, rawParams(env, cfg)) },
 			check: problems(r.Check),
 			where: func(cfg any) string { s.mustOwn(cfg); return r.Where(cfg.(*C)) },
 		}
 		if r.Store != nil {
 			k.raw.store = func(ctx context.Context, env Env, cfg any) (*engine.OffsetStore, error) {
-				return r.Store(ctx, params(env, cfg))
+				return r.Store(ctx, rawParams(env, cfg))
 			}
 		}
 	}

@@ -4,12 +4,24 @@ import (
 	"context"
 	"fmt"
 	"maps"
+
+	"github.com/weir-io/weir/source"
 )
 
 // Remove deletes the source's cursor, durably, before returning nil (the
 // file is replaced whole, as by Save). Removing a cursor the store does
 // not hold is a no-op.
 func (s *FileCursorStore) Remove(ctx context.Context, src string) error {
+	return s.update(ctx, func(next map[string]source.Cursor) bool {
+		_, ok := next[src]
+		delete(next, src)
+		return ok
+	})
+}
+
+// update applies change to a copy of the cursors and, when it reports a
+// change, writes the copy durably and makes it the store's.
+func (s *FileCursorStore) update(ctx context.Context, change func(next map[string]source.Cursor) bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("engine: cursor store: %w", err)
 	}
@@ -18,11 +30,10 @@ func (s *FileCursorStore) Remove(ctx context.Context, src string) error {
 	if s.broken != nil {
 		return s.broken
 	}
-	if _, ok := s.cursors[src]; !ok {
+	next := maps.Clone(s.cursors)
+	if !change(next) {
 		return nil
 	}
-	next := maps.Clone(s.cursors)
-	delete(next, src)
 	if err := s.write(encodeCursors(next)); err != nil {
 		return err
 	}

@@ -62,5 +62,5 @@ func Component() component.SinkDef {
 func options(p component.SinkParams[Config], positions bool) Options {
 	c := p.Config
 	return Options{FS: p.FS, Dir: c.Dir, MaxBytes: c.MaxBytes, MaxAge: c.MaxAge, MaxBatchSize: c.BatchRecords,
-		Positions: positions, NoSync: p.NonDurable && !positions, Logger: p.Logger}
+		Positions: positions, NoSync: p.NonDurable, Logger: p.Logger}
 }

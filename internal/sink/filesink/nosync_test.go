@@ -6,8 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/weir-io/weir/internal/component"
 )
 
 // TestNoSync: with NoSync (a secondary with durable = false) a Commit
@@ -32,18 +30,5 @@ func TestNoSync(t *testing.T) {
 	}
 	if _, err := New(context.Background(), Options{Dir: dir, Positions: true, NoSync: true}); err == nil {
 		t.Error("raw mode accepted NoSync")
-	}
-}
-
-// TestComponentNoSync: the kind asks for NoSync when it is opened for a
-// secondary with durable = false, never in raw mode.
-func TestComponentNoSync(t *testing.T) {
-	for _, tc := range []struct{ nonDurable, positions, want bool }{
-		{false, false, false}, {true, false, true}, {true, true, false},
-	} {
-		p := component.SinkParams[Config]{Env: component.Env{NonDurable: tc.nonDurable}, Config: &Config{Dir: "/d"}}
-		if got := options(p, tc.positions).NoSync; got != tc.want {
-			t.Errorf("NonDurable %v, positions %v: NoSync %v, want %v", tc.nonDurable, tc.positions, got, tc.want)
-		}
 	}
 }

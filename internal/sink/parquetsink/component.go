@@ -69,5 +69,5 @@ func options(p component.SinkParams[Config], positions bool) Options {
 	c := p.Config
 	return Options{FS: p.FS, Dir: c.Dir, MaxBytes: c.MaxBytes, MaxAge: c.MaxAge, MaxBatchSize: c.BatchRecords,
 		MaxPayloadBytes: int(c.MaxPayloadBytes), Compression: c.Compression, Positions: positions,
-		NoSync: p.NonDurable && !positions, Logger: p.Logger}
+		NoSync: p.NonDurable, Logger: p.Logger}
 }

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/weir-io/weir/internal/component"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/internal/vfs/errorfs"
 	"github.com/weir-io/weir/sink"
@@ -45,18 +44,5 @@ func TestNoSync(t *testing.T) {
 	checkAll(t, dir, append(append([]sink.Record(nil), a...), b...))
 	if _, err := New(context.Background(), Options{Dir: t.TempDir(), Positions: true, NoSync: true}); err == nil {
 		t.Error("raw mode accepted NoSync")
-	}
-}
-
-// TestComponentNoSync: the kind asks for NoSync when it is opened for a
-// secondary with durable = false, never in raw mode.
-func TestComponentNoSync(t *testing.T) {
-	for _, tc := range []struct{ nonDurable, positions, want bool }{
-		{false, false, false}, {true, false, true}, {true, true, false},
-	} {
-		p := component.SinkParams[Config]{Env: component.Env{NonDurable: tc.nonDurable}, Config: &Config{Dir: "/d"}}
-		if got := options(p, tc.positions).NoSync; got != tc.want {
-			t.Errorf("NonDurable %v, positions %v: NoSync %v, want %v", tc.nonDurable, tc.positions, got, tc.want)
-		}
 	}
 }

@@ -3,8 +3,6 @@ package pgsink
 import (
 	"context"
 	"testing"
-
-	"github.com/weir-io/weir/internal/component"
 )
 
 // TestAsyncCommit: with AsyncCommit (a secondary with durable = false)
@@ -36,18 +34,5 @@ func TestAsyncCommit(t *testing.T) {
 	}
 	if _, err := New(ctx, Options{DSN: e.dsn, Table: e.table, Positions: true, AsyncCommit: true}); err == nil {
 		t.Error("a raw table accepted AsyncCommit")
-	}
-}
-
-// TestComponentAsyncCommit: the kind asks for AsyncCommit when it is
-// opened for a secondary with durable = false, never in raw mode.
-func TestComponentAsyncCommit(t *testing.T) {
-	for _, tc := range []struct{ nonDurable, positions, want bool }{
-		{false, false, false}, {true, false, true}, {true, true, false},
-	} {
-		p := component.SinkParams[Config]{Env: component.Env{NonDurable: tc.nonDurable}, Config: &Config{}}
-		if got := options(p, tc.positions).AsyncCommit; got != tc.want {
-			t.Errorf("NonDurable %v, positions %v: AsyncCommit %v, want %v", tc.nonDurable, tc.positions, got, tc.want)
-		}
 	}
 }

@@ -92,7 +92,7 @@ func options(p component.SinkParams[Config], positions bool) Options {
 	c := p.Config
 	return Options{DSN: c.DSN, Table: c.Table, PayloadType: c.PayloadType, CreateTable: c.CreateTable,
 		MaxBatchSize: c.BatchRecords, Timeout: c.Timeout, Positions: positions, MetadataColumns: c.MetadataColumns,
-		AsyncCommit: p.NonDurable && !positions, Logger: p.Logger}
+		AsyncCommit: p.NonDurable, Logger: p.Logger}
 }
 
 // openRaw opens the table in raw mode with the offset store beside it.
