@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -84,6 +85,20 @@ func status(args []string, stdout, stderr io.Writer) int {
 	state := strings.Join(m.labelsWhere("weir_drain_state", "state", func(v float64) bool { return v == 1 }), ",")
 	fmt.Fprintf(stdout, "  drain:        %s; %s records delivered, %s retries\n", orDash(state),
 		num(m.sum("weir_records_delivered_total", nil)), num(m.sum("weir_drain_retries_total", nil)))
+	if !printSinks(stdout, m, fams) || state == "blocked_dead_letter_full" {
+		ok = false
+	}
+	printSecondaries(stdout, m)
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+// printSinks prints the [sink]'s health, its commits and the dead-letter
+// lane; it reports false when the sink is not healthy.
+func printSinks(stdout io.Writer, m metrics, fams map[string]*dto.MetricFamily) bool {
+	ok := true
 	for _, s := range m.series("weir_sink_health") {
 		if s.value == 1 {
 			fmt.Fprintf(stdout, "  sink %-8s %s\n", s.labels["sink"]+":", s.labels["state"])
@@ -111,13 +126,26 @@ func status(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "  dead letter:  %s files, %s%s; blocked %s times\n",
 		num(m.sum("weir_dead_letter_files", nil)), bytesH(dl), usage, num(m.sum("weir_dead_letter_full_total", nil)))
-	if state == "blocked_dead_letter_full" {
-		ok = false
+	return ok
+}
+
+// printSecondaries prints one line per [[secondary]]: whether it is
+// durable (durable = false is shown loudly: what it acknowledged may not
+// survive a power loss of its host, and recovery will not resend it), its
+// coverage and its lag.
+func printSecondaries(stdout io.Writer, m metrics) {
+	secs := slices.Clone(m.series("weir_secondary_durable"))
+	sort.Slice(secs, func(i, j int) bool { return secs[i].labels["sink"] < secs[j].labels["sink"] })
+	for _, s := range secs {
+		name := s.labels["sink"]
+		durable := "durable"
+		if s.value != 1 {
+			durable = "NOT durable (durable = false: acknowledged records may be lost with its host, and are not resent)"
+		}
+		by := map[string]string{"sink": name}
+		fmt.Fprintf(stdout, "  secondary %s: %s; coverage %s, lag %s positions\n", name, durable,
+			num(m.sum("weir_secondary_coverage_end", by)), num(m.sum("weir_secondary_lag_positions", by)))
 	}
-	if !ok {
-		return 1
-	}
-	return 0
 }
 
 func envOr(k, def string) string {

@@ -57,6 +57,10 @@ type Env struct {
 	Metrics prometheus.Registerer
 	// DataDir is the daemon's data_dir (absolute).
 	DataDir string
+	// NonDurable is set only for a [[secondary]] with durable = false,
+	// of a kind with the NonDurable capability: its commits need not
+	// wait for stable storage. Sources ignore it.
+	NonDurable bool
 }
 
 func (e Env) logger() *slog.Logger {

@@ -2,11 +2,13 @@ package component
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/weir-io/weir/internal/config/setting"
+	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
@@ -89,6 +91,45 @@ func TestRegistry(t *testing.T) {
 	}
 	if len(r2.Sinks()) != 3 || len(r.Sinks()) != 2 || r2.DefaultSink() != "a" {
 		t.Errorf("extend: %v %v", r2.SinkNames(), r.SinkNames())
+	}
+}
+
+// TestRawNeverNonDurable: a kind's factories see Env.NonDurable as given,
+// except those of its raw mode: raw is always durable.
+func TestRawNeverNonDurable(t *testing.T) {
+	var seen []bool
+	d := testSink("a")
+	d.Open = func(_ context.Context, p SinkParams[testConfig]) (sink.Sink, error) {
+		seen = append(seen, p.NonDurable)
+		return nil, nil
+	}
+	d.Raw = &RawMode[testConfig]{
+		Open: func(_ context.Context, p SinkParams[testConfig]) (RawSink, error) {
+			seen = append(seen, p.NonDurable)
+			return RawSink{}, nil
+		},
+		Read: func(_ context.Context, p SinkParams[testConfig]) (RawRead, error) {
+			seen = append(seen, p.NonDurable)
+			return RawRead{}, nil
+		},
+		Where: func(*testConfig) string { return "" },
+		Store: func(_ context.Context, p SinkParams[testConfig]) (*engine.OffsetStore, error) {
+			seen = append(seen, p.NonDurable)
+			return nil, nil
+		},
+	}
+	r, err := New(List{DefaultSink: "a", Sinks: []SinkDef{d}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := r.Sink("a")
+	env, ctx := Env{NonDurable: true}, context.Background()
+	k.Open(ctx, env, k.NewConfig())
+	k.OpenRaw(ctx, env, k.NewConfig())
+	k.ReadRaw(ctx, env, k.NewConfig())
+	k.OpenStore(ctx, env, k.NewConfig())
+	if fmt.Sprint(seen) != "[true false false false]" {
+		t.Errorf("NonDurable seen by Open, raw Open, Read, Store: %v", seen)
 	}
 }
 

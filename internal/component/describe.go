@@ -55,14 +55,14 @@ func yesNo(b bool) string {
 
 // SinkTable lists the sink kinds and their capabilities.
 func (r *Registry) SinkTable() Table {
-	t := Table{Header: []string{"sink kind", "primary raw", "durable", "idempotent", "fs seam", "what it is"}}
+	t := Table{Header: []string{"sink kind", "primary raw", "durable", "durable = false", "idempotent", "fs seam", "what it is"}}
 	for _, k := range r.sinks {
 		c := k.Caps()
 		name := k.Name()
 		if name == r.defaultSink {
 			name += " (default)"
 		}
-		t.Rows = append(t.Rows, []string{name, yesNo(k.PrimaryRaw()), yesNo(c.Durable), yesNo(c.Idempotent), yesNo(c.FSSeam), k.Summary()})
+		t.Rows = append(t.Rows, []string{name, yesNo(k.PrimaryRaw()), yesNo(c.Durable), yesNo(c.NonDurable), yesNo(c.Idempotent), yesNo(c.FSSeam), k.Summary()})
 	}
 	return t
 }
@@ -100,8 +100,9 @@ func KeyTable(prefix string, fields []Field, literal bool) Table {
 // mean.
 const CapabilityLegend = `primary raw: has a raw (position-numbered, replayable) mode, so may be the [sink] that [[secondary]] sinks are recovered from.
 durable: acknowledges only what is on stable storage.
+durable = false: as a [[secondary]] it can be told not to wait for stable storage (durable = false); refused for the others.
 idempotent: a replayed record is absorbed by its weir_record_id; otherwise copies are kept and readers deduplicate on it.
 fs seam: all its file I/O goes through weir's file-system seam (fault injection, crash simulation).
-position: who keeps the source's position (broker-managed, store-managed: weir's offset store).
+position: who keeps the source's position (broker-managed; store-managed: weir, beside the gate).
 own raw: its origin can be read again by position, so it may be its own primary raw (own_raw = true).
 per-record commit: can commit its position after every record instead of every batch.`

@@ -23,6 +23,12 @@ type SinkCaps struct {
 	// NOTHING, INSERT IGNORE). Otherwise the sink keeps the copy and
 	// readers deduplicate on weir_record_id.
 	Idempotent bool
+	// NonDurable: the kind can also commit without waiting for stable
+	// storage (no fdatasync, synchronous_commit = off), which it does when
+	// Env.NonDurable is set — for a [[secondary]] with durable = false;
+	// the raw mode's factories never see it set. Without it,
+	// durable = false is refused for the kind.
+	NonDurable bool
 }
 
 // SinkParams is what a sink factory receives.
@@ -62,6 +68,12 @@ type RawMode[C any] struct {
 	Check func(c *C) []Problem
 	// Where names the raw for logs (a directory, a table).
 	Where func(c *C) string
+	// Store opens the offset store beside raw without opening the sink
+	// in raw mode, holding nothing that needs closing (nil: the kind
+	// cannot). With gate = "raw" and no [[secondary]] the [sink] is not
+	// in raw mode, yet the sources' cursors live there, so adding a
+	// secondary later does not move them.
+	Store func(ctx context.Context, p SinkParams[C]) (*engine.OffsetStore, error)
 }
 
 // DirRaw is the raw mode of a sink that keeps raw in a directory, with the
@@ -95,6 +107,9 @@ func DirRaw[C any](dir func(*C) string,
 			return RawRead{Reader: r, Store: store, Close: closeReader}, nil
 		},
 		Where: dir,
+		Store: func(ctx context.Context, p SinkParams[C]) (*engine.OffsetStore, error) {
+			return engine.OpenOffsetStore(ctx, p.FS, dir(p.Config))
+		},
 	}
 }
 
@@ -143,11 +158,18 @@ func (d Sink[C]) sinkKind() (*SinkKind, error) {
 		check:    problems(d.Check),
 	}
 	if r := d.Raw; r != nil {
+		// Raw is always durable: its factories never see NonDurable.
+		rawParams := func(env Env, cfg any) SinkParams[C] { env.NonDurable = false; return params(env, cfg) }
 		k.raw = &rawKind{
-			open:  func(ctx context.Context, env Env, cfg any) (RawSink, error) { return r.Open(ctx, params(env, cfg)) },
-			read:  func(ctx context.Context, env Env, cfg any) (RawRead, error) { return r.Read(ctx, params(env, cfg)) },
+			open:  func(ctx context.Context, env Env, cfg any) (RawSink, error) { return r.Open(ctx, rawParams(env, cfg)) },
+			read:  func(ctx context.Context, env Env, cfg any) (RawRead, error) { return r.Read(ctx, rawParams(env, cfg)) },
 			check: problems(r.Check),
 			where: func(cfg any) string { s.mustOwn(cfg); return r.Where(cfg.(*C)) },
+		}
+		if r.Store != nil {
+			k.raw.store = func(ctx context.Context, env Env, cfg any) (*engine.OffsetStore, error) {
+				return r.Store(ctx, rawParams(env, cfg))
+			}
 		}
 	}
 	return k, nil
@@ -177,6 +199,7 @@ type rawKind struct {
 	read  func(context.Context, Env, any) (RawRead, error)
 	check func(any) []Problem
 	where func(any) string
+	store func(context.Context, Env, any) (*engine.OffsetStore, error) // nil: none alone
 }
 
 // ErrNoRawMode is returned when a kind without a raw mode is asked to be
@@ -235,6 +258,19 @@ func (k *SinkKind) ReadRaw(ctx context.Context, env Env, cfg any) (RawRead, erro
 		return RawRead{}, fmt.Errorf("%w: %q", ErrNoRawMode, k.kind)
 	}
 	return k.raw.read(ctx, env, cfg)
+}
+
+// HasStore reports whether the kind's offset store can be opened without
+// its raw mode (OpenStore).
+func (k *SinkKind) HasStore() bool { return k.raw != nil && k.raw.store != nil }
+
+// OpenStore opens the offset store beside the kind's raw with settings cfg
+// without opening the sink in raw mode (see RawMode.Store).
+func (k *SinkKind) OpenStore(ctx context.Context, env Env, cfg any) (*engine.OffsetStore, error) {
+	if !k.HasStore() {
+		return nil, fmt.Errorf("%w: %q: no offset store of its own", ErrNoRawMode, k.kind)
+	}
+	return k.raw.store(ctx, env, cfg)
 }
 
 // Where names the kind's raw with settings cfg for logs: its directory or

@@ -108,8 +108,12 @@ type Config struct {
 // SinkConfig chooses and configures a sink: the [sink], or a
 // [[secondary]]'s.
 type SinkConfig struct {
-	Type    string // sink.type: a registered sink kind
-	Durable bool   // sink.durable; must be true for the [sink]
+	Type string // sink.type: a registered sink kind
+	// Durable is sink.durable: always true for the [sink] (primary raw,
+	// or the gate's sink); a [[secondary]] of a kind with the NonDurable
+	// capability may set it false, and its commits then need not wait for
+	// stable storage.
+	Durable bool
 	// Kinds holds each kind's table ([sink.<kind>]) with its defaults
 	// filled in and paths made absolute, keyed by kind: the kind's own
 	// settings type (for "file", *filesink.Config). The [sink] holds every

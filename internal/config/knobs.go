@@ -374,7 +374,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 
 		enumKnob("sink.type", reg.DefaultSink(), reg.SinkNames(), "Which sink the drain delivers to. With [[secondary]] sinks it is primary raw and must have a raw mode ("+orList(reg.RawSinkNames())+").",
 			func(p *partial) **string { return &p.SinkType }, func(c *Config) *string { return &c.Sink.Type }),
-		boolKnob("sink.durable", true, "The [sink] acknowledges only what is on stable storage. It is the pipeline's primary raw (its system of record), so false is refused.",
+		boolKnob("sink.durable", true, "The [sink] acknowledges only what is on stable storage. It is the pipeline's primary raw (its system of record), so false is refused; a [[secondary]] of a kind that supports it may set durable = false (docs/topology.md).",
 			func(p *partial) **bool { return &p.SinkDurable }, func(c *Config) *bool { return &c.Sink.Durable }),
 
 		enumKnob("gate", DefaultGate, []string{"buffer", "raw"}, "What a [[source]] waits for before it commits its position: the write-ahead buffer's durable write (buffer), or the [sink]'s own durable commit with no write-ahead buffer at all (raw: no producers, no drain; records the sink refuses go to <data_dir>/quarantine/raw).",

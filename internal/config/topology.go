@@ -310,9 +310,11 @@ func topoErr(path, where, key, value, why string) error {
 func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error {
 	var errs []error
 	if !c.Sink.Durable {
-		k := knobByKey(ks, "sink.durable")
-		errs = append(errs, invalid(k, "false",
-			"the [sink] is the pipeline's primary raw, its system of record, and must be durable: nothing may be acknowledged before it is on stable storage"))
+		why := "the [sink] is the pipeline's primary raw, its system of record, and must be durable: nothing may be acknowledged before it is on stable storage"
+		if c.Gate == "raw" {
+			why = `the [sink] is the gate of the sources (gate = "raw") and the pipeline's primary raw: a source's position may move only once its records are on stable storage there`
+		}
+		errs = append(errs, invalid(knobByKey(ks, "sink.durable"), "false", why+" (only a [[secondary]] may set durable = false)"))
 	}
 	if topo == nil {
 		topo = &topologyTOML{}
@@ -417,9 +419,6 @@ func buildSecondarySink(ks []knob, c *Config, path, where, name string, st secon
 			errs = append(errs, topoErr(path, where, strings.TrimPrefix(k.Key, "sink."), k.value(tmp), why))
 		}
 	}
-	if !tmp.Sink.Durable {
-		errs = append(errs, topoErr(path, where, "durable", "false", "is not supported: every built-in sink acknowledges only what is on stable storage"))
-	}
 	typ := tmp.Sink.Type
 	for _, tbl := range st.present {
 		if typ != "" && tbl != typ {
@@ -429,6 +428,10 @@ func buildSecondarySink(ks []knob, c *Config, path, where, name string, st secon
 	sk, ok := reg.Sink(typ)
 	if !ok {
 		return SinkConfig{Durable: tmp.Sink.Durable}, errs
+	}
+	if !tmp.Sink.Durable && !sk.Caps().NonDurable {
+		errs = append(errs, topoErr(path, where, "durable", "false", fmt.Sprintf(
+			"is not supported by a %s sink: it has no way to commit without waiting for stable storage (see the kinds table), so it would still be durable; remove the key", typ)))
 	}
 	settings := tmp.Sink.Kinds[typ]
 	report := func(key, value, why string) { errs = append(errs, topoErr(path, where, typ+"."+key, value, why)) }

@@ -429,6 +429,29 @@ glob = "/x/*"`, []string{`raw_dir = "/r": is only used with own_raw = true`}},
 		{"primary raw not durable", `
 [sink]
 durable = false`, []string{`sink.durable = false: the [sink] is the pipeline's primary raw`}},
+		{"primary raw not durable, with a secondary that may be", `
+[sink]
+durable = false
+[[secondary]]
+name = "a"
+type = "file"
+durable = false`, []string{`sink.durable = false: the [sink] is the pipeline's primary raw`, `only a [[secondary]] may set durable = false`}},
+		{"the raw gate's sink not durable", `
+gate = "raw"
+[sink]
+durable = false
+[[source]]
+name = "f"
+type = "file"
+[source.file]
+glob = "/x/*"`, []string{`sink.durable = false: the [sink] is the gate of the sources (gate = "raw")`}},
+		{"secondary of a kind that cannot be non-durable", `
+[[secondary]]
+name = "my"
+type = "mysql"
+durable = false
+[secondary.mysql]
+dsn = "u@tcp(h)/db"`, []string{`[[secondary]] "my": durable = false: is not supported by a mysql sink`}},
 		{"source without name", `
 [[source]]
 type = "file"
@@ -588,5 +611,47 @@ max_line_bytes = "64KiB"
 	}
 	if f := c.Sources[1].Settings.(*filesrc.Config); f.MaxLineBytes != 64<<10 || f.PollInterval != filesrc.DefaultPollInterval {
 		t.Errorf("file: %+v", f)
+	}
+}
+
+// TestSecondaryNotDurable: durable = false is accepted for a secondary of
+// a kind that can honour it, kept per secondary, and true by default.
+func TestSecondaryNotDurable(t *testing.T) {
+	c, err, warns := loadTOML(t, `
+[[secondary]]
+name = "files"
+type = "file"
+durable = false
+
+[[secondary]]
+name = "pq"
+type = "parquet"
+durable = false
+
+[[secondary]]
+name = "pg"
+type = "postgres"
+durable = false
+[secondary.postgres]
+dsn = "postgres://u@h/db"
+
+[[secondary]]
+name = "kept"
+type = "file"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 0 {
+		t.Errorf("warnings: %v", warns)
+	}
+	want := map[string]bool{"files": false, "pq": false, "pg": false, "kept": true}
+	for _, sc := range c.Secondaries {
+		if sc.Sink.Durable != want[sc.Name] {
+			t.Errorf("secondary %q: durable %v, want %v", sc.Name, sc.Sink.Durable, want[sc.Name])
+		}
+	}
+	if !c.Sink.Durable {
+		t.Error("the [sink] is not durable")
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weir-io/weir/internal/component"
 	"github.com/weir-io/weir/internal/config"
+	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
@@ -42,13 +43,17 @@ func (k kinds) sinkKind(sc config.SinkConfig) (*component.SinkKind, error) {
 }
 
 // openSink opens one sink as configured by sc — the [sink], or a
-// [[secondary]]'s, called name.
+// [[secondary]]'s, called name. A sink with durable = false (only ever a
+// secondary's: configuration refuses it for the [sink]) is told through
+// Env.NonDurable.
 func (k kinds) openSink(ctx context.Context, sc config.SinkConfig, name string, log *slog.Logger) (sink.Sink, error) {
 	sk, err := k.sinkKind(sc)
 	if err != nil {
 		return nil, err
 	}
-	s, err := sk.Open(ctx, k.env(name, log), sc.Settings())
+	env := k.env(name, log)
+	env.NonDurable = !sc.Durable
+	s, err := sk.Open(ctx, env, sc.Settings())
 	if err != nil {
 		return nil, fmt.Errorf("open %s sink: %w", sc.Type, err)
 	}
@@ -90,6 +95,16 @@ func (k kinds) readRaw(ctx context.Context, log *slog.Logger) (component.RawRead
 		return r, fmt.Errorf("open primary raw read-only (%s): %w", sk.Where(k.cfg.Sink.Settings()), err)
 	}
 	return r, nil
+}
+
+// openRawStore opens the offset store beside the [sink] without opening
+// it in raw mode, or returns nil when its kind keeps none of its own.
+func (k kinds) openRawStore(ctx context.Context, log *slog.Logger) (*engine.OffsetStore, error) {
+	sk, err := k.sinkKind(k.cfg.Sink)
+	if err != nil || !sk.HasStore() {
+		return nil, err
+	}
+	return sk.OpenStore(ctx, k.env(k.cfg.Sink.Type, log), k.cfg.Sink.Settings())
 }
 
 // rawWhere names the primary raw for logs.

@@ -24,18 +24,19 @@ const (
 	sourceBackoffReset = time.Minute
 )
 
-// delivery is what the drain delivers to, and where store-managed sources
-// keep their cursors.
+// delivery is what the drain delivers to, the offset store beside raw
+// when there are secondaries, and where store-managed sources keep their
+// cursors.
 type delivery struct {
 	snk     sink.Sink
-	cursors source.CursorStore // nil until a source needs one
+	offsets *engine.OffsetStore // nil without secondaries
+	cursors source.CursorStore  // nil until a source needs one (openCursors)
 }
 
 // openDelivery opens the drain's sink. Without secondaries it is the
 // [sink], exactly as configured. With secondaries the [sink] is primary
 // raw, in its raw (positions) mode with the offset store beside it,
 // behind a fan-out that feeds the secondaries after raw's durable ack.
-// The offset store then also holds the sources' cursors.
 func openDelivery(ctx context.Context, cfg *config.Config, k kinds, log *slog.Logger, m *metrics.Metrics) (*delivery, error) {
 	if len(cfg.Secondaries) == 0 {
 		snk, err := k.openSink(ctx, cfg.Sink, cfg.Sink.Type, log.With("component", "sink", "sink", cfg.Sink.Type))
@@ -52,7 +53,7 @@ func openDelivery(ctx context.Context, cfg *config.Config, k kinds, log *slog.Lo
 	if err != nil {
 		return nil, errors.Join(err, raw.Sink.Close())
 	}
-	return &delivery{snk: fan, cursors: raw.Store}, nil
+	return &delivery{snk: fan, offsets: raw.Store}, nil
 }
 
 // startFanout starts a fan-out over what the caller set in raw — Raw, or
@@ -99,6 +100,9 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 	var secs []engine.SecondaryConfig
 	for _, sc := range cfg.Secondaries {
 		secLog := log.With("component", "sink", "sink", sc.Name, "secondary", true)
+		if !sc.Sink.Durable {
+			secLog.Warn("secondary is not durable (durable = false): its commits do not wait for stable storage, so a power loss or crash of its host may lose records it acknowledged, and recovery will not send them again")
+		}
 		s, err := k.openSink(ctx, sc.Sink, sc.Name, secLog)
 		if err != nil {
 			// A secondary never gates the pipeline, not even at start: it
@@ -121,6 +125,7 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 		}
 		secs = append(secs, secCfg)
 		topo.Secondary(sc.Name)
+		topo.SecondaryDurable(sc.Name, sc.Sink.Durable)
 	}
 	return secs, nil
 }
@@ -168,8 +173,8 @@ type sources struct {
 // through gate — the write-ahead buffer's, or with gate = "raw" the
 // sink's — so a position is committed only after the gate's durable
 // write, and is restarted with backoff when it stops with an error.
-// Store-managed sources keep their cursors in d.cursors, opened here in
-// data_dir when there is no offset store.
+// Store-managed sources keep their cursors in d.cursors, opened here
+// (openCursors: one place whatever the secondaries).
 func startSources(cfg *config.Config, k kinds, gate source.Gate, ingress source.Source, d *delivery, m *metrics.Metrics, log *slog.Logger) (*sources, error) {
 	s := &sources{}
 	topo := m.Topology()
@@ -177,19 +182,23 @@ func startSources(cfg *config.Config, k kinds, gate source.Gate, ingress source.
 	if ingress != nil {
 		srcs = append(srcs, ingress)
 	}
+	var stored []string // store-managed sources
 	for _, sc := range cfg.Sources {
 		src, err := k.newSource(context.Background(), sc, log, topo) // each source names itself in its logs
 		if err != nil {
 			return nil, fmt.Errorf("source %q: %w", sc.Name, err)
 		}
-		if src.Regime() == source.StoreManaged && d.cursors == nil {
-			cs, err := engine.OpenFileCursorStore(k.fs, cfg.DataDir, engine.DefaultCursorFile)
-			if err != nil {
-				return nil, fmt.Errorf("open source cursor store: %w", err)
-			}
-			d.cursors = cs
+		if src.Regime() == source.StoreManaged {
+			stored = append(stored, src.Name())
 		}
 		srcs = append(srcs, src)
+	}
+	if len(stored) > 0 {
+		cs, err := openCursors(context.Background(), cfg, k, d.offsets, stored, log.With("component", "source"))
+		if err != nil {
+			return nil, err
+		}
+		d.cursors = cs
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel

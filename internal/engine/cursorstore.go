@@ -114,21 +114,10 @@ func (s *FileCursorStore) Save(ctx context.Context, src string, c source.Cursor)
 	if len(src) > maxCursorNameLen {
 		return fmt.Errorf("engine: cursor store: source name of %d bytes", len(src))
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("engine: cursor store: %w", err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.broken != nil {
-		return s.broken
-	}
-	next := maps.Clone(s.cursors)
-	next[src] = slices.Clone(c)
-	if err := s.write(encodeCursors(next)); err != nil {
-		return err
-	}
-	s.cursors = next
-	return nil
+	return s.update(ctx, func(next map[string]source.Cursor) bool {
+		next[src] = slices.Clone(c)
+		return true
+	})
 }
 
 func (s *FileCursorStore) write(data []byte) error {

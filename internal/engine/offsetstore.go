@@ -33,7 +33,8 @@ type OffsetPersister interface {
 	// it to merge and persists what merge returns, excluding every other
 	// Update of the same store meanwhile. The new state is durable when
 	// Update returns nil; after an error the persisted state is the old
-	// one or the new one.
+	// one or the new one. What merge returns replaces the state whole: a
+	// cursor it lacks is deleted (OffsetStore.RemoveCursor).
 	Update(ctx context.Context, merge func(persisted *OffsetState) *OffsetState) error
 }
 
@@ -202,6 +203,13 @@ func (s *OffsetStore) Reload(ctx context.Context) error {
 
 // merge folds a persisted state into memory. s.mu must be held.
 func (s *OffsetStore) merge(st *OffsetState) {
+	// A cursor this process never saved is whatever is persisted: none,
+	// once another process removed it.
+	for name := range s.cursors {
+		if _, ok := st.Cursors[name]; !ok && !s.saved[name] {
+			delete(s.cursors, name)
+		}
+	}
 	for name, c := range st.Cursors {
 		if !s.saved[name] {
 			s.cursors[name] = c

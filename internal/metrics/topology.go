@@ -25,6 +25,7 @@ type Topology struct {
 	coverage    *prometheus.GaugeVec
 	lag         *prometheus.GaugeVec
 	missing     *prometheus.GaugeVec
+	durable     *prometheus.GaugeVec
 
 	srcWritten  *prometheus.CounterVec
 	srcCommits  *prometheus.CounterVec
@@ -52,6 +53,7 @@ func (m *Metrics) Topology() *Topology {
 		t.coverage = f.gaugeVec("weir_secondary_coverage_end", "End of the contiguous prefix of raw positions the secondary has durably received.", "sink")
 		t.lag = f.gaugeVec("weir_secondary_lag_positions", "Raw positions below raw's end the secondary has not durably received: queued for live delivery or missing.", "sink")
 		t.missing = f.gaugeVec("weir_secondary_missing_positions", "Raw positions below raw's end the secondary has not received (not counting those queued live).", "sink")
+		t.durable = f.gaugeVec("weir_secondary_durable", "1 when the secondary's commits wait for stable storage, 0 with durable = false (its coverage may then be ahead of what survives a power loss of its host).", "sink")
 		t.srcWritten = f.counterVec("weir_source_records_written_total", "Records a source wrote through its gate (durable there when counted: the write-ahead buffer, primary raw with gate = raw, or its own origin with own_raw).", "source")
 		t.srcCommits = f.counterVec("weir_source_position_commits_total", "Position commits a source made after a durable write (Kafka offset commits per partition, JetStream acks, file cursor saves).", "source")
 		t.srcRestarts = f.counterVec("weir_source_restarts_total", "Times a source stopped with an error and was restarted after a backoff.", "source")
@@ -76,6 +78,16 @@ func (t *Topology) Secondary(name string) {
 	t.coverage.WithLabelValues(name)
 	t.lag.WithLabelValues(name)
 	t.missing.WithLabelValues(name)
+}
+
+// SecondaryDurable sets weir_secondary_durable of a secondary: 1 when it
+// is durable, 0 with durable = false.
+func (t *Topology) SecondaryDurable(name string, durable bool) {
+	v := 0.0
+	if durable {
+		v = 1
+	}
+	t.durable.WithLabelValues(name).Set(v)
 }
 
 func pathLabel(recovery bool) string {

@@ -19,6 +19,8 @@ func TestTopologyObserver(t *testing.T) {
 		t.Fatal("Topology is not one value")
 	}
 	tp.Secondary("pg")
+	tp.SecondaryDurable("pg", false)
+	tp.SecondaryDurable("copy", true)
 	if n, _ := testutil.GatherAndCount(reg, "weir_recovery_backlog"); n != 1 {
 		t.Fatalf("weir_recovery_backlog: %d series", n)
 	}
@@ -56,6 +58,8 @@ func TestTopologyObserver(t *testing.T) {
 		{testutil.ToFloat64(tp.coverage.WithLabelValues("pg")), 100, "coverage"},
 		{testutil.ToFloat64(tp.lag.WithLabelValues("pg")), 20, "lag"},
 		{testutil.ToFloat64(tp.missing.WithLabelValues("pg")), 15, "missing"},
+		{testutil.ToFloat64(tp.durable.WithLabelValues("pg")), 0, "not durable"},
+		{testutil.ToFloat64(tp.durable.WithLabelValues("copy")), 1, "durable"},
 		{testutil.ToFloat64(tp.backlog), 20, "backlog"},
 		{testutil.ToFloat64(tp.srcWritten.WithLabelValues("k")), 9, "written"},
 		{testutil.ToFloat64(tp.srcCommits.WithLabelValues("k")), 1, "commits"},

@@ -30,7 +30,7 @@ func Component() component.SinkDef {
 	return component.Sink[Config]{
 		Name:    Kind,
 		Summary: "newline-delimited JSON files in a directory, fdatasynced per commit",
-		Caps:    component.SinkCaps{FSSeam: true, Durable: true},
+		Caps:    component.SinkCaps{FSSeam: true, Durable: true, NonDurable: true},
 		Fields: []component.Field{
 			component.Key("dir", setting.Path(), "", "Directory the file sink writes its NDJSON files to.",
 				func(c *Config) *string { return &c.Dir }, component.Dir(DefaultDirName)),
@@ -62,5 +62,5 @@ func Component() component.SinkDef {
 func options(p component.SinkParams[Config], positions bool) Options {
 	c := p.Config
 	return Options{FS: p.FS, Dir: c.Dir, MaxBytes: c.MaxBytes, MaxAge: c.MaxAge, MaxBatchSize: c.BatchRecords,
-		Positions: positions, Logger: p.Logger}
+		Positions: positions, NoSync: p.NonDurable, Logger: p.Logger}
 }

@@ -40,6 +40,11 @@
 // every new file, which is not started while maxLitter such files remain
 // (Commit fails transient, saying why).
 //
+// With Options.NoSync (a [[secondary]] with durable = false) a Commit is
+// not fdatasynced: it returns once the lines are written, so a power loss
+// (not a crash of the process) may lose the batches of the open file; a
+// file is fdatasynced when it is finished, before the rename.
+//
 // Delivery is at least once, and this sink keeps duplicates: a retried
 // batch, or a batch replayed after a crash, appears again. Every delivery of
 // a record carries the same weir_record_id; readers deduplicate on it.
@@ -152,6 +157,11 @@ type Options struct {
 	// sink numbers its records and can read them back by position. A
 	// directory is written in one mode only.
 	Positions bool
+	// NoSync skips the fdatasync of each Commit (a [[secondary]] with
+	// durable = false): a committed batch may be lost by a power loss
+	// until its file is finished, which fdatasyncs it before the rename.
+	// Not with Positions: raw is always durable.
+	NoSync bool
 }
 
 // Sink writes records to NDJSON files. It implements sink.Sink.
@@ -202,6 +212,9 @@ var _ sink.Raw = (*Sink)(nil)
 func New(ctx context.Context, opts Options) (*Sink, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("filesink: no directory")
+	}
+	if opts.NoSync && opts.Positions {
+		return nil, errors.New("filesink: raw mode is always durable (NoSync with Positions)")
 	}
 	if opts.FS == nil {
 		opts.FS = vfs.OS
@@ -333,7 +346,7 @@ func (s *Sink) commit(b sink.Batch) error {
 		s.abandon(err)
 		return fmt.Errorf("filesink: write %s: %w", cur.base+SuffixOpen, err)
 	}
-	if err := cur.f.Sync(); err != nil {
+	if err := s.syncCommit(cur); err != nil {
 		s.abandon(err)
 		return fmt.Errorf("filesink: fdatasync %s: %w", cur.base+SuffixOpen, err)
 	}
@@ -398,15 +411,30 @@ func (s *Sink) newFile(now time.Time) (*openFile, error) {
 	return &openFile{f: f, base: base, created: now}, nil
 }
 
-// finish renames the current file to .ndjson. Its data is already synced.
-// Errors are logged and make the sink degraded; the file is dropped either
-// way (a file left .open is finished by the next recovery).
+// syncCommit makes a commit's write durable, unless NoSync.
+func (s *Sink) syncCommit(cur *openFile) error {
+	if s.opts.NoSync {
+		return nil
+	}
+	return cur.f.Sync()
+}
+
+// finish renames the current file to .ndjson. Its data is already synced
+// (with NoSync it is synced here). Errors are logged and make the sink
+// degraded; the file is dropped either way (a file left .open is finished
+// by the next recovery).
 func (s *Sink) finish(why string) error {
 	cur := s.cur
 	s.cur = nil
 	open := filepath.Join(s.dir, cur.base+SuffixOpen)
 	done := filepath.Join(s.dir, cur.base+SuffixDone)
-	err := cur.f.Close()
+	var err error
+	if s.opts.NoSync {
+		err = cur.f.Sync()
+	}
+	if cerr := cur.f.Close(); err == nil {
+		err = cerr
+	}
 	if err == nil {
 		err = s.fs.Rename(open, done)
 	}

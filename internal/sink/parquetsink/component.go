@@ -32,7 +32,7 @@ func Component() component.SinkDef {
 	return component.Sink[Config]{
 		Name:    Kind,
 		Summary: "Parquet files (zstd) built from a synced staging log",
-		Caps:    component.SinkCaps{FSSeam: true, Durable: true},
+		Caps:    component.SinkCaps{FSSeam: true, Durable: true, NonDurable: true},
 		Fields: []component.Field{
 			component.Key("dir", setting.Path(), "", "Directory the Parquet sink writes its files (and their staging logs) to.",
 				func(c *Config) *string { return &c.Dir }, component.Dir(DefaultDirName)),
@@ -68,5 +68,6 @@ func Component() component.SinkDef {
 func options(p component.SinkParams[Config], positions bool) Options {
 	c := p.Config
 	return Options{FS: p.FS, Dir: c.Dir, MaxBytes: c.MaxBytes, MaxAge: c.MaxAge, MaxBatchSize: c.BatchRecords,
-		MaxPayloadBytes: int(c.MaxPayloadBytes), Compression: c.Compression, Positions: positions, Logger: p.Logger}
+		MaxPayloadBytes: int(c.MaxPayloadBytes), Compression: c.Compression, Positions: positions,
+		NoSync: p.NonDurable, Logger: p.Logger}
 }

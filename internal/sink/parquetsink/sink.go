@@ -34,6 +34,10 @@
 //     removed. A .parquet file is therefore only ever visible complete, and
 //     it never changes again.
 //
+// With Options.NoSync (a [[secondary]] with durable = false) the stage is
+// not fdatasynced at each Commit: a power loss (not a crash of the
+// process) may lose the batches staged since the last Parquet file.
+//
 // Each record is written twice (stage, then Parquet); in exchange a commit
 // costs one append and one fdatasync, and the Parquet files are as large as
 // MaxBytes allows instead of one small file per batch.
@@ -189,6 +193,11 @@ type Options struct {
 	// committed record gets a position and the sink implements sink.Raw.
 	// A raw-mode directory has exactly one writer.
 	Positions bool
+	// NoSync skips the fdatasync of the stage at each Commit (a
+	// [[secondary]] with durable = false): a committed batch may be lost
+	// by a power loss until its stage becomes a Parquet file, which is
+	// fdatasynced. Not with Positions: raw is always durable.
+	NoSync bool
 }
 
 // Sink writes records to Parquet files. It implements sink.Sink.
@@ -250,6 +259,9 @@ var (
 func New(ctx context.Context, opts Options) (*Sink, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("parquetsink: no directory")
+	}
+	if opts.NoSync && opts.Positions {
+		return nil, errors.New("parquetsink: raw mode is always durable (NoSync with Positions)")
 	}
 	if opts.FS == nil {
 		opts.FS = vfs.OS
@@ -458,7 +470,7 @@ func (s *Sink) commit(b sink.Batch) (sink.CommitResult, uint64, error) {
 		s.abandon(err)
 		return sink.CommitResult{}, 0, fmt.Errorf("parquetsink: write %s: %w", cur.base+SuffixStage, err)
 	}
-	if err := cur.f.Sync(); err != nil {
+	if err := s.syncStage(cur); err != nil {
 		s.abandon(err)
 		return sink.CommitResult{}, 0, fmt.Errorf("parquetsink: fdatasync %s: %w", cur.base+SuffixStage, err)
 	}
@@ -579,6 +591,14 @@ func (s *Sink) settle() {
 	}
 	clear(s.pending[len(kept):])
 	s.pending = kept
+}
+
+// syncStage makes a commit's stage append durable, unless NoSync.
+func (s *Sink) syncStage(cur *stage) error {
+	if s.opts.NoSync {
+		return nil
+	}
+	return cur.f.Sync()
 }
 
 // abandon gives up on the current stage after a failed write or sync. Its

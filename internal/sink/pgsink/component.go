@@ -37,7 +37,7 @@ func Component() component.SinkDef {
 	return component.Sink[Config]{
 		Name:    Kind,
 		Summary: "rows in a PostgreSQL table, idempotent on weir_record_id; as primary raw, with weir_position and the offset store in the same transaction",
-		Caps:    component.SinkCaps{Durable: true, Idempotent: true},
+		Caps:    component.SinkCaps{Durable: true, Idempotent: true, NonDurable: true},
 		Fields: []component.Field{
 			component.Key("dsn", setting.Secret(`a libpq URL or key=value string; required when sink.type is "postgres"`), "",
 				"PostgreSQL connection string, such as postgres://weir@db:5432/ingest?sslmode=verify-full. Holds the password if any; never logged.",
@@ -91,7 +91,8 @@ func Component() component.SinkDef {
 func options(p component.SinkParams[Config], positions bool) Options {
 	c := p.Config
 	return Options{DSN: c.DSN, Table: c.Table, PayloadType: c.PayloadType, CreateTable: c.CreateTable,
-		MaxBatchSize: c.BatchRecords, Timeout: c.Timeout, Positions: positions, MetadataColumns: c.MetadataColumns, Logger: p.Logger}
+		MaxBatchSize: c.BatchRecords, Timeout: c.Timeout, Positions: positions, MetadataColumns: c.MetadataColumns,
+		AsyncCommit: p.NonDurable, Logger: p.Logger}
 }
 
 // openRaw opens the table in raw mode with the offset store beside it.

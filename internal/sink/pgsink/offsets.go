@@ -104,6 +104,9 @@ func (o *pgOffsets) Update(ctx context.Context, merge func(*engine.OffsetState) 
 		return err
 	}
 	next := merge(st)
+	if err := o.deleteCursors(ctx, tx, st, next); err != nil {
+		return err
+	}
 	var kinds, names []string
 	var values [][]byte
 	for name, c := range next.Cursors {
@@ -124,6 +127,27 @@ func (o *pgOffsets) Update(ctx context.Context, merge func(*engine.OffsetState) 
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return classify("offset store: commit", err, false)
+	}
+	return nil
+}
+
+// deleteCursors deletes the cursor rows of persisted that next no longer
+// holds (a cursor the store removed: OffsetStore.RemoveCursor), in the
+// update's transaction.
+func (o *pgOffsets) deleteCursors(ctx context.Context, tx pgx.Tx, persisted, next *engine.OffsetState) error {
+	var gone []string
+	for name := range persisted.Cursors {
+		if _, ok := next.Cursors[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE raw_table = $1 AND kind = '%s' AND name = ANY($2::text[])`, o.s.offsets, kindCursor),
+		o.s.table, gone)
+	if err != nil {
+		return classify("offset store: delete cursors", err, false)
 	}
 	return nil
 }

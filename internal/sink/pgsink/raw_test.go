@@ -296,4 +296,17 @@ func TestRawOffsetStore(t *testing.T) {
 		t.Fatalf("after Clamp(5): %v", &pg)
 	}
 	var _ engine.CoverageStore = d
+	// A removed cursor's row is deleted: b, which read it before, does
+	// not write it back, and a new store does not see it.
+	if err := d.RemoveCursor(ctx, "files"); err != nil {
+		t.Fatal(err)
+	}
+	b.Cover("pg", 0, 1)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := s.OffsetStore(ctx)
+	if cur, _ := f.Load(ctx, "files"); cur != nil {
+		t.Fatalf("removed cursor reads back as %q", cur)
+	}
 }

@@ -114,6 +114,9 @@
 // Commit returns after COMMIT succeeded. Each connection turns
 // synchronous_commit back on when the server or role default is off, so a
 // committed batch is flushed to the server's WAL before Commit returns.
+// With Options.AsyncCommit (a [[secondary]] with durable = false) each
+// connection sets it off instead: the server stays consistent after a
+// crash, but may have lost the last transactions it acknowledged.
 package pgsink
 
 import (
@@ -196,6 +199,12 @@ type Options struct {
 	// a weir_position, numbered by the raw end row of the offsets table in
 	// the same transaction. The payload must be bytea.
 	Positions bool
+	// AsyncCommit runs the sink's transactions with synchronous_commit =
+	// off (a [[secondary]] with durable = false): COMMIT returns before the
+	// server flushed its WAL, so a crash of the server may lose the last
+	// transactions it acknowledged (at most about three times its
+	// wal_writer_delay). Not with Positions: raw is always durable.
+	AsyncCommit bool
 	// Logger receives lifecycle events and rejected records; nil discards.
 	Logger *slog.Logger
 }
@@ -234,6 +243,9 @@ var _ sink.Sink = (*Sink)(nil)
 
 // New connects, creates or checks the table, and returns the sink.
 func New(ctx context.Context, opts Options) (*Sink, error) {
+	if opts.AsyncCommit && opts.Positions {
+		return nil, errors.New("pgsink: a raw table is always durable (AsyncCommit with Positions)")
+	}
 	if opts.PayloadType == "" {
 		opts.PayloadType = PayloadBytea
 	}
@@ -301,6 +313,10 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	}
 	cfg.MinConns = 0
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if opts.AsyncCommit {
+			_, err := c.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', false)`)
+			return err
+		}
 		_, err := c.Exec(ctx, `SELECT set_config('synchronous_commit', 'on', false)
 			WHERE current_setting('synchronous_commit') = 'off'`)
 		return err

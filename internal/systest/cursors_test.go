@@ -1,0 +1,90 @@
+package systest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFileSourceCursorAcrossSecondaries: a file source's cursor stays
+// where it is when a [[secondary]] is added and when it is removed again.
+// The daemon reads N lines with no secondary and stops; restarted with a
+// secondary it must not read them again, nor, restarted without it, the
+// lines it read meanwhile. Every stop is clean, so every line is in the
+// [sink] exactly once. With the write-ahead buffer as gate the cursor is
+// in data_dir; with gate = "raw" in the offset store beside the [sink].
+func TestFileSourceCursorAcrossSecondaries(t *testing.T) {
+	for _, tc := range []struct {
+		name, gate string
+	}{
+		{"buffer", "buffer"},
+		{"raw", "raw"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logDir := t.TempDir()
+			source := fmt.Sprintf(`gate = %q
+[[source]]
+name = "applog"
+type = "file"
+[source.file]
+glob = %q
+poll_interval = "50ms"
+max_batch_records = 100
+`, tc.gate, filepath.Join(logDir, "*.log"))
+			const secondary = `
+[[secondary]]
+name = "copy"
+type = "file"
+`
+			cfgPath := writeConfig(t, source)
+			d := newDaemon(t, "--config", cfgPath, "--coverage-flush-interval", "50ms")
+			start := func() {
+				if tc.gate == "raw" {
+					d.startNoSocket() // no write-ahead buffer, no producer socket
+				} else {
+					d.start()
+				}
+			}
+			lg := newGrowingLog(t, filepath.Join(logDir, "app.log"), "line")
+			defer lg.close()
+			for i, phase := range []struct {
+				what  string
+				toml  string
+				lines int
+			}{
+				{"no secondary", source, 1500},
+				{"a secondary added", source + secondary, 700},
+				{"the secondary removed", source, 400},
+			} {
+				if err := os.WriteFile(cfgPath, []byte(phase.toml), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				start()
+				lg.write(phase.lines)
+				waitDelivered(t, d, lg.want, 60*time.Second)
+				if err := d.stop(30 * time.Second); err != nil {
+					t.Fatalf("phase %d (%s): stop: %v\n%s", i+1, phase.what, err, tail(d.log.String(), 4000))
+				}
+				got := sinkPayloads(t, d.outDir())
+				var twice []string
+				extra := 0
+				for p, n := range got {
+					if !lg.want[p] {
+						extra++
+					}
+					if n > 1 {
+						twice = append(twice, p)
+					}
+				}
+				if extra > 0 || len(twice) > 0 {
+					t.Fatalf("phase %d (%s): %d of %d lines in the sink more than once (e.g. %s), %d unknown payloads: the source read them again",
+						i+1, phase.what, len(twice), len(lg.want), strings.Join(twice[:min(3, len(twice))], ", "), extra)
+				}
+				t.Logf("phase %d (%s): %d lines, each once", i+1, phase.what, len(lg.want))
+			}
+		})
+	}
+}
