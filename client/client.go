@@ -52,6 +52,8 @@ type Client struct {
 	win  *window
 	prod *Producer
 	sess atomic.Pointer[session] // what the current (or last) connection negotiated
+	// resent counts the records sent again after a reconnect.
+	resent atomic.Uint64
 
 	wake chan struct{} // cap 1: the send queue has work
 	kill chan struct{} // closed to stop the connection loop at once
@@ -124,6 +126,12 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 
 // Producer is the client's producer: its id and sequence counter.
 func (c *Client) Producer() *Producer { return c.prod }
+
+// Resent is how many records this client has sent again after a reconnect
+// because their answer had not arrived: with wire version 2 each keeps its
+// record id, so the copies the daemon may have stored already are the same
+// record to every sink.
+func (c *Client) Resent() uint64 { return c.resent.Load() }
 
 // ProtocolVersion is the wire version the client's current (or last)
 // connection negotiated: 2, or 1 with a daemon that speaks only that.
@@ -430,12 +438,14 @@ func (c *Client) serve(conn net.Conn, sess session) bool {
 		c.queue = append(c.queue, r)
 	}
 	slices.SortFunc(c.queue, func(a, b *request) int { return compareID(a.id, b.id) })
-	resend := 0
+	resend, records := 0, 0
 	for _, r := range c.queue {
 		if r.sentGen != 0 {
 			resend++
+			records += r.records
 		}
 	}
+	c.resent.Add(uint64(records))
 	failed := c.downgradeQueueLocked(sess.version)
 	c.mu.Unlock()
 	for _, r := range failed {

@@ -107,6 +107,10 @@ func TestResendKeepsSequenceAndEventTime(t *testing.T) {
 	if resent == 0 {
 		t.Fatal("nothing was resent")
 	}
+	// Each resent request held two records.
+	if got := c.Resent(); got != uint64(2*resent) {
+		t.Errorf("Resent() = %d, the server saw %d records resent", got, 2*resent)
+	}
 	// Every record has one sequence number, and no number is used twice.
 	used := map[uint64]string{}
 	for p, ss := range seqs(t, s, rs) {

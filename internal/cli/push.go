@@ -23,8 +23,9 @@ const pushUsage = `Usage: weir push [flags] < records
 
 Reads newline-delimited records from stdin (empty lines are skipped) and
 pushes them to a running daemon. Prints "acked N nacked M" at the end, and
-each refused record's line number and Nack code on stderr. Exits 0 only if
-every record was acked.
+on stderr each refused record's line number and Nack code, and how many
+records were resent after a reconnect ("resent N records after
+reconnects"). Exits 0 only if every record was acked.
 
 All connections push as one idempotent producer (wire protocol version 2):
 each line is numbered once, and what is resent after a reconnect (the
@@ -91,6 +92,9 @@ func push(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	res, err := runPush(ctx, f, tier, stdin, stderr)
 	fmt.Fprintf(stdout, "acked %d nacked %d\n", res.acked.Load(), res.nacked.Load())
+	if res.resent > 0 {
+		fmt.Fprintf(stderr, "resent %d records after reconnects\n", res.resent)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "weir push: %v\n", err)
 		return 1
@@ -103,6 +107,7 @@ func push(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 type pushResult struct {
 	acked, nacked atomic.Int64
+	resent        uint64 // records sent again after a reconnect
 }
 
 // chunk is up to --batch consecutive lines; first is the first's line number.
@@ -181,6 +186,7 @@ func runPush(ctx context.Context, f pushFlags, tier client.Durability, stdin io.
 		if err := c.Close(ctx); err != nil && !errors.Is(err, client.ErrClosed) {
 			setErr(fmt.Errorf("waiting for acks: %w", err))
 		}
+		res.resent += c.Resent()
 	}
 	if ctx.Err() != nil {
 		setErr(ctx.Err())

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -181,7 +183,31 @@ func TestIdempotentPushKill9(t *testing.T) {
 	killMidPush(t, d, idemRecords/10, p.running)
 	p.wait(t, idemRecords, 180*time.Second)
 	dups := checkOneIDPerPayload(t, d, want)
-	t.Logf("%d records pushed across a kill -9; %d payloads stored more than once, each under one id", idemRecords, dups)
+	requireResends(t, p.resent(), dups)
+	t.Logf("%d records pushed across a kill -9; %d resent, %d payloads stored more than once, each under one id", idemRecords, p.resent(), dups)
+}
+
+// requireResends fails a test whose kill made nothing worth checking: no
+// record was resent, or (dups >= 0) none was stored twice — a version-1
+// producer would pass such a run too.
+func requireResends(t *testing.T, resent uint64, dups int) {
+	t.Helper()
+	if resent == 0 {
+		t.Fatal("the producer resent nothing after the kill: the run proves nothing about resends")
+	}
+	if dups == 0 {
+		t.Fatal("no resent record had been stored before the kill: the run proves nothing about their ids")
+	}
+}
+
+// resent is what `weir push` reported resending after reconnects.
+func (p *pushProc) resent() uint64 {
+	m := regexp.MustCompile(`resent (\d+) records after reconnects`).FindStringSubmatch(p.out.String())
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(m[1], 10, 64)
+	return n
 }
 
 // TestIdempotentClientKill9 is the same with the client library's async
@@ -197,11 +223,13 @@ func TestIdempotentClientKill9(t *testing.T) {
 	var handed sync.WaitGroup
 	var closed sync.WaitGroup
 	ctx := ctxTimeout(t, 180*time.Second)
+	var cs []*client.Client
 	for k := range clients {
 		c, err := client.Dial(ctx, d.socket, client.WithWindow(256), client.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
+		cs = append(cs, c)
 		handed.Add(1)
 		closed.Add(1)
 		recs := make([][]byte, 0, per)
@@ -228,7 +256,12 @@ func TestIdempotentClientKill9(t *testing.T) {
 		t.Fatalf("acked %d of %d; nacks %v; other errors %d", n, idemRecords, l.nacked, l.other)
 	}
 	dups := checkOneIDPerPayload(t, d, want)
-	t.Logf("%d records pushed across a kill -9; %d payloads stored more than once, each under one id", idemRecords, dups)
+	var resent uint64
+	for _, c := range cs {
+		resent += c.Resent()
+	}
+	requireResends(t, resent, dups)
+	t.Logf("%d records pushed across a kill -9; %d resent, %d payloads stored more than once, each under one id", idemRecords, resent, dups)
 }
 
 // pushAll hands recs to c in frames of 1 to 4 records; every third frame
@@ -279,5 +312,8 @@ func TestIdempotentPostgresKill9(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("%d records pushed across a kill -9, each in Postgres exactly once", idemRecords)
+	if p.resent() == 0 {
+		t.Fatal("the producer resent nothing after the kill: the run proves nothing about resends")
+	}
+	t.Logf("%d records pushed across a kill -9 (%d resent), each in Postgres exactly once", idemRecords, p.resent())
 }
