@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -22,9 +24,13 @@ var testSupport = []string{
 // daemon. (The faultinject build tag adds errorfs on purpose; this checks
 // the default build.)
 func TestDaemonBuildHasNoTestSupport(t *testing.T) {
+	// go test runs with its toolchain's go on PATH; fall back to GOROOT's.
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("go is not on PATH")
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+		if _, serr := os.Stat(goTool); serr != nil {
+			t.Fatalf("no go command to list the daemon's dependencies with: %v; %v", err, serr)
+		}
 	}
 	out, err := exec.Command(goTool, "list", "-deps", ".").CombinedOutput()
 	if err != nil {
