@@ -154,6 +154,19 @@ func checkHeader(info SegmentInfo, id int, seq uint64) error {
 // written and synced, and the file renamed. A segment whose creation was
 // interrupted (no complete header and nothing after it) or that holds no
 // record is removed. It reports whether the segment was kept.
+// RecoveryObserver is an optional extension of Observer: an Observer that
+// also implements it is told of every torn tail Open cuts from an open
+// segment.
+type RecoveryObserver interface {
+	// TailCut reports a cut: kept records stay, and validAfter complete,
+	// valid records were found after the bad frame and dropped with it.
+	// Those are normally the rest of a batch that was never synced (a
+	// power loss that wrote pages out of order); they can also be the only
+	// trace of damage inside the last synced batch, which sync marks
+	// cannot prove (docs/wab_format.md, Recovery).
+	TailCut(shard int, kept, validAfter int)
+}
+
 func (l *Log) recoverOpen(path string, id int, seq uint64) (bool, error) {
 	fsys := l.fs
 	dir := filepath.Dir(path)
@@ -212,6 +225,9 @@ func (l *Log) recoverOpen(path string, id int, seq uint64) (bool, error) {
 				"path", path, "offset", info.RecordsEnd, "discarded_bytes", info.Size-info.RecordsEnd,
 				"records_kept", info.Records, "unsynced_records_discarded", info.RecordsAfter,
 				"reason", info.Corruption.Reason)
+			if ro, ok := l.obs.(RecoveryObserver); ok {
+				ro.TailCut(id, int(info.Records), int(info.RecordsAfter))
+			}
 		}
 		if err := truncateAndSeal(f, path, info, true); err != nil {
 			return false, fmt.Errorf("wab: recover: %w", err)

@@ -66,6 +66,12 @@ func openSegmentImage(t *testing.T, reqs []Durability, perReq int) (string, []by
 // reopen writes data as the open segment of a copy of dir and runs Open.
 func reopen(t *testing.T, src string, data []byte) (string, []readRec, error) {
 	t.Helper()
+	return reopenObserved(t, src, data, nil)
+}
+
+// reopenObserved is reopen with an Observer given to Open.
+func reopenObserved(t *testing.T, src string, data []byte, obs Observer) (string, []readRec, error) {
+	t.Helper()
 	dir := t.TempDir()
 	copyFile(t, filepath.Join(src, "INSTANCE"), filepath.Join(dir, "INSTANCE"))
 	path := filepath.Join(dir, "shard-000", SegmentName(1))
@@ -75,12 +81,29 @@ func reopen(t *testing.T, src string, data []byte) (string, []readRec, error) {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := Open(context.Background(), testOpts(dir))
+	opts := testOpts(dir)
+	if obs != nil {
+		opts.Observer = obs
+	}
+	l, err := Open(context.Background(), opts)
 	if err != nil {
 		return path, nil, err
 	}
 	mustClose(t, l)
 	return path, readAllSealed(t, nil, dir), nil
+}
+
+// cutObserver records the torn tails Open reports.
+type cutObserver struct {
+	cuts [][2]int // kept, validAfter
+}
+
+func (o *cutObserver) Batch(int, int, int, time.Duration) {}
+func (o *cutObserver) Sealed(SegmentRef, uint64, int64)   {}
+func (o *cutObserver) QueueDepth(int, int)                {}
+
+func (o *cutObserver) TailCut(_ int, kept, validAfter int) {
+	o.cuts = append(o.cuts, [2]int{kept, validAfter})
 }
 
 // TestOpenSegmentDamageRefused: damage in the middle of an open segment,
@@ -170,12 +193,18 @@ func TestOpenSegmentTornTailCut(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, recs, err := reopen(t, src, c.image())
+			obs := &cutObserver{}
+			_, recs, err := reopenObserved(t, src, c.image(), obs)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
 			if len(recs) != c.want {
 				t.Fatalf("recovered %d records, want %d", len(recs), c.want)
+			}
+			// The observer hears of the cut; the pages written after a
+			// lost one are valid records dropped with it.
+			if len(obs.cuts) != 1 || obs.cuts[0][0] != c.want || (c.want == 9 && obs.cuts[0][1] == 0) {
+				t.Fatalf("cuts reported %v, want one keeping %d", obs.cuts, c.want)
 			}
 			for i, r := range recs {
 				if !strings.HasPrefix(r.Payload, fmt.Sprintf("record-%02d-", i)) {

@@ -113,6 +113,9 @@ type Metrics struct {
 	// preallocation fallbacks (wab.PreallocObserver)
 	preallocFallbacks prometheus.Counter
 	preallocReduced   *prometheus.GaugeVec
+	// torn tails cut at start (wab.RecoveryObserver)
+	tailCuts       prometheus.Counter
+	tailCutDropped prometheus.Counter
 
 	segMu    sync.Mutex
 	segs     map[segKey]int64 // sealed segments on disk and their sizes
@@ -193,6 +196,8 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 	m.sealedBytes = f.counter("weir_wab_sealed_bytes_total", "Bytes of the segments sealed by the flushers.")
 	m.deliveredBytes = f.counter("weir_wab_delivered_bytes_total", "Bytes of sealed segments fully delivered and removed by the drain.")
 	m.preallocFallbacks = f.counter("weir_wab_preallocate_fallbacks_total", "Times a shard reserved less disk space ahead of writes than segment_preallocate_bytes, because the disk could not hold that much.")
+	m.tailCuts = f.counter("weir_wab_recovery_tail_cuts_total", "Torn tails cut from open segments at start (what a crash left of unsynced writes).")
+	m.tailCutDropped = f.counter("weir_wab_recovery_cut_valid_records_total", "Valid records found after a cut torn tail and dropped with it: normally the rest of a batch that was never synced; after a crash under load they can be the only trace of damage in the last synced batch (docs/wab_format.md, Recovery).")
 	m.preallocReduced = f.gaugeVec("weir_wab_preallocate_reduced", "1 while the shard reserves less than segment_preallocate_bytes ahead of writes (the disk is nearly full), else 0.", "shard")
 	for i := range cfg.Shards {
 		m.preallocReduced.WithLabelValues(shardLabel(i)).Set(0)

@@ -263,6 +263,11 @@ func TestWABObserver(t *testing.T) {
 	if got := series(t, reg, "weir_wab_preallocate_reduced"); got["shard=1"] != 0 || testutil.ToFloat64(m.preallocFallbacks) != 2 {
 		t.Errorf("after the return to full chunks: reduced %v, fallbacks %v", got, testutil.ToFloat64(m.preallocFallbacks))
 	}
+	m.TailCut(0, 11, 0)
+	m.TailCut(2, 9, 3)
+	if cuts, dropped := testutil.ToFloat64(m.tailCuts), testutil.ToFloat64(m.tailCutDropped); cuts != 2 || dropped != 3 {
+		t.Errorf("tail cuts %v, dropped valid records %v", cuts, dropped)
+	}
 }
 
 // fakeWAB serves WatchWAB and the liveness check.

@@ -19,6 +19,7 @@ var (
 	_ server.Observer      = (*Metrics)(nil)
 	_ wab.Observer         = (*Metrics)(nil)
 	_ wab.PreallocObserver = (*Metrics)(nil)
+	_ wab.RecoveryObserver = (*Metrics)(nil)
 	_ drain.Observer       = (*Metrics)(nil)
 
 	_ engine.SinkGateObserver = (*Metrics)(nil)
@@ -116,6 +117,12 @@ func (m *Metrics) Preallocation(shard int, want, chunk int64) {
 		m.preallocFallbacks.Inc()
 	}
 	m.preallocReduced.WithLabelValues(shardLabel(shard)).Set(reduced)
+}
+
+// TailCut implements wab.RecoveryObserver.
+func (m *Metrics) TailCut(_ int, _ int, validAfter int) {
+	m.tailCuts.Inc()
+	m.tailCutDropped.Add(float64(validAfter))
 }
 
 func (m *Metrics) addSegment(k segKey, bytes int64) {
