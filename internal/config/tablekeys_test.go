@@ -57,7 +57,8 @@ glob = "/var/log/app/*.log"
 // TestTableKeyErrors: a bad value of a table's own key is an error naming
 // the table, its name, the key, the value and the range, in the format of
 // every other setting; raw_dir is checked like a path and against the
-// directories other writers use.
+// directories other writers use; a secondary may not take a gate's
+// quarantine directory.
 func TestTableKeyErrors(t *testing.T) {
 	const sec = "[[secondary]]\nname = \"pg\"\ntype = \"file\"\n"
 	const ownRaw = "[[source]]\nname = \"app\"\ntype = \"file\"\nown_raw = true\n"
@@ -104,6 +105,14 @@ func TestTableKeyErrors(t *testing.T) {
 			[]string{`[[source]] "app": raw_dir = "/srv/weir/data/secondary/s": must differ from the directory of [[secondary]] "s"`}},
 		{"raw_dir is a secondary's quarantine", ownRaw + `raw_dir = "data/quarantine/s"` + ownRawTail,
 			[]string{`[[source]] "app": raw_dir = "/srv/weir/data/quarantine/s": must differ from the quarantine_dir of [[secondary]] "s"`}},
+		{"secondary named buffer", "[[secondary]]\nname = \"buffer\"\ntype = \"file\"",
+			[]string{`[[secondary]] "buffer": name = "buffer": is reserved: the quarantine directory it would default to, "/srv/weir/data/quarantine/buffer", is the buffer gate's quarantine lane`}},
+		{"secondary named raw", "[[secondary]]\nname = \"raw\"\ntype = \"file\"",
+			[]string{`[[secondary]] "raw": name = "raw": is reserved: the quarantine directory it would default to, "/srv/weir/data/quarantine/raw", is the raw gate's quarantine lane`}},
+		{"quarantine_dir is a gate's", sec + `quarantine_dir = "data/quarantine/raw"`,
+			[]string{`[[secondary]] "pg": quarantine_dir = "/srv/weir/data/quarantine/raw": is the raw gate's quarantine lane`}},
+		{"shared quarantine_dir", sec + "quarantine_dir = \"/q\"\n[[secondary]]\nname = \"b\"\ntype = \"file\"\nquarantine_dir = \"/q\"",
+			[]string{`[[secondary]] "b": quarantine_dir = "/q": is also the quarantine_dir of [[secondary]] "pg"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err, _ := loadTOML(t, tc.body)

@@ -98,7 +98,7 @@ func secondaryFields(reg *component.Registry) []component.Field {
 	type S = SecondaryConfig
 	return []component.Field{
 		component.Key("name", nameType("a stable name keying the sink's coverage in the offset store"), "",
-			"Stable name keying the secondary's coverage in the offset store; renaming a secondary makes it a new one, recovered from position 0.",
+			"Stable name keying the secondary's coverage in the offset store; renaming a secondary makes it a new one, recovered from position 0. Not buffer or raw while quarantine_dir is not set: its default quarantine directory would be a gate's.",
 			func(s *S) *string { return &s.Name }, component.Required()),
 		component.Key("type", setting.Enum(reg.SinkNames()...), "", "The sink kind; its sub-table (such as [secondary.postgres]) takes the keys of that kind's [sink] table, with the same defaults and ranges.",
 			func(s *S) *string { return &s.Sink.Type }, component.Required()),
@@ -108,7 +108,7 @@ func secondaryFields(reg *component.Registry) []component.Field {
 			func(s *S) *int { return &s.QueueBatches }),
 		component.Key("quarantine_buffer", setting.Int(1, 1<<24), DefaultQuarantineBuffer, "Quarantine lane bound, in records: what waits for the quarantine writer.",
 			func(s *S) *int { return &s.QuarantineBuffer }),
-		component.Key("quarantine_dir", setting.OptionalPath("a directory"), "", "Where the secondary's refused records are kept with their reasons, as NDJSON.",
+		component.Key("quarantine_dir", setting.OptionalPath("a directory no other quarantine lane uses"), "", "Where the secondary's refused records are kept with their reasons, as NDJSON.",
 			func(s *S) *string { return &s.QuarantineDir }, component.Shown("<data_dir>/"+DefaultQuarantineDirName+"/<name>")),
 		component.Key("quarantine_max_bytes", setting.Size(0, 1<<50), DefaultQuarantineMaxBytes, "Bound of quarantine_dir; past it refused records are shed (counted). 0 keeps no files: refused records are only logged and counted.",
 			func(s *S) *int64 { return &s.QuarantineMaxBytes }),
@@ -488,12 +488,63 @@ func tableKeys(path, table string, i int, keys map[string]any, fields []componen
 func buildSecondary(ks []knob, c *Config, path string, i int, st secondaryTOML, names map[string]string, wd string) (SecondaryConfig, []error) {
 	var sc SecondaryConfig
 	where, errs := tableKeys(path, "secondary", i, st.keys, secondaryFields(c.Components), &sc, names, wd)
-	if sc.QuarantineDir == "" && c.DataDir != "" && sc.Name != "" { // empty: not set
+	explicit := sc.QuarantineDir != "" // empty: not set
+	if !explicit && c.DataDir != "" && sc.Name != "" {
 		sc.QuarantineDir = filepath.Join(c.DataDir, DefaultQuarantineDirName, sc.Name)
 	}
+	errs = append(errs, checkQuarantineDir(c, path, where, sc, explicit)...)
 	var serrs []error
 	sc.Sink, serrs = buildSecondarySink(ks, c, path, where, sc, st, wd)
 	return sc, append(errs, serrs...)
+}
+
+// The gates' quarantine lanes, under <data_dir>/quarantine: what the
+// buffer gate refuses from a [[source]] (over max_frame_bytes), and what
+// the [sink] refuses with gate = "raw".
+const (
+	BufferGateQuarantine = "buffer"
+	RawGateQuarantine    = "raw"
+)
+
+// GateQuarantineDir is the directory of a gate's quarantine lane
+// (BufferGateQuarantine or RawGateQuarantine).
+func (c *Config) GateQuarantineDir(lane string) string {
+	return filepath.Join(c.DataDir, DefaultQuarantineDirName, lane)
+}
+
+// checkQuarantineDir refuses a secondary's quarantine directory that
+// another lane writes — a gate's, or an earlier secondary's: each lane
+// bounds its directory by the size of every file in it, so a shared
+// directory would shed one lane's records for the other's files. A
+// secondary without quarantine_dir defaults to <data_dir>/quarantine/<name>,
+// so the names of the gates' lanes are reserved; explicit says whether
+// quarantine_dir was given (and is then the key to blame).
+func checkQuarantineDir(c *Config, path, where string, sc SecondaryConfig, explicit bool) []error {
+	dir := sc.QuarantineDir
+	if dir == "" || c.DataDir == "" {
+		return nil
+	}
+	var errs []error
+	for _, lane := range []struct{ name, what string }{
+		{BufferGateQuarantine, "the buffer gate's quarantine lane (records a [[source]] sends over max_frame_bytes)"},
+		{RawGateQuarantine, `the raw gate's quarantine lane (records the [sink] refuses with gate = "raw")`},
+	} {
+		if dir != c.GateQuarantineDir(lane.name) {
+			continue
+		}
+		if explicit {
+			errs = append(errs, topoErr(path, where, "quarantine_dir", fmt.Sprintf("%q", dir), "is "+lane.what+"; choose another directory"))
+		} else {
+			errs = append(errs, topoErr(path, where, "name", fmt.Sprintf("%q", sc.Name), fmt.Sprintf(
+				"is reserved: the quarantine directory it would default to, %q, is %s; choose another name or set quarantine_dir", dir, lane.what)))
+		}
+	}
+	for _, prev := range c.Secondaries {
+		if prev.QuarantineDir == dir {
+			errs = append(errs, topoErr(path, where, "quarantine_dir", fmt.Sprintf("%q", dir), fmt.Sprintf("is also the quarantine_dir of [[secondary]] %q; each secondary needs its own", prev.Name)))
+		}
+	}
+	return errs
 }
 
 // buildSecondarySink builds a secondary's sink — its kind sc.Sink.Type,
