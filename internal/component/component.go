@@ -173,6 +173,9 @@ func (f *Field) Check(cfg any) string { return f.check(cfg) }
 // Value shows the key's value in cfg (secrets are not shown).
 func (f *Field) Value(cfg any) string { return f.format(cfg) }
 
+// SetDefault stores the key's default in cfg.
+func (f *Field) SetDefault(cfg any) { f.setDef(cfg) }
+
 // IsZero reports whether the key holds its type's zero value in cfg.
 func (f *Field) IsZero(cfg any) bool { return reflect.ValueOf(f.get(cfg)).IsZero() }
 

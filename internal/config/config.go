@@ -14,7 +14,9 @@
 // each kind's keys become the [sink.<kind>] knobs, and the [[secondary]]
 // and [[source]] tables are read and checked key by key through them, with
 // the same value types (package setting), the same range checks and the
-// same warnings for unknown keys. Config.Components is the registry a
+// same warnings for unknown keys. The keys of those two tables themselves
+// (name, type, queue_batches, raw_dir…) are declared the same way, as
+// component.Fields of SecondaryConfig and SourceConfig (topology.go). Config.Components is the registry a
 // configuration was checked against.
 package config
 

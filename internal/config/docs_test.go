@@ -24,6 +24,7 @@ type generated struct {
 var sections = []generated{
 	{"<!-- knob table: generated from internal/config; go test ./internal/config -update -->", "<!-- end of knob table -->", referenceTable},
 	{"<!-- kinds: generated from the component registry; go test ./internal/config -update -->", "<!-- end of kinds -->", kindsTables},
+	{"<!-- table keys: generated from internal/config; go test ./internal/config -update -->", "<!-- end of table keys -->", tableKeyTables},
 	{"<!-- source keys: generated from the component registry; go test ./internal/config -update -->", "<!-- end of source keys -->", sourceKeyTables},
 }
 
@@ -51,6 +52,18 @@ func kindsTables() string {
 		name, what, _ := strings.Cut(l, ": ")
 		fmt.Fprintf(&b, "- **%s**: %s\n", name, what)
 	}
+	return b.String()
+}
+
+// tableKeyTables renders the keys of the [[secondary]] and [[source]]
+// tables themselves.
+func tableKeyTables() string {
+	reg := components.Registry()
+	var b strings.Builder
+	b.WriteString("`[[secondary]]`:\n\n")
+	b.WriteString(component.KeyTable("", secondaryFields(reg), true).Markdown())
+	b.WriteString("\n`[[source]]`:\n\n")
+	b.WriteString(component.KeyTable("", sourceFields(reg), true).Markdown())
 	return b.String()
 }
 

@@ -15,7 +15,10 @@ import (
 // The topology tables, [[secondary]] and [[source]], are arrays of tables:
 // they exist only in the TOML file, with no flag or environment form. The
 // main decoder hands them over as primitives; each is decoded here, so a
-// key the table does not know is still reported as an unknown key.
+// key the table does not know is still reported as an unknown key. A
+// table's own keys are settings like any other (secondaryFields,
+// sourceFields): parsed, range-checked and, for paths, resolved by the
+// same setting.Types, with the same messages and generated docs rows.
 
 // DefaultSecondaryDirName is where a file or Parquet secondary writes when
 // its dir is not set: <data_dir>/secondary/<name>.
@@ -76,23 +79,151 @@ type topologyTOML struct {
 }
 
 type secondaryTOML struct {
-	name       *string
-	queue      *int64
-	quarantine *int64
-	qDir       *string
-	qMaxBytes  *int64
-	startAtEnd bool
-	sink       *partial
-	present    []string // [secondary.<table>] tables given
+	keys    map[string]any // the table's own keys (secondaryFields), as TOML values
+	sink    *partial       // [secondary.<type>], through the [sink.<type>] knobs
+	present []string       // [secondary.<table>] tables given
 }
 
 type sourceTOML struct {
-	name    *string
-	typ     *string
-	ownRaw  bool
-	rawDir  string
+	keys    map[string]any            // the table's own keys (sourceFields), as TOML values
 	values  map[string]map[string]any // kind → key → value given
 	present []string                  // [source.<table>] tables given
+}
+
+// secondaryFields are the keys of a [[secondary]] table itself, beside
+// its [secondary.<type>] table. They are declared like every setting
+// (package setting), so they get the same parsing, range checks, path
+// resolution, messages and generated rows in docs/configuration.md.
+func secondaryFields(reg *component.Registry) []component.Field {
+	type S = SecondaryConfig
+	return []component.Field{
+		component.Key("name", nameType("a stable name keying the sink's coverage in the offset store"), "",
+			"Stable name keying the secondary's coverage in the offset store; renaming a secondary makes it a new one, recovered from position 0. Not buffer or raw while quarantine_dir is not set: its default quarantine directory would be a gate's.",
+			func(s *S) *string { return &s.Name }, component.Required()),
+		component.Key("type", setting.Enum(reg.SinkNames()...), "", "The sink kind; its sub-table (such as [secondary.postgres]) takes the keys of that kind's [sink] table, with the same defaults and ranges.",
+			func(s *S) *string { return &s.Sink.Type }, component.Required()),
+		component.Key("durable", setting.Bool(), true, "false: the secondary's commits do not wait for stable storage (kinds with \"durable = false\" in the kinds table); what a crash of its host loses is not recovered (docs/topology.md).",
+			func(s *S) *bool { return &s.Sink.Durable }),
+		component.Key("queue_batches", setting.Int(1, 65536), DefaultQueueBatches, "Live queue bound, in batches; when it is full the secondary falls behind and recovery catches it up from raw.",
+			func(s *S) *int { return &s.QueueBatches }),
+		component.Key("quarantine_buffer", setting.Int(1, 1<<24), DefaultQuarantineBuffer, "Quarantine lane bound, in records: what waits for the quarantine writer.",
+			func(s *S) *int { return &s.QuarantineBuffer }),
+		component.Key("quarantine_dir", setting.OptionalPath("a directory no other quarantine lane uses"), "", "Where the secondary's refused records are kept with their reasons, as NDJSON.",
+			func(s *S) *string { return &s.QuarantineDir }, component.Shown("<data_dir>/"+DefaultQuarantineDirName+"/<name>")),
+		component.Key("quarantine_max_bytes", setting.Size(0, 1<<50), DefaultQuarantineMaxBytes, "Bound of quarantine_dir; past it refused records are shed (counted). 0 keeps no files: refused records are only logged and counted.",
+			func(s *S) *int64 { return &s.QuarantineMaxBytes }),
+		component.Key("start_at_end", setting.Bool(), false, "A secondary the offset store has never seen starts at raw's end instead of being filled from all of raw.",
+			func(s *S) *bool { return &s.StartAtEnd }),
+	}
+}
+
+// sourceFields are the keys of a [[source]] table itself, beside its
+// [source.<type>] table.
+func sourceFields(reg *component.Registry) []component.Field {
+	type S = SourceConfig
+	return []component.Field{
+		component.Key("name", nameType("names the source in metrics, record origins and the cursor store"), "",
+			"Names the source in metrics, record origins and the cursor store.", func(s *S) *string { return &s.Name }, component.Required()),
+		component.Key("type", setting.Enum(reg.SourceNames()...), "", "The source kind; its sub-table (such as [source.kafka]) takes the kind's keys (below).",
+			func(s *S) *string { return &s.Type }, component.Required()),
+		component.Key("own_raw", setting.Bool(), false, "The source's origin is the primary raw (kinds with \"own raw\" in the kinds table): no write-ahead buffer, no [sink].",
+			func(s *S) *bool { return &s.OwnRaw }),
+		component.Key("raw_dir", setting.OptionalPath("only with own_raw = true; differs from wab_dir and from every secondary's directory and quarantine_dir"), "",
+			"With own_raw: the directory of the origin's position index and of the offset store.",
+			func(s *S) *string { return &s.RawDir }, component.Shown("<data_dir>/"+DefaultOriginDirName+"/<name>")),
+	}
+}
+
+// nameType is a secondary's or a source's name; purpose says what it is
+// used for, in messages.
+func nameType(purpose string) setting.Type[string] {
+	return setting.Text("1 – 64 bytes of letters, digits, '-', '_' and '.'; not . or ..; unique in its array of tables", func(s string) string {
+		if why := validName(s); why != "" {
+			return why + " (" + purpose + ")"
+		}
+		return ""
+	})
+}
+
+// keysType is a struct of one toml.Primitive per key of fields, so that
+// decoding a table into it marks those keys decoded and leaves every
+// other key to be reported as unknown.
+func keysType(fields []component.Field) reflect.Type {
+	keys := make([]reflect.StructField, len(fields))
+	for j, f := range fields {
+		keys[j] = reflect.StructField{Name: fmt.Sprintf("F%d", j), Type: primitiveType, Tag: reflect.StructTag(fmt.Sprintf(`toml:%q`, f.Key))}
+	}
+	return reflect.StructOf(keys)
+}
+
+// readKeys returns the keys of fields that prim holds as TOML values
+// (string, int64, bool, []any…). They are parsed and checked by setKeys,
+// once the table's name is known for the messages.
+func readKeys(md toml.MetaData, prim toml.Primitive, fields []component.Field) (map[string]any, error) {
+	v := reflect.New(keysType(fields))
+	if err := md.PrimitiveDecode(prim, v.Interface()); err != nil {
+		return nil, err
+	}
+	raw := map[string]any{}
+	for j := range fields {
+		p := v.Elem().Field(j).Interface().(toml.Primitive)
+		if reflect.ValueOf(p).IsZero() {
+			continue
+		}
+		var x any
+		if err := md.PrimitiveDecode(p, &x); err != nil {
+			return nil, err
+		}
+		raw[fields[j].Key] = x
+	}
+	return raw, nil
+}
+
+// setKeys fills cfg (the *C of fields) with the defaults and with the
+// values raw holds, each parsed and range-checked like every setting.
+// report gets each problem as key, value as shown and why; a required key
+// raw lacks is reported with its range.
+func setKeys(fields []component.Field, cfg any, raw map[string]any, report func(key, value, why string)) {
+	for i := range fields {
+		f := &fields[i]
+		f.SetDefault(cfg)
+		v, set := raw[f.Key]
+		if !set && f.Required {
+			report(f.Key, "", "is required: "+f.Range)
+			continue
+		}
+		if set {
+			x, err := f.ParseTOML(v)
+			if err != nil {
+				report(f.Key, tomlText(v), fmt.Sprintf("%v; allowed: %s", err, f.Range))
+				continue
+			}
+			f.Set(cfg, x)
+		}
+		if why := f.Check(cfg); why != "" {
+			report(f.Key, f.Value(cfg), why)
+		}
+	}
+}
+
+// tomlText shows a TOML value as written, for messages.
+func tomlText(v any) string {
+	switch v := v.(type) {
+	case string:
+		return fmt.Sprintf("%q", v)
+	case int64, float64, bool:
+		return fmt.Sprint(v)
+	}
+	return setting.TOMLType(v)
+}
+
+// tableWhere names the i-th table of an array in messages: by its name
+// when it has one.
+func tableWhere(table string, i int, keys map[string]any) string {
+	if n, ok := keys["name"].(string); ok {
+		return fmt.Sprintf("[[%s]] %q", table, n)
+	}
+	return fmt.Sprintf("[[%s]] #%d", table, i+1)
 }
 
 const (
@@ -125,44 +256,35 @@ func childNode(n *tomlNode, name string) *tomlNode {
 // decodeTopology decodes [[secondary]] and [[source]] into p.topology.
 func decodeTopology(reg *component.Registry, root *tomlNode, md toml.MetaData, doc reflect.Value, p *partial, path string) []error {
 	topo := &topologyTOML{path: path}
-	errs := decodeSecondaries(root, md, doc, topo)
+	errs := decodeSecondaries(reg, root, md, doc, topo)
 	errs = append(errs, decodeSources(reg, md, doc, topo)...)
 	p.topology = topo
 	return errs
 }
 
-// decodeSecondaries reads each [[secondary]]: its own keys, and type,
-// durable and the [secondary.<kind>] tables through the [sink] knobs, so
-// they get the same parsing and ranges as [sink] and [sink.<kind>].
-func decodeSecondaries(root *tomlNode, md toml.MetaData, doc reflect.Value, topo *topologyTOML) []error {
+// decodeSecondaries reads each [[secondary]]: its own keys
+// (secondaryFields), and the [secondary.<kind>] tables through the
+// [sink.<kind>] knobs, so they get the same parsing and ranges as
+// [sink.<kind>].
+func decodeSecondaries(reg *component.Registry, root *tomlNode, md toml.MetaData, doc reflect.Value, topo *topologyTOML) []error {
 	var errs []error
 	path := topo.path
+	fields := secondaryFields(reg)
 	sinkNode := childNode(root, "sink")
 	bodyType := sinkNode.structType()
 	for i, prim := range doc.FieldByName(secondaryField).Interface().([]toml.Primitive) {
-		where := fmt.Sprintf("[[secondary]] #%d", i+1)
-		var head struct {
-			Name             *string `toml:"name"`
-			QueueBatches     *int64  `toml:"queue_batches"`
-			QuarantineBuffer *int64  `toml:"quarantine_buffer"`
-			QuarantineDir    *string `toml:"quarantine_dir"`
-			QuarantineMax    *int64  `toml:"quarantine_max_bytes"`
-			StartAtEnd       bool    `toml:"start_at_end"`
-		}
-		if err := md.PrimitiveDecode(prim, &head); err != nil {
-			errs = append(errs, fileError(path, where, err))
+		keys, err := readKeys(md, prim, fields)
+		if err != nil {
+			errs = append(errs, fileError(path, fmt.Sprintf("[[secondary]] #%d", i+1), err))
 			continue
 		}
+		where := tableWhere("secondary", i, keys)
 		body := reflect.New(bodyType)
 		if err := md.PrimitiveDecode(prim, body.Interface()); err != nil {
 			errs = append(errs, fileError(path, where, err))
 			continue
 		}
-		sec := secondaryTOML{name: head.Name, queue: head.QueueBatches, quarantine: head.QuarantineBuffer,
-			qDir: head.QuarantineDir, qMaxBytes: head.QuarantineMax, startAtEnd: head.StartAtEnd, sink: &partial{}}
-		if sec.name != nil {
-			where = fmt.Sprintf("[[secondary]] %q", *sec.name)
-		}
+		sec := secondaryTOML{keys: keys, sink: &partial{}}
 		var walk func(n *tomlNode, v reflect.Value, top bool)
 		walk = func(n *tomlNode, v reflect.Value, top bool) {
 			for j, c := range n.children {
@@ -174,7 +296,9 @@ func decodeSecondaries(root *tomlNode, md toml.MetaData, doc reflect.Value, topo
 					walk(c, f, false)
 					continue
 				}
-				if f.IsZero() {
+				// [sink]'s own keys (type, durable) are the
+				// secondary's own keys, read above.
+				if top || f.IsZero() {
 					continue
 				}
 				leaf := &tomlLeaf{k: c.k, p: sec.sink}
@@ -196,12 +320,8 @@ func decodeSecondaries(root *tomlNode, md toml.MetaData, doc reflect.Value, topo
 func sourceBodyType(reg *component.Registry) reflect.Type {
 	var tables []reflect.StructField
 	for i, sk := range reg.Sources() {
-		var keys []reflect.StructField
-		for j, f := range sk.Fields() {
-			keys = append(keys, reflect.StructField{Name: fmt.Sprintf("F%d", j), Type: primitiveType, Tag: reflect.StructTag(fmt.Sprintf(`toml:%q`, f.Key))})
-		}
 		tables = append(tables, reflect.StructField{Name: fmt.Sprintf("K%d", i),
-			Type: reflect.PointerTo(reflect.StructOf(keys)), Tag: reflect.StructTag(fmt.Sprintf(`toml:%q`, sk.Name()))})
+			Type: reflect.PointerTo(keysType(sk.Fields())), Tag: reflect.StructTag(fmt.Sprintf(`toml:%q`, sk.Name()))})
 	}
 	return reflect.StructOf(tables)
 }
@@ -222,32 +342,25 @@ func (l *fieldLeaf) UnmarshalTOML(v any) error {
 	return nil
 }
 
-// decodeSources reads each [[source]]: its own keys and the
-// [source.<kind>] tables, each key through its kind's Field.
+// decodeSources reads each [[source]]: its own keys (sourceFields) and
+// the [source.<kind>] tables, each key through its kind's Field.
 func decodeSources(reg *component.Registry, md toml.MetaData, doc reflect.Value, topo *topologyTOML) []error {
 	var errs []error
+	fields := sourceFields(reg)
 	bodyType := sourceBodyType(reg)
 	for i, prim := range doc.FieldByName(sourceField).Interface().([]toml.Primitive) {
-		where := fmt.Sprintf("[[source]] #%d", i+1)
-		var head struct {
-			Name   *string `toml:"name"`
-			Type   *string `toml:"type"`
-			OwnRaw bool    `toml:"own_raw"`
-			RawDir string  `toml:"raw_dir"`
-		}
-		if err := md.PrimitiveDecode(prim, &head); err != nil {
-			errs = append(errs, fileError(topo.path, where, err))
+		keys, err := readKeys(md, prim, fields)
+		if err != nil {
+			errs = append(errs, fileError(topo.path, fmt.Sprintf("[[source]] #%d", i+1), err))
 			continue
 		}
-		if head.Name != nil {
-			where = fmt.Sprintf("[[source]] %q", *head.Name)
-		}
+		where := tableWhere("source", i, keys)
 		body := reflect.New(bodyType)
 		if err := md.PrimitiveDecode(prim, body.Interface()); err != nil {
 			errs = append(errs, fileError(topo.path, where, err))
 			continue
 		}
-		src := sourceTOML{name: head.Name, typ: head.Type, ownRaw: head.OwnRaw, rawDir: head.RawDir, values: map[string]map[string]any{}}
+		src := sourceTOML{keys: keys, values: map[string]map[string]any{}}
 		for k, sk := range reg.Sources() {
 			tbl := body.Elem().Field(k)
 			if tbl.IsNil() {
@@ -256,14 +369,14 @@ func decodeSources(reg *component.Registry, md toml.MetaData, doc reflect.Value,
 			src.present = append(src.present, sk.Name())
 			vals := map[string]any{}
 			src.values[sk.Name()] = vals
-			fields := sk.Fields()
-			for j := range fields {
+			kf := sk.Fields()
+			for j := range kf {
 				prim := tbl.Elem().Field(j).Interface().(toml.Primitive)
 				if reflect.ValueOf(prim).IsZero() {
 					continue
 				}
-				if err := md.PrimitiveDecode(prim, &fieldLeaf{f: &fields[j], dst: vals}); err != nil {
-					errs = append(errs, fileError(topo.path, where+" "+sk.Name()+"."+fields[j].Key, err))
+				if err := md.PrimitiveDecode(prim, &fieldLeaf{f: &kf[j], dst: vals}); err != nil {
+					errs = append(errs, fileError(topo.path, where+" "+sk.Name()+"."+kf[j].Key, err))
 				}
 			}
 		}
@@ -337,11 +450,12 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 	return append(errs, checkRecoveryNode(ks, c, topo.path)...)
 }
 
-// checkName checks a secondary's or a source's name: well formed and not
-// used by an earlier table of the same array (names maps name to table).
-func checkName(path, where, table string, i int, name, purpose string, names map[string]string) error {
-	if why := validName(name); why != "" {
-		return topoErr(path, where, "name", fmt.Sprintf("%q", name), why+" ("+purpose+")")
+// checkUnique checks that a secondary's or a source's name is not used
+// by an earlier table of the same array (names maps name to table). A
+// name that is not well formed is reported by its own check.
+func checkUnique(path, where, table string, i int, name string, names map[string]string) error {
+	if validName(name) != "" {
+		return nil
 	}
 	if prev, dup := names[name]; dup {
 		return topoErr(path, where, "name", fmt.Sprintf("%q", name), "is already used by "+prev+"; names must be unique")
@@ -350,51 +464,93 @@ func checkName(path, where, table string, i int, name, purpose string, names map
 	return nil
 }
 
+// tableKeys fills cfg, the i-th table of an array, from the table's own
+// keys (fields, keys as read): parsed, range-checked, paths made absolute
+// against wd, the name unique. It returns how messages name the table, and
+// the problems found.
+func tableKeys(path, table string, i int, keys map[string]any, fields []component.Field, cfg any, names map[string]string, wd string) (string, []error) {
+	where := tableWhere(table, i, keys)
+	var errs []error
+	report := func(key, value, why string) { errs = append(errs, topoErr(path, where, key, value, why)) }
+	setKeys(fields, cfg, keys, report)
+	resolveFields(fields, cfg, wd, true, report)
+	for j := range fields {
+		if f := &fields[j]; f.Key == "name" {
+			if err := checkUnique(path, where, table, i, f.Get(cfg).(string), names); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return where, errs
+}
+
 // buildSecondary builds the i-th [[secondary]].
 func buildSecondary(ks []knob, c *Config, path string, i int, st secondaryTOML, names map[string]string, wd string) (SecondaryConfig, []error) {
-	where := fmt.Sprintf("[[secondary]] #%d", i+1)
-	sc := SecondaryConfig{QueueBatches: DefaultQueueBatches, QuarantineBuffer: DefaultQuarantineBuffer,
-		QuarantineMaxBytes: DefaultQuarantineMaxBytes, StartAtEnd: st.startAtEnd}
-	if st.name != nil {
-		sc.Name = *st.name
-		where = fmt.Sprintf("[[secondary]] %q", sc.Name)
-	}
-	var errs []error
-	if err := checkName(path, where, "secondary", i, sc.Name, "a stable name keying the sink's coverage in the offset store", names); err != nil {
-		errs = append(errs, err)
-	}
-	bound := func(key string, v *int64, lo, hi int64, why string, dst func(int64)) {
-		if v == nil {
-			return
-		}
-		if *v < lo || *v > hi {
-			errs = append(errs, topoErr(path, where, key, fmt.Sprint(*v), why))
-		}
-		dst(*v)
-	}
-	bound("queue_batches", st.queue, 1, 65536, "must be between 1 and 65536", func(v int64) { sc.QueueBatches = int(v) })
-	bound("quarantine_buffer", st.quarantine, 1, 1<<24, "must be between 1 and 16777216", func(v int64) { sc.QuarantineBuffer = int(v) })
-	bound("quarantine_max_bytes", st.qMaxBytes, 0, 1<<50, "must be between 0 (keep no files: log and count) and 1125899906842624",
-		func(v int64) { sc.QuarantineMaxBytes = v })
-	switch {
-	case st.qDir != nil:
-		if abs, why := resolvePath(*st.qDir, wd); why != "" {
-			errs = append(errs, topoErr(path, where, "quarantine_dir", fmt.Sprintf("%q", *st.qDir), why))
-		} else {
-			sc.QuarantineDir = abs
-		}
-	case c.DataDir != "" && sc.Name != "":
+	var sc SecondaryConfig
+	where, errs := tableKeys(path, "secondary", i, st.keys, secondaryFields(c.Components), &sc, names, wd)
+	explicit := sc.QuarantineDir != "" // empty: not set
+	if !explicit && c.DataDir != "" && sc.Name != "" {
 		sc.QuarantineDir = filepath.Join(c.DataDir, DefaultQuarantineDirName, sc.Name)
 	}
+	errs = append(errs, checkQuarantineDir(c, path, where, sc, explicit)...)
 	var serrs []error
-	sc.Sink, serrs = buildSecondarySink(ks, c, path, where, sc.Name, st, wd)
+	sc.Sink, serrs = buildSecondarySink(ks, c, path, where, sc, st, wd)
 	return sc, append(errs, serrs...)
 }
 
-// buildSecondarySink builds a secondary's sink — type, durable and
-// [secondary.<type>] — through the [sink] knobs: the same defaults, the
-// same ranges, and the same rules of its kind.
-func buildSecondarySink(ks []knob, c *Config, path, where, name string, st secondaryTOML, wd string) (SinkConfig, []error) {
+// The gates' quarantine lanes, under <data_dir>/quarantine: what the
+// buffer gate refuses from a [[source]] (over max_frame_bytes), and what
+// the [sink] refuses with gate = "raw".
+const (
+	BufferGateQuarantine = "buffer"
+	RawGateQuarantine    = "raw"
+)
+
+// GateQuarantineDir is the directory of a gate's quarantine lane
+// (BufferGateQuarantine or RawGateQuarantine).
+func (c *Config) GateQuarantineDir(lane string) string {
+	return filepath.Join(c.DataDir, DefaultQuarantineDirName, lane)
+}
+
+// checkQuarantineDir refuses a secondary's quarantine directory that
+// another lane writes — a gate's, or an earlier secondary's: each lane
+// bounds its directory by the size of every file in it, so a shared
+// directory would shed one lane's records for the other's files. A
+// secondary without quarantine_dir defaults to <data_dir>/quarantine/<name>,
+// so the names of the gates' lanes are reserved; explicit says whether
+// quarantine_dir was given (and is then the key to blame).
+func checkQuarantineDir(c *Config, path, where string, sc SecondaryConfig, explicit bool) []error {
+	dir := sc.QuarantineDir
+	if dir == "" || c.DataDir == "" {
+		return nil
+	}
+	var errs []error
+	for _, lane := range []struct{ name, what string }{
+		{BufferGateQuarantine, "the buffer gate's quarantine lane (records a [[source]] sends over max_frame_bytes)"},
+		{RawGateQuarantine, `the raw gate's quarantine lane (records the [sink] refuses with gate = "raw")`},
+	} {
+		if dir != c.GateQuarantineDir(lane.name) {
+			continue
+		}
+		if explicit {
+			errs = append(errs, topoErr(path, where, "quarantine_dir", fmt.Sprintf("%q", dir), "is "+lane.what+"; choose another directory"))
+		} else {
+			errs = append(errs, topoErr(path, where, "name", fmt.Sprintf("%q", sc.Name), fmt.Sprintf(
+				"is reserved: the quarantine directory it would default to, %q, is %s; choose another name or set quarantine_dir", dir, lane.what)))
+		}
+	}
+	for _, prev := range c.Secondaries {
+		if prev.QuarantineDir == dir {
+			errs = append(errs, topoErr(path, where, "quarantine_dir", fmt.Sprintf("%q", dir), fmt.Sprintf("is also the quarantine_dir of [[secondary]] %q; each secondary needs its own", prev.Name)))
+		}
+	}
+	return errs
+}
+
+// buildSecondarySink builds a secondary's sink — its kind sc.Sink.Type,
+// durable and [secondary.<type>] — through the [sink] knobs: the same
+// defaults, the same ranges, and the same rules of its kind.
+func buildSecondarySink(ks []knob, c *Config, path, where string, sc SecondaryConfig, st secondaryTOML, wd string) (SinkConfig, []error) {
 	var errs []error
 	reg := c.Components
 	tmp := &Config{DataDir: c.DataDir}
@@ -403,44 +559,37 @@ func buildSecondarySink(ks []knob, c *Config, path, where, name string, st secon
 			ks[j].apply(tmp, st.sink)
 		}
 	}
-	if st.sink.SinkType == nil {
-		errs = append(errs, topoErr(path, where, "type", "", "is required: one of "+strings.Join(setting.QuoteAll(reg.SinkNames()), ", ")))
-		tmp.Sink.Type = ""
-	} else if why := knobByKey(ks, "sink.type").check(tmp); why != "" {
-		errs = append(errs, topoErr(path, where, "type", fmt.Sprintf("%q", tmp.Sink.Type), why))
-		tmp.Sink.Type = ""
-	}
 	for j := range ks {
 		k := &ks[j]
-		if !strings.HasPrefix(k.Key, "sink.") || k.Key == "sink.type" || !k.isSet(st.sink) {
+		if !strings.HasPrefix(k.Key, "sink.") || !k.isSet(st.sink) {
 			continue
 		}
 		if why := k.check(tmp); why != "" {
 			errs = append(errs, topoErr(path, where, strings.TrimPrefix(k.Key, "sink."), k.value(tmp), why))
 		}
 	}
-	typ := tmp.Sink.Type
+	typ, durable := sc.Sink.Type, sc.Sink.Durable
+	sk, ok := reg.Sink(typ)
+	if !ok {
+		return SinkConfig{Durable: durable}, errs // type itself is reported
+	}
 	for _, tbl := range st.present {
-		if typ != "" && tbl != typ {
+		if tbl != typ {
 			errs = append(errs, topoErr(path, where, "["+"secondary."+tbl+"]", "", fmt.Sprintf("is given but type is %q; use [secondary.%s] or change type", typ, typ)))
 		}
 	}
-	sk, ok := reg.Sink(typ)
-	if !ok {
-		return SinkConfig{Durable: tmp.Sink.Durable}, errs
-	}
-	if !tmp.Sink.Durable && !sk.Caps().NonDurable {
+	if !durable && !sk.Caps().NonDurable {
 		errs = append(errs, topoErr(path, where, "durable", "false", fmt.Sprintf(
 			"is not supported by a %s sink: it has no way to commit without waiting for stable storage (see the kinds table), so it would still be durable; remove the key", typ)))
 	}
 	settings := tmp.Sink.Kinds[typ]
 	report := func(key, value, why string) { errs = append(errs, topoErr(path, where, typ+"."+key, value, why)) }
 	checkKind(sk.Fields(), settings, sk.Check(settings), fmt.Sprintf("type is %q", typ), report)
-	if f := sk.Dir(); f != nil && f.Get(settings).(string) == "" && c.DataDir != "" && name != "" {
-		f.Set(settings, filepath.Join(c.DataDir, DefaultSecondaryDirName, name))
+	if f := sk.Dir(); f != nil && f.Get(settings).(string) == "" && c.DataDir != "" && sc.Name != "" {
+		f.Set(settings, filepath.Join(c.DataDir, DefaultSecondaryDirName, sc.Name))
 	}
 	resolveFields(sk.Fields(), settings, wd, true, report)
-	out := SinkConfig{Type: typ, Durable: tmp.Sink.Durable, Kinds: map[string]any{typ: settings}}
+	out := SinkConfig{Type: typ, Durable: durable, Kinds: map[string]any{typ: settings}}
 	errs = append(errs, checkSecondaryDir(c, path, where, out)...)
 	return out, errs
 }
@@ -513,27 +662,9 @@ func checkSecondaryDir(c *Config, path, where string, s SinkConfig) []error {
 
 // buildSource builds the i-th [[source]].
 func buildSource(c *Config, path string, i int, st sourceTOML, names map[string]string, wd string) (SourceConfig, []error) {
-	where := fmt.Sprintf("[[source]] #%d", i+1)
 	var sc SourceConfig
-	if st.name != nil {
-		sc.Name = *st.name
-		where = fmt.Sprintf("[[source]] %q", sc.Name)
-	}
-	var errs []error
-	if err := checkName(path, where, "source", i, sc.Name, "names the source in metrics, record origins and the cursor store", names); err != nil {
-		errs = append(errs, err)
-	}
-	if st.typ != nil {
-		sc.Type = *st.typ
-	}
-	kinds := strings.Join(setting.QuoteAll(c.Components.SourceNames()), ", ")
-	sk, ok := c.Components.Source(sc.Type)
-	switch {
-	case sc.Type == "":
-		errs = append(errs, topoErr(path, where, "type", "", "is required: one of "+kinds))
-	case !ok:
-		errs = append(errs, topoErr(path, where, "type", fmt.Sprintf("%q", sc.Type), "must be one of "+kinds))
-	}
+	where, errs := tableKeys(path, "source", i, st.keys, sourceFields(c.Components), &sc, names, wd)
+	sk, ok := c.Components.Source(sc.Type) // type itself is reported
 	for _, tbl := range st.present {
 		if ok && tbl != sc.Type {
 			errs = append(errs, topoErr(path, where, "[source."+tbl+"]", "", fmt.Sprintf("is given but type is %q", sc.Type)))
@@ -556,14 +687,34 @@ func buildSource(c *Config, path string, i int, st sourceTOML, names map[string]
 		resolveFields(fields, settings, wd, true, report)
 		sc.Settings = settings
 	}
-	sc.OwnRaw, sc.RawDir = st.ownRaw, st.rawDir
+	if sc.RawDir != "" && !sc.OwnRaw {
+		return sc, append(errs, topoErr(path, where, "raw_dir", fmt.Sprintf("%q", sc.RawDir), "is only used with own_raw = true"))
+	}
 	if sc.OwnRaw && sc.RawDir == "" && c.DataDir != "" && sc.Name != "" {
 		sc.RawDir = filepath.Join(c.DataDir, DefaultOriginDirName, sc.Name)
 	}
-	if st.rawDir != "" && !st.ownRaw {
-		errs = append(errs, topoErr(path, where, "raw_dir", fmt.Sprintf("%q", st.rawDir), "is only used with own_raw = true"))
+	return sc, append(errs, checkRawDir(c, path, where, sc)...)
+}
+
+// checkRawDir refuses a raw_dir (an own-raw source's index and offset
+// store) that another writer uses: the write-ahead buffer, a secondary's
+// sink or quarantine lane.
+func checkRawDir(c *Config, path, where string, sc SourceConfig) []error {
+	if !sc.OwnRaw || sc.RawDir == "" || !filepath.IsAbs(sc.RawDir) {
+		return nil // not used, or its path is reported
 	}
-	return sc, errs
+	others := []struct{ what, dir string }{{"wab_dir", c.WABDir}}
+	for _, s := range c.Secondaries {
+		others = append(others, struct{ what, dir string }{fmt.Sprintf("the directory of [[secondary]] %q", s.Name), c.SinkDir(s.Sink)},
+			struct{ what, dir string }{fmt.Sprintf("the quarantine_dir of [[secondary]] %q", s.Name), s.QuarantineDir})
+	}
+	var errs []error
+	for _, o := range others {
+		if o.dir != "" && o.dir == sc.RawDir {
+			errs = append(errs, topoErr(path, where, "raw_dir", fmt.Sprintf("%q", sc.RawDir), "must differ from "+o.what))
+		}
+	}
+	return errs
 }
 
 // DefaultOriginDirName is the directory under data_dir that holds, per

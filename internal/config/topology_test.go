@@ -270,7 +270,7 @@ func TestTopologyErrors(t *testing.T) {
 	}{
 		{"secondary without name", `
 [[secondary]]
-type = "file"`, []string{`[[secondary]] #1: name = "": is required`}},
+type = "file"`, []string{`[[secondary]] #1: name is required: 1 – 64 bytes`}},
 		{"duplicate secondary", `
 [[secondary]]
 name = "a"
@@ -456,7 +456,7 @@ dsn = "u@tcp(h)/db"`, []string{`[[secondary]] "my": durable = false: is not supp
 [[source]]
 type = "file"
 [source.file]
-glob = "/x/*"`, []string{`[[source]] #1: name = "": is required`}},
+glob = "/x/*"`, []string{`[[source]] #1: name is required: 1 – 64 bytes`}},
 		{"duplicate source", `
 [[source]]
 name = "s"

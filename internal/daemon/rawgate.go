@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/engine"
@@ -15,7 +14,10 @@ import (
 
 // rawGateQuarantine is the quarantine directory, under data_dir's
 // quarantine directory, of the records the [sink] refuses at the gate.
-const rawGateQuarantine = "raw"
+//
+// No [[secondary]] may take it as its quarantine_dir (config refuses the
+// name "raw" while quarantine_dir is unset).
+const rawGateQuarantine = config.RawGateQuarantine
 
 // runRawGateNode runs a node with gate = "raw": no write-ahead buffer, so
 // no producer listener and no drain. Every [[source]] writes through an
@@ -36,7 +38,7 @@ func runRawGateNode(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slo
 	if err != nil {
 		return err
 	}
-	qdir := filepath.Join(cfg.DataDir, config.DefaultQuarantineDirName, rawGateQuarantine)
+	qdir := cfg.GateQuarantineDir(rawGateQuarantine)
 	q, err := quarantine.Open(quarantine.Options{FS: fs, Dir: qdir, MaxBytes: cfg.DeadLetterMaxBytes})
 	if err != nil {
 		return errors.Join(fmt.Errorf("open the gate's quarantine %s: %w", qdir, err), dl.snk.Close())
