@@ -190,11 +190,38 @@ func (g *WABGate) submit(ctx context.Context, reqs []shardReq, arena *[]byte) er
 				firstErr = fmt.Errorf("%w: %w", ErrGate, err)
 			}
 		case <-ctx.Done():
-			if firstErr == nil {
-				firstErr = fmt.Errorf("%w: %w", ErrGate, ctx.Err())
+			return g.settle(done, submitted, firstErr, ctx.Err(), arena)
+		}
+	}
+	putMetaArena(arena)
+	return firstErr
+}
+
+// settleWait bounds how long a Write whose context ended waits for the
+// requests it already submitted.
+const settleWait = 2 * time.Second
+
+// settle is Write's end when its context ended with n submitted requests
+// unanswered. The flusher is still writing them (sources stop before the
+// buffer closes), so it waits for them a little: when they all become
+// durable, Write returns nil and a source stopping cleanly commits the
+// position of a batch that is in the buffer, instead of reading it again
+// at the next start. Otherwise it returns the first error, or ctx's.
+func (g *WABGate) settle(done <-chan error, n int, firstErr, ctxErr error, arena *[]byte) error {
+	t := time.NewTimer(settleWait)
+	defer t.Stop()
+	for ; n > 0; n-- {
+		select {
+		case err := <-done:
+			if err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("%w: %w", ErrGate, err)
 			}
-			// The buffer may still read the metas: leave the arena
-			// to the garbage collector.
+		case <-t.C:
+			// The buffer may still read the metas: leave the arena to
+			// the garbage collector.
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%w: %w", ErrGate, ctxErr)
+			}
 			return firstErr
 		}
 	}

@@ -5,15 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/internal/quarantine"
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/internal/vfs/errorfs"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
@@ -257,5 +261,44 @@ func TestWABGateOversizeIntoQuarantineFiles(t *testing.T) {
 	}
 	if stored := w.Records(t); len(stored) != 2 {
 		t.Fatalf("buffer holds %d records, want the first Write's 2", len(stored))
+	}
+}
+
+// TestWABGateSettlesAfterCancel: a Write whose context ends while its
+// records are being synced waits for them (briefly) and reports them
+// durable, so a source stopping cleanly commits the position of a batch
+// that is in the buffer instead of reading it again.
+func TestWABGateSettlesAfterCancel(t *testing.T) {
+	dir := t.TempDir()
+	efs := errorfs.New(vfs.OS)
+	syncing := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var armed atomic.Bool
+	efs.SetHook(func(e errorfs.Event) {
+		if e.Op == errorfs.OpSync && strings.HasSuffix(e.Path, ".wab") && armed.CompareAndSwap(true, false) {
+			syncing <- struct{}{}
+			<-release
+		}
+	})
+	l, err := wab.Open(context.Background(), wab.Options{FS: efs, Dir: dir, Shards: 1, PreallocateBytes: -1,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &enginetest.WAB{Dir: dir, Log: l}
+	g := w.Gate(t)
+	armed.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	written := make(chan error, 1)
+	go func() { written <- g.Write(ctx, recs("a", 0, 3)) }()
+	<-syncing // the batch is written; its fdatasync is under way
+	cancel()
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	if err := <-written; err != nil {
+		t.Fatalf("Write = %v after its records were synced, want nil", err)
+	}
+	if got := w.Records(t); len(got) != 3 {
+		t.Fatalf("%d records in the buffer, want 3", len(got))
 	}
 }
