@@ -40,24 +40,51 @@
 //
 // # Commit
 //
-// One transaction per batch. The rows are inserted with
+// One transaction per batch, by one of two insert methods
+// (Options.InsertMethod, insert_method). Either way a replayed record is
+// skipped by the primary key, which makes every retry and replay
+// idempotent, and the rows are sent in key order (sorted by id), so the
+// primary-key index is filled in one ascending pass per batch.
+//
+// copy (the default): each connection has a temporary staging table with
+// the columns the sink writes,
+//
+//	CREATE TEMP TABLE weir_stage (…) ON COMMIT DELETE ROWS
+//
+// created once per connection (marked in the connection's CustomData) and
+// outside any transaction, so that an aborted batch cannot take it away.
+// A batch is
+//
+//	BEGIN
+//	COPY pg_temp.weir_stage (…) FROM STDIN (FORMAT binary)
+//	INSERT INTO t (…) SELECT … FROM pg_temp.weir_stage
+//	ON CONFLICT (weir_record_id) DO NOTHING
+//	COMMIT
+//
+// and the staging table is empty at the start of every transaction: the
+// commit empties it, a rollback discards what was copied. COPY has no
+// statement size limit, so a batch is never split. A raw table has no
+// conflict clause (below), so its rows are copied straight into it with
+// their positions, and no staging table is made.
+//
+// unnest: the rows go in one statement,
 //
 //	INSERT INTO t (…) SELECT * FROM unnest($1::uuid[], $2::bytea[], …)
 //	ON CONFLICT (weir_record_id) DO NOTHING
 //
-// — one statement per batch, its columns sent as binary array parameters
-// of a cached prepared statement, so a batch costs one round trip for the
-// insert and one for the COMMIT. A batch is split into several statements
-// (same transaction) only when its bytes would pass MaxStatementBytes. A
-// replayed record is skipped by the primary key, which makes every retry
-// and replay idempotent.
+// its columns sent as binary array parameters of a cached prepared
+// statement; it keeps no state in the session between transactions. A
+// batch is split into several statements (same transaction) only when
+// its bytes would pass MaxStatementBytes.
 //
-// COPY into a temporary staging table followed by INSERT … SELECT … ON
-// CONFLICT DO NOTHING was measured too (docs/benchmarks_sinks.md): about 15%
-// faster, but it needs per-session state (which a pooler in transaction
-// mode does not keep), and pgx's CopyFrom can panic when the server
-// terminates the connection mid-copy — exactly the fault this sink must
-// ride out. The unnest path is the only one.
+// Use unnest behind a pooler in transaction mode (PgBouncer's pool_mode =
+// transaction), which hands each transaction to whichever server session
+// is free, so a temporary table made in one is not there in the next. A
+// copy-method commit that finds its staging table gone fails permanently
+// with that advice (and the connection makes the table again next time).
+// The copy method is faster (docs/benchmarks_sinks.md): the rows travel in
+// COPY's binary row format and the server reads them without building
+// arrays.
 //
 // # Poison records
 //
@@ -66,10 +93,11 @@
 // a source that is not valid UTF-8 or holds a NUL byte are rejected on
 // their own. When the server still refuses the batch with a data error
 // (SQLSTATE class 22, 23 or 54: a JSON value jsonb cannot hold, a CHECK
-// constraint, a value too large for an index) the transaction is started
-// again and the batch is bisected under savepoints: each half is tried,
-// halves that fail are split again, and a single row that fails is
-// rejected with the server's message. Everything else of the batch is
+// constraint, a value too large for an index) — from COPY or from an
+// INSERT — the transaction is started again and the batch is bisected
+// under savepoints, with unnest statements whatever the insert method:
+// each half is tried, halves that fail are split again, and a single row
+// that fails is rejected with the server's message. Everything else of the batch is
 // committed in the same transaction. Bisection takes about 2·k·log2(n)
 // statements for k bad rows among n; after MaxProbes of them the rows
 // still in doubt are tried one at a time, so a batch never costs more than
@@ -102,7 +130,10 @@
 // on weir_record_id), so every position below the end holds a row. Rows
 // the server refuses are found by bisection as above and the rest are
 // inserted again with contiguous positions, because raw numbers only
-// what it keeps. The payload must be bytea: raw returns every payload
+// what it keeps. With the copy method the rows and their positions are
+// copied straight into the raw table, in the transaction that raised the
+// raw end (COPY fires the table's triggers as INSERT does, but not its
+// rules). The payload must be bytea: raw returns every payload
 // byte for byte, which jsonb would not. A raw table always has the
 // metadata columns, whatever MetadataColumns says, and ReadFrom returns
 // them, so a secondary recovered from it gets each record's key, headers
@@ -120,13 +151,11 @@
 package pgsink
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -205,6 +234,9 @@ type Options struct {
 	// transactions it acknowledged (at most about three times its
 	// wal_writer_delay). Not with Positions: raw is always durable.
 	AsyncCommit bool
+	// InsertMethod is InsertCopy (default) or InsertUnnest; see the
+	// package documentation.
+	InsertMethod string
 	// Logger receives lifecycle events and rejected records; nil discards.
 	Logger *slog.Logger
 }
@@ -224,6 +256,7 @@ type Stats struct {
 // Sink writes records to a PostgreSQL table. It implements sink.Sink.
 type Sink struct {
 	opts  Options
+	ident pgx.Identifier
 	table string // quoted, possibly schema-qualified
 	pool  *pgxpool.Pool
 	log   *slog.Logger
@@ -231,6 +264,12 @@ type Sink struct {
 	insertSQL string
 	readSQL   string
 	offsets   string // quoted offsets table (raw mode)
+
+	// The copy method's (copy.go).
+	copyCols       []string       // the columns COPY fills
+	copyInto       pgx.Identifier // the staging table, or the raw table
+	stagingSQL     string         // creates the staging table
+	fromStagingSQL string         // moves the staged rows into the table
 
 	rawMu    sync.Mutex // one CommitRaw at a time: rawFirst
 	rawFirst uint64     // the first position commitRows allocated
@@ -273,6 +312,12 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	if opts.ApplicationName == "" {
 		opts.ApplicationName = DefaultApplicationName
 	}
+	if opts.InsertMethod == "" {
+		opts.InsertMethod = InsertCopy
+	}
+	if opts.InsertMethod != InsertCopy && opts.InsertMethod != InsertUnnest {
+		return nil, fmt.Errorf("pgsink: insert method %q: want %q or %q", opts.InsertMethod, InsertCopy, InsertUnnest)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -283,7 +328,7 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{opts: opts, table: ident.Sanitize(), offsets: offsetsIdent(ident).Sanitize()}
+	s := &Sink{opts: opts, ident: ident, table: ident.Sanitize(), offsets: offsetsIdent(ident).Sanitize()}
 	s.log = opts.Logger.With("sink", "postgres", "table", s.table)
 	s.core = sqlsink.New(sqlsink.Config{
 		Name: "pgsink", Server: "postgres", ErrClosed: ErrClosed,
@@ -363,6 +408,7 @@ FROM %s WHERE weir_position >= $1 ORDER BY weir_position LIMIT $2`, s.table)
 	}
 	s.insertSQL = fmt.Sprintf("INSERT INTO %s (%s)\nSELECT * FROM unnest(%s)%s",
 		s.table, strings.Join(cols, ", "), strings.Join(arrays, ", "), conflict)
+	s.buildCopySQL(cols, types)
 }
 
 // metadata reports whether the sink writes key, headers and event time:
@@ -461,6 +507,9 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 	}
 	defer conn.Release()
 	closed := func() bool { return conn.Conn().IsClosed() }
+	if err := s.ensureStaging(ctx, conn); err != nil {
+		return nil, classify("create the staging table", err, closed())
+	}
 
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -470,7 +519,7 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 
 	pos, err := s.number(ctx, tx, recs, idx)
 	if err == nil {
-		err = s.insertAll(ctx, tx, recs, idx, pos)
+		err = s.insertRows(ctx, tx, recs, idx, pos)
 	}
 	var bad []sink.Rejection
 	if err != nil && isDataError(err) && ctx.Err() == nil {
@@ -491,12 +540,12 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 			}
 			idx = without(idx, bad)
 			if pos, err = s.number(ctx, tx, recs, idx); err == nil && len(idx) > 0 {
-				err = s.insertAll(ctx, tx, recs, idx, pos)
+				err = s.insertRows(ctx, tx, recs, idx, pos)
 			}
 		}
 	}
 	if err != nil {
-		return nil, classify("insert", err, closed())
+		return nil, s.classifyInsert(conn, err, closed())
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, classify("commit", err, closed())
@@ -589,29 +638,8 @@ func columnsOf(recs []sink.Record, idx []int) (ids [][16]byte, payloads [][]byte
 }
 
 func (s *Sink) insertUnnest(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) error {
-	// Rows in key order: the primary-key index is then filled in one
-	// ascending pass instead of at random places (ids are hashes). A raw
-	// table's key is the position, which idx is already in order of.
-	sorted := idx
-	if pos == nil {
-		sorted = slices.Clone(idx)
-		slices.SortFunc(sorted, func(a, b int) int { return bytes.Compare(recs[a].ID[:], recs[b].ID[:]) })
-	}
-	ids, payloads, sources, durs, recv := columnsOf(recs, sorted)
-	args := []any{ids, payloads, sources, durs, recv}
-	if s.metadata() {
-		keys, headers, events := metaColumnsOf(recs, sorted)
-		args = append(args, keys, headers, events)
-	}
-	if pos != nil {
-		positions := make([]int64, len(sorted))
-		for k, j := range sorted {
-			positions[k] = pos[j]
-		}
-		args = append(args, positions)
-	}
 	s.core.Statements.Add(1)
-	_, err := tx.Exec(ctx, s.insertSQL, args...)
+	_, err := tx.Exec(ctx, s.insertSQL, s.rowsOf(recs, idx, pos).args()...)
 	return err
 }
 
