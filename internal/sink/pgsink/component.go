@@ -55,7 +55,7 @@ func Component() component.SinkDef {
 				func(c *Config) *time.Duration { return &c.Timeout }),
 			component.Key("metadata_columns", setting.Bool(), false, "Also write each record's key, headers and event time, into weir_key (bytea), weir_headers (jsonb) and weir_event_time (timestamptz); missing columns are added when create_table is on, else refused. A raw table always has them.",
 				func(c *Config) *bool { return &c.MetadataColumns }),
-			component.Key("insert_method", setting.Enum(InsertCopy, InsertUnnest), InsertCopy, "How a batch is sent: copy (binary COPY into a temporary staging table per connection, then INSERT … SELECT … ON CONFLICT DO NOTHING; a raw table is copied into directly) or unnest (one INSERT of array parameters, no session state). Use unnest behind a pooler in transaction mode (PgBouncer pool_mode = transaction), where a temporary table does not survive between transactions.",
+			component.Key("insert_method", setting.Enum(InsertCopy, InsertUnnest), InsertCopy, "How a batch is sent: copy (one binary COPY straight into the table; a batch that meets rows already stored, a replay, goes again by unnest) or unnest (one INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING of array parameters, for a server or proxy that does not pass COPY through).",
 				func(c *Config) *string { return &c.InsertMethod }),
 		},
 		Open: func(ctx context.Context, p component.SinkParams[Config]) (sink.Sink, error) {

@@ -4,119 +4,69 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weir-io/weir/sink"
 )
 
 // Insert methods (Options.InsertMethod, insert_method).
 const (
-	// InsertCopy sends a batch with binary COPY: into a per-session
-	// temporary staging table and from there into the table with ON
-	// CONFLICT DO NOTHING, or straight into a raw table. The default.
+	// InsertCopy sends a batch with one binary COPY straight into the
+	// table, and a batch whose COPY meets a row already stored by
+	// unnest; see the package documentation. The default.
 	InsertCopy = "copy"
-	// InsertUnnest sends a batch as one INSERT … SELECT FROM unnest(…) of
-	// array parameters: no session state, for a pooler in transaction
-	// mode.
+	// InsertUnnest sends every batch as one INSERT … SELECT FROM
+	// unnest(…) … ON CONFLICT DO NOTHING of array parameters.
 	InsertUnnest = "unnest"
 )
 
-// stagingTable is the temporary table the copy method fills in each
-// session. Each Sink has its own connections, so one name serves.
-const stagingTable = "weir_stage"
-
-// stagingReady is the pgconn CustomData key that marks a connection whose
-// session has its staging table.
-const stagingReady = "weir.pgsink.staging"
-
-// buildCopySQL makes the copy method's statements from the columns the
-// sink writes and their types.
-func (s *Sink) buildCopySQL(cols, types []string) {
-	s.copyCols = cols
-	if s.opts.Positions {
-		// Raw has no ON CONFLICT: the rows go straight into the table.
-		s.copyInto = s.ident
-		return
-	}
-	s.copyInto = pgx.Identifier{"pg_temp", stagingTable}
-	defs := make([]string, len(cols))
-	for i := range cols {
-		defs[i] = cols[i] + " " + types[i]
-	}
-	// Dropped first: a session a pooler hands on may hold another
-	// sink's staging table of another shape.
-	s.stagingSQL = fmt.Sprintf("DROP TABLE IF EXISTS pg_temp.%s;\nCREATE TEMP TABLE %s (%s) ON COMMIT DELETE ROWS",
-		stagingTable, stagingTable, strings.Join(defs, ", "))
-	list := strings.Join(cols, ", ")
-	s.fromStagingSQL = fmt.Sprintf("INSERT INTO %s (%s)\nSELECT %s FROM pg_temp.%s\nON CONFLICT (weir_record_id) DO NOTHING",
-		s.table, list, list, stagingTable)
-}
+// uniqueViolation is the SQLSTATE of a duplicate key.
+const uniqueViolation = "23505"
 
 // copying reports whether batches go by COPY.
 func (s *Sink) copying() bool { return s.opts.InsertMethod == InsertCopy }
 
-// ensureStaging creates the staging table in conn's session, once per
-// connection and outside any transaction, so that an aborted transaction
-// cannot take it away. ON COMMIT DELETE ROWS empties it at every commit
-// and a rollback discards what was copied, so each transaction finds it
-// empty.
-func (s *Sink) ensureStaging(ctx context.Context, conn *pgxpool.Conn) error {
-	if !s.copying() || s.opts.Positions {
-		return nil
-	}
-	data := conn.Conn().PgConn().CustomData()
-	if data[stagingReady] == true {
-		return nil
-	}
-	if _, err := conn.Exec(ctx, s.stagingSQL); err != nil {
-		return err
-	}
-	data[stagingReady] = true
-	return nil
-}
-
-// classifyInsert classifies an insert's failure. A session that lost its
-// staging table (42P01 naming it) is behind a pooler in transaction mode
-// or had DISCARD run on it: permanent, with the remedy, and the
-// connection is marked to create the table again.
-func (s *Sink) classifyInsert(conn *pgxpool.Conn, err error, closed bool) error {
-	var pe *pgconn.PgError
-	if s.copying() && errors.As(err, &pe) && pe.Code == "42P01" && strings.Contains(pe.Message, stagingTable) {
-		delete(conn.Conn().PgConn().CustomData(), stagingReady)
-		return sink.Permanent(fmt.Errorf("pgsink: insert: %w (the session lost its temporary staging table: "+
-			"behind a pooler in transaction mode, set insert_method = %q)", err, InsertUnnest))
-	}
-	return classify("insert", err, closed)
-}
-
-// insertRows writes recs[idx...] inside tx by the configured method.
+// insertRows writes recs[idx...] inside tx: by COPY straight into the
+// table when the copy method is on and no replay is under way (or the
+// table is raw, which has no conflict clause), else by unnest.
 func (s *Sink) insertRows(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) error {
-	if !s.copying() {
-		return s.insertAll(ctx, tx, recs, idx, pos)
-	}
-	rows := s.rowsOf(recs, idx, pos)
-	s.core.Statements.Add(1)
-	if _, err := tx.CopyFrom(ctx, s.copyInto, s.copyCols, rows); err != nil {
+	if !s.copying() || (s.replaying && !s.opts.Positions) {
+		inserted, err := s.insertAll(ctx, tx, recs, idx, pos)
+		if err == nil && s.replaying && inserted == int64(len(idx)) {
+			// No row of this batch was stored already: the replay is
+			// over, and the next batch goes by COPY again.
+			s.replaying = false
+		}
 		return err
 	}
-	if s.opts.Positions {
-		return nil
-	}
 	s.core.Statements.Add(1)
-	_, err := tx.Exec(ctx, s.fromStagingSQL)
+	_, err := tx.CopyFrom(ctx, s.ident, s.copyCols, s.rowsOf(recs, idx, pos))
 	return err
 }
 
-// batchRows is a batch's columns, in the order sent: the unnest method's array
-// parameters (args) and the copy method's rows (a pgx.CopyFromSource).
+// replayed reports whether err is a COPY into a keyed table that met a row
+// already stored (or two rows of one id): the batch must go again by
+// unnest, whose ON CONFLICT DO NOTHING skips them — and so must the next
+// batches, until one stores every row it sends, since a replay seldom
+// ends with one batch.
+func (s *Sink) replayed(err error) bool {
+	var pe *pgconn.PgError
+	if !s.copying() || s.opts.Positions || s.replaying || !errors.As(err, &pe) || pe.Code != uniqueViolation {
+		return false
+	}
+	s.replaying = true
+	s.replays.Add(1)
+	return true
+}
+
+// batchRows is a batch's columns, in the order sent: the unnest
+// statement's array parameters (args) and COPY's rows (a
+// pgx.CopyFromSource).
 type batchRows struct {
 	ids      [][16]byte
 	payloads [][]byte

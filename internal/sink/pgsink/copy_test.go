@@ -11,101 +11,73 @@ import (
 	"github.com/weir-io/weir/sink"
 )
 
-// stagedRows counts the rows in the staging table of every idle
-// connection of s that has one.
-func stagedRows(t *testing.T, s *Sink) (conns, rows int) {
-	t.Helper()
-	ctx := context.Background()
-	idle := s.pool.AcquireAllIdle(ctx)
-	defer func() {
-		for _, c := range idle {
-			c.Release()
-		}
-	}()
-	for _, c := range idle {
-		if c.Conn().PgConn().CustomData()[stagingReady] != true {
-			continue
-		}
-		var n int
-		if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_temp."+stagingTable).Scan(&n); err != nil {
-			t.Fatalf("staging table of a connection marked as having one: %v", err)
-		}
-		conns++
-		rows += n
-	}
-	return conns, rows
-}
-
-// TestCopyStagingAcrossOutcomes: the staging table is created outside the
-// batch's transaction, so a first batch that the server refuses in part
-// (its transaction rolled back, the bad row isolated) leaves it in place
-// for the next; and it is empty after every outcome, so no row of an
-// earlier batch rides along with a later one.
-func TestCopyStagingAcrossOutcomes(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	s := e.open(t, e.dsn, Options{InsertMethod: InsertCopy, PayloadType: PayloadJSONB})
-	e.exec(ctx, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT no_poison CHECK (payload <> '"poison"'::jsonb)`,
-		pgx.Identifier{e.table}.Sanitize()))
-
-	first := mkRecords("first", 20)
-	first[7].Payload = []byte(`"poison"`)
-	res, err := s.Commit(ctx, sink.NewBatch(first))
-	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Index != 7 {
-		t.Fatalf("first batch, with a row the server refuses: %v, rejected %+v", err, res.Rejected)
-	}
-	if conns, n := stagedRows(t, s); conns == 0 || n != 0 {
-		t.Fatalf("after a batch with a refused row: %d staging tables holding %d rows, want at least one, empty", conns, n)
-	}
-	if _, err := s.Commit(ctx, sink.NewBatch(mkRecords("second", 30))); err != nil {
-		t.Fatalf("second batch: %v", err)
-	}
-	if conns, n := stagedRows(t, s); conns == 0 || n != 0 {
-		t.Fatalf("after a committed batch: %d staging tables holding %d rows", conns, n)
-	}
-	// A commit that fails mid-way (its context ends) leaves nothing
-	// staged either.
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, err := s.Commit(cctx, sink.NewBatch(mkRecords("cancelled", 10))); !sink.IsTransient(err) {
-		t.Fatalf("cancelled commit: %v, want transient", err)
-	}
-	if _, err := s.Commit(ctx, sink.NewBatch(mkRecords("third", 5))); err != nil {
-		t.Fatalf("third batch: %v", err)
-	}
-	if rows, distinct := e.countDistinct(ctx); rows != 19+30+5 || distinct != rows {
-		t.Fatalf("table holds %d rows (%d distinct), want %d", rows, distinct, 19+30+5)
-	}
-}
-
-// TestCopyStagingLost: a session that lost its staging table — what a
-// pooler in transaction mode does, simulated by DISCARD TEMP — fails the
-// commit permanently, naming insert_method; the connection makes the
-// table again on the next commit.
-func TestCopyStagingLost(t *testing.T) {
+// TestCopyReplay: a batch whose COPY meets a row already stored — a
+// replay, or one id twice in a batch — is stored again by unnest, skipping
+// those rows, and so are the next batches until one stores every row it
+// sends; then COPY again. Nothing is rejected and nothing doubled.
+func TestCopyReplay(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	s := e.open(t, e.dsn, Options{InsertMethod: InsertCopy})
-	if _, err := s.Commit(ctx, sink.NewBatch(mkRecords("a", 10))); err != nil {
-		t.Fatal(err)
+	a, fresh := mkRecords("a", 40), mkRecords("f", 60)
+	steps := []struct {
+		name       string
+		recs       []sink.Record
+		replays    int64 // Stats.Replays after the step
+		statements int64 // statements the step sends
+		replaying  bool  // after the step
+	}{
+		{"new rows, by COPY", a, 0, 1, false},
+		{"a replay: COPY fails, unnest skips the stored rows", a, 1, 2, true},
+		{"half stored, half new: unnest", append(append([]sink.Record(nil), a[:20]...), fresh[:20]...), 1, 1, true},
+		{"all new: unnest, and the replay is over", fresh[20:40], 1, 1, false},
+		{"new rows, by COPY again", fresh[40:50], 1, 1, false},
+		{"one id twice in the batch", append(append([]sink.Record(nil), fresh[50:]...), fresh[50]), 2, 2, true},
 	}
-	idle := s.pool.AcquireAllIdle(ctx)
-	for _, c := range idle {
-		if _, err := c.Exec(ctx, "DISCARD TEMP"); err != nil {
-			t.Fatal(err)
+	for _, st := range steps {
+		before := s.Stats()
+		res, err := s.Commit(ctx, sink.NewBatch(st.recs))
+		if err != nil || len(res.Rejected) > 0 {
+			t.Fatalf("%s: %v, rejected %v", st.name, err, res.Rejected)
 		}
-		c.Release()
+		after := s.Stats()
+		if after.Replays != st.replays || after.Statements-before.Statements != st.statements || s.replaying != st.replaying {
+			t.Fatalf("%s: replays %d, %d statements, replaying %v; want %d, %d, %v", st.name,
+				after.Replays, after.Statements-before.Statements, s.replaying, st.replays, st.statements, st.replaying)
+		}
 	}
-	_, err := s.Commit(ctx, sink.NewBatch(mkRecords("b", 10)))
-	if err == nil || sink.IsTransient(err) || !strings.Contains(err.Error(), `insert_method = "unnest"`) {
-		t.Fatalf("commit without the staging table: %v (transient %v), want a permanent error naming insert_method",
-			err, sink.IsTransient(err))
+	if rows, distinct := e.countDistinct(ctx); rows != 100 || distinct != 100 {
+		t.Fatalf("table holds %d rows (%d distinct), want 100", rows, distinct)
 	}
-	if _, err := s.Commit(ctx, sink.NewBatch(mkRecords("b", 10))); err != nil {
-		t.Fatalf("the next commit: %v", err)
-	}
-	if rows, _ := e.countDistinct(ctx); rows != 20 {
-		t.Fatalf("%d rows, want 20", rows)
+}
+
+// TestSecondUniqueIndex: a duplicate on another unique index of the table
+// is not a replay: by either method the row is rejected on its own and the
+// rest of its batch stored.
+func TestSecondUniqueIndex(t *testing.T) {
+	for _, method := range []string{InsertCopy, InsertUnnest} {
+		t.Run(method, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			s := e.open(t, e.dsn, Options{InsertMethod: method})
+			e.exec(ctx, "CREATE UNIQUE INDEX ON "+pgx.Identifier{e.table}.Sanitize()+" (source)")
+			recs := mkRecords("u", 30)
+			for i := range recs {
+				recs[i].Source = fmt.Sprintf("src-%d", i)
+			}
+			recs[20].Source = recs[5].Source
+			res, err := s.Commit(ctx, sink.NewBatch(recs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Rejected) != 1 || (res.Rejected[0].Index != 5 && res.Rejected[0].Index != 20) ||
+				!strings.Contains(res.Rejected[0].Reason, "23505") {
+				t.Fatalf("rejected %+v, want #5 or #20 for the duplicate source", res.Rejected)
+			}
+			if rows, _ := e.countDistinct(ctx); rows != 29 {
+				t.Fatalf("%d rows, want 29", rows)
+			}
+		})
 	}
 }
 

@@ -52,10 +52,10 @@ func TestKillConnectionsUnderLoad(t *testing.T) {
 				e := newEnv(t)
 				s := e.open(t, e.dsn, Options{Timeout: 10 * time.Second, InsertMethod: method, Positions: raw})
 				const batches, per = 60, 500
-				killed, transient := e.commitUnderKills(t, s, batches, per)
-				t.Logf("%d backends terminated, %d transient errors", killed, transient)
-				if killed == 0 || transient == 0 {
-					t.Fatalf("the fault never hit (killed %d, transient %d)", killed, transient)
+				killed, failed := e.commitUnderKills(t, s, batches, per)
+				t.Logf("%d backends terminated, transient errors by step: %v", killed, failed)
+				if killed == 0 || failed["insert"] == 0 {
+					t.Fatalf("the fault never hit an insert (killed %d, transient errors %v)", killed, failed)
 				}
 				e.checkNoIdleInTransaction(t)
 				rows, distinct := e.countDistinct(context.Background())
@@ -88,8 +88,10 @@ func TestKillConnectionsUnderLoad(t *testing.T) {
 
 // commitUnderKills commits batches of per records, retrying each on a
 // transient error, while another goroutine terminates the sink's backends
-// every 15 ms.
-func (e *env) commitUnderKills(t *testing.T, s *Sink, batches, per int) (killed, transient int) {
+// every 15 ms. It returns how many backends were terminated and how many
+// commits failed, by the step that failed ("begin", "insert", "commit"…).
+func (e *env) commitUnderKills(t *testing.T, s *Sink, batches, per int) (killed int, failed map[string]int) {
+	failed = map[string]int{}
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -121,14 +123,15 @@ func (e *env) commitUnderKills(t *testing.T, s *Sink, batches, per int) (killed,
 			if !sink.IsTransient(err) {
 				t.Fatalf("batch %d: permanent error %v", i, err)
 			}
-			transient++
+			step, _, _ := strings.Cut(strings.TrimPrefix(err.Error(), "pgsink: "), ":")
+			failed[step]++
 			if attempt > 200 {
 				t.Fatalf("batch %d: still failing: %v", i, err)
 			}
 			time.Sleep(time.Millisecond << min(attempt, 6))
 		}
 	}
-	return killed, transient
+	return killed, failed
 }
 
 // checkNoIdleInTransaction fails when a session of the sink stays idle in

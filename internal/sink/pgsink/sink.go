@@ -43,48 +43,49 @@
 // One transaction per batch, by one of two insert methods
 // (Options.InsertMethod, insert_method). Either way a replayed record is
 // skipped by the primary key, which makes every retry and replay
-// idempotent, and the rows are sent in key order (sorted by id), so the
+// idempotent, and the rows go in key order (sorted by id), so the
 // primary-key index is filled in one ascending pass per batch.
 //
-// copy (the default): each connection has a temporary staging table with
-// the columns the sink writes,
-//
-//	CREATE TEMP TABLE weir_stage (…) ON COMMIT DELETE ROWS
-//
-// created once per connection (marked in the connection's CustomData) and
-// outside any transaction, so that an aborted batch cannot take it away.
-// A batch is
+// copy (the default): a batch is
 //
 //	BEGIN
-//	COPY pg_temp.weir_stage (…) FROM STDIN (FORMAT binary)
-//	INSERT INTO t (…) SELECT … FROM pg_temp.weir_stage
-//	ON CONFLICT (weir_record_id) DO NOTHING
+//	COPY t (…) FROM STDIN (FORMAT binary)
 //	COMMIT
 //
-// and the staging table is empty at the start of every transaction: the
-// commit empties it, a rollback discards what was copied. COPY has no
-// statement size limit, so a batch is never split. A raw table has no
-// conflict clause (below), so its rows are copied straight into it with
-// their positions, and no staging table is made.
+// — the rows straight into the table, in COPY's binary row format, with
+// no conflict clause, which is what makes it as fast as a bare COPY
+// (docs/benchmarks_sinks.md): the server neither builds arrays nor
+// inserts speculatively. A COPY that meets a row already stored (a unique
+// violation, SQLSTATE 23505: a replay, or one id twice in the batch)
+// fails as a whole and stores nothing, so the transaction is rolled back
+// and the batch sent again by unnest (below), whose ON CONFLICT DO NOTHING
+// skips the stored rows. Replays come in runs — a restarted drain
+// re-sends the batches it had not recorded as done, a recovering
+// secondary re-reads a window — so the following batches go by unnest too,
+// until one of them stores every row it sends; then COPY again. A run of
+// replays costs one failed COPY (Stats.Replays counts them). A duplicate
+// on another unique index of the table is not a replay: unnest fails on
+// it too, and it is isolated as a data error (below). COPY has no
+// statement size limit, so a batch is never split. It keeps no state in
+// the session, so it works through a pooler in any mode.
 //
-// unnest: the rows go in one statement,
+// Why not COPY into a temporary staging table and then INSERT … SELECT …
+// ON CONFLICT DO NOTHING, on every batch: that was built and measured,
+// and was no faster than unnest (the speculative insertion of ON CONFLICT,
+// not the transfer, is what costs), while it needs a temporary table per
+// session, which a pooler in transaction mode does not keep.
+//
+// unnest: every batch is one statement,
 //
 //	INSERT INTO t (…) SELECT * FROM unnest($1::uuid[], $2::bytea[], …)
 //	ON CONFLICT (weir_record_id) DO NOTHING
 //
 // its columns sent as binary array parameters of a cached prepared
-// statement; it keeps no state in the session between transactions. A
-// batch is split into several statements (same transaction) only when
-// its bytes would pass MaxStatementBytes.
+// statement. A batch is split into several statements (same transaction)
+// only when its bytes would pass MaxStatementBytes. Choose it for a server
+// or proxy that does not pass COPY through, or to compare.
 //
-// Use unnest behind a pooler in transaction mode (PgBouncer's pool_mode =
-// transaction), which hands each transaction to whichever server session
-// is free, so a temporary table made in one is not there in the next. A
-// copy-method commit that finds its staging table gone fails permanently
-// with that advice (and the connection makes the table again next time).
-// The copy method is faster (docs/benchmarks_sinks.md): the rows travel in
-// COPY's binary row format and the server reads them without building
-// arrays.
+// Rules (CREATE RULE … ON INSERT) are not applied to COPY; triggers are.
 //
 // # Poison records
 //
@@ -131,9 +132,9 @@
 // the server refuses are found by bisection as above and the rest are
 // inserted again with contiguous positions, because raw numbers only
 // what it keeps. With the copy method the rows and their positions are
-// copied straight into the raw table, in the transaction that raised the
-// raw end (COPY fires the table's triggers as INSERT does, but not its
-// rules). The payload must be bytea: raw returns every payload
+// copied into the raw table in the transaction that raised the raw end;
+// raw has no conflict clause, so there is no replay fallback. The payload
+// must be bytea: raw returns every payload
 // byte for byte, which jsonb would not. A raw table always has the
 // metadata columns, whatever MetadataColumns says, and ReadFrom returns
 // them, so a secondary recovered from it gets each record's key, headers
@@ -158,10 +159,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weir-io/weir/internal/sink/sqlsink"
@@ -251,6 +254,7 @@ type Stats struct {
 	Commits    int64 // transactions committed
 	Probes     int64 // savepoint probes spent isolating poison records
 	Failures   int64 // Commit calls that returned an error
+	Replays    int64 // COPYs that met a stored row, after which batches went by unnest (copy method)
 }
 
 // Sink writes records to a PostgreSQL table. It implements sink.Sink.
@@ -266,10 +270,9 @@ type Sink struct {
 	offsets   string // quoted offsets table (raw mode)
 
 	// The copy method's (copy.go).
-	copyCols       []string       // the columns COPY fills
-	copyInto       pgx.Identifier // the staging table, or the raw table
-	stagingSQL     string         // creates the staging table
-	fromStagingSQL string         // moves the staged rows into the table
+	copyCols  []string     // the columns COPY fills
+	replaying bool         // batches go by unnest: a COPY met a stored row (commitRows is serialised)
+	replays   atomic.Int64 // how often
 
 	rawMu    sync.Mutex // one CommitRaw at a time: rawFirst
 	rawFirst uint64     // the first position commitRows allocated
@@ -408,7 +411,7 @@ FROM %s WHERE weir_position >= $1 ORDER BY weir_position LIMIT $2`, s.table)
 	}
 	s.insertSQL = fmt.Sprintf("INSERT INTO %s (%s)\nSELECT * FROM unnest(%s)%s",
 		s.table, strings.Join(cols, ", "), strings.Join(arrays, ", "), conflict)
-	s.buildCopySQL(cols, types)
+	s.copyCols = cols
 }
 
 // metadata reports whether the sink writes key, headers and event time:
@@ -431,7 +434,7 @@ func (s *Sink) Stats() Stats {
 	return Stats{
 		Batches: c.Batches.Load(), Records: c.Records.Load(), Committed: c.Committed.Load(),
 		Rejected: c.Rejected.Load(), Statements: c.Statements.Load(), Commits: c.Commits.Load(),
-		Probes: c.Probes.Load(), Failures: c.Failures.Load(),
+		Probes: c.Probes.Load(), Failures: c.Failures.Load(), Replays: s.replays.Load(),
 	}
 }
 
@@ -507,9 +510,6 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 	}
 	defer conn.Release()
 	closed := func() bool { return conn.Conn().IsClosed() }
-	if err := s.ensureStaging(ctx, conn); err != nil {
-		return nil, classify("create the staging table", err, closed())
-	}
 
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -519,6 +519,14 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 
 	pos, err := s.number(ctx, tx, recs, idx)
 	if err == nil {
+		err = s.insertRows(ctx, tx, recs, idx, pos)
+	}
+	if err != nil && s.replayed(err) && ctx.Err() == nil {
+		// Some row is stored already: again, skipping those.
+		_ = tx.Rollback(ctx)
+		if tx, err = conn.Begin(ctx); err != nil {
+			return nil, classify("begin", err, closed())
+		}
 		err = s.insertRows(ctx, tx, recs, idx, pos)
 	}
 	var bad []sink.Rejection
@@ -545,7 +553,7 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 		}
 	}
 	if err != nil {
-		return nil, s.classifyInsert(conn, err, closed())
+		return nil, classify("insert", err, closed())
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, classify("commit", err, closed())
@@ -607,13 +615,18 @@ func (s *Sink) chunks(recs []sink.Record, idx []int) [][]int {
 	return append(out, idx[start:])
 }
 
-func (s *Sink) insertAll(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) error {
+// insertAll inserts recs[idx...] by unnest, returning how many rows were
+// inserted (not skipped as stored already).
+func (s *Sink) insertAll(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) (int64, error) {
+	var n int64
 	for _, c := range s.chunks(recs, idx) {
-		if err := s.insertUnnest(ctx, tx, recs, c, pos); err != nil {
-			return err
+		tag, err := s.insertUnnest(ctx, tx, recs, c, pos)
+		if err != nil {
+			return n, err
 		}
+		n += tag.RowsAffected()
 	}
-	return nil
+	return n, nil
 }
 
 // columnsOf builds the five column arrays for recs[idx...].
@@ -637,10 +650,9 @@ func columnsOf(recs []sink.Record, idx []int) (ids [][16]byte, payloads [][]byte
 	return
 }
 
-func (s *Sink) insertUnnest(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) error {
+func (s *Sink) insertUnnest(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) (pgconn.CommandTag, error) {
 	s.core.Statements.Add(1)
-	_, err := tx.Exec(ctx, s.insertSQL, s.rowsOf(recs, idx, pos).args()...)
-	return err
+	return tx.Exec(ctx, s.insertSQL, s.rowsOf(recs, idx, pos).args()...)
 }
 
 // isolate inserts recs[idx...] inside tx, which is fresh, bisecting under
@@ -655,7 +667,7 @@ func (s *Sink) probe(ctx context.Context, tx pgx.Tx, recs []sink.Record, g []int
 	if _, err := tx.Exec(ctx, "SAVEPOINT weir_probe"); err != nil {
 		return err
 	}
-	err := s.insertUnnest(ctx, tx, recs, g, pos)
+	_, err := s.insertUnnest(ctx, tx, recs, g, pos)
 	if err != nil {
 		if !isDataError(err) {
 			return err
