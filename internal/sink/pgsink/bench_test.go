@@ -2,10 +2,8 @@ package pgsink
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,19 +11,21 @@ import (
 	"github.com/weir-io/weir/sink"
 )
 
-// Benchmarks against the real server. Each iteration measures, in the same
-// run and on the same rows, for random ids and for time-ordered (UUIDv7
-// layout) ids:
+// Benchmarks against the real server. Each iteration measures, on the
+// same rows and interleaved batch by batch (testenv.Race), for random ids
+// and for time-ordered (UUIDv7 layout) ids:
 //
 //   - a bare pgx CopyFrom per batch, each in its own transaction, into a
 //     plain table with the sink's columns and no index (copy_plain);
-//   - the same into the table with the sink's primary key (copy_pk);
+//   - the same into a table with the sink's primary key (copy_pk);
 //   - the sink with each insert method (sink_copy, sink_unnest);
+//   - the two sinks again on the same batches, every row of which they
+//     hold already: a replay (replay_copy, replay_unnest);
 //
-// and once, the sink on a raw table (positions) with each method, against
-// a bare CopyFrom of the same rows and positions into a table with the raw
-// table's primary key (raw_copy_pk). Each prints a "BENCH: {json}" line
-// with the rates and the ratios of the same run; run them with
+// and, once, the sink on a raw table with each method against a bare
+// CopyFrom of the same rows and positions into a table keyed on the
+// position. Each prints a "BENCH: {json}" line with the rates and the
+// ratios of its run; run them with
 //
 //	go test -run '^$' -bench . -benchtime 1x -count 5 ./internal/sink/pgsink
 //
@@ -37,49 +37,24 @@ const (
 	benchBatches      = 24
 )
 
-func benchLine(fields map[string]any) {
-	fields["date"] = time.Now().UTC().Format(time.RFC3339)
-	j, _ := json.Marshal(fields)
-	fmt.Printf("BENCH: %s\n", j)
-}
-
-func rowCount(batches [][]sink.Record) int {
-	n := 0
-	for _, b := range batches {
-		n += len(b)
-	}
-	return n
-}
-
-// Baseline tables: the sink's columns, and a key as the sink's tables
-// have.
+// Keys of the baseline tables.
 const (
 	keyNone     = ""
 	keyRecordID = "weir_record_id"
 	keyPosition = "weir_position"
 )
 
-// writer is one contestant of a benchmark: it writes one batch.
-type writer struct {
-	name  string
-	write func(ctx context.Context, recs []sink.Record) error
-	spent time.Duration
-}
-
 // bareCopy is a bare CopyFrom per batch, each in its own transaction, into
-// a new table keyed on key (keyNone: no index). With keyPosition each row
-// also gets its position, counted from 0.
-func bareCopy(b *testing.B, e *env, name, key string) *writer {
+// a new table with the sink's columns, keyed on key (keyNone: no index).
+// With keyPosition each row also gets its position, counted from 0.
+func bareCopy(b *testing.B, e *env, name, key string) testenv.Writer {
 	ctx := context.Background()
 	tbl := pgx.Identifier{e.table + "_" + name}
 	cols := []string{"weir_record_id", "payload", "source", "durability", "received_at"}
-	ddl := `weir_record_id uuid, payload bytea, source text, durability text, received_at timestamptz,
+	pk := map[string]string{keyRecordID: " PRIMARY KEY"}[key]
+	ddl := `weir_record_id uuid` + pk + `, payload bytea, source text, durability text, received_at timestamptz,
 		committed_at timestamptz DEFAULT now()`
-	switch key {
-	case keyRecordID:
-		ddl = `weir_record_id uuid PRIMARY KEY, payload bytea, source text, durability text, received_at timestamptz,
-		committed_at timestamptz DEFAULT now()`
-	case keyPosition:
+	if key == keyPosition {
 		ddl += ", weir_position bigint PRIMARY KEY"
 		cols = append(cols, "weir_position")
 	}
@@ -90,7 +65,7 @@ func bareCopy(b *testing.B, e *env, name, key string) *writer {
 		e.exec(ctx, "DROP TABLE "+tbl.Sanitize())
 	})
 	pos := int64(0)
-	return &writer{name: name, write: func(ctx context.Context, recs []sink.Record) error {
+	return testenv.Writer{Name: name, Write: func(ctx context.Context, recs []sink.Record) error {
 		tx, err := c.Begin(ctx)
 		if err != nil {
 			return err
@@ -113,7 +88,7 @@ func bareCopy(b *testing.B, e *env, name, key string) *writer {
 }
 
 // sinkWriter is the sink with opts, on a new table.
-func sinkWriter(b *testing.B, e *env, name string, opts Options) *writer {
+func sinkWriter(b *testing.B, e *env, name string, opts Options) testenv.Writer {
 	ctx := context.Background()
 	opts.Table = e.table + "_" + name
 	s := e.open(b, e.dsn, opts)
@@ -124,7 +99,7 @@ func sinkWriter(b *testing.B, e *env, name string, opts Options) *writer {
 			e.exec(ctx, "DELETE FROM "+OffsetsTable+" WHERE raw_table = $1", s.Table())
 		}
 	})
-	return &writer{name: name, write: func(ctx context.Context, recs []sink.Record) error {
+	return testenv.Writer{Name: name, Write: func(ctx context.Context, recs []sink.Record) error {
 		res, err := s.Commit(ctx, sink.NewBatch(recs))
 		if err == nil && len(res.Rejected) > 0 {
 			err = fmt.Errorf("rejected %v", res.Rejected)
@@ -133,65 +108,40 @@ func sinkWriter(b *testing.B, e *env, name string, opts Options) *writer {
 	}}
 }
 
-// race writes every batch with every writer, interleaved batch by batch
-// (the order rotating), so that the load of a shared machine falls on all
-// of them alike, and returns each writer's rows/s by name.
-func race(b *testing.B, batches [][]sink.Record, ws ...*writer) map[string]float64 {
-	ctx := context.Background()
-	for i, recs := range batches {
-		for k := range ws {
-			w := ws[(i+k)%len(ws)]
-			start := time.Now()
-			if err := w.write(ctx, recs); err != nil {
-				b.Fatalf("%s: %v", w.name, err)
-			}
-			w.spent += time.Since(start)
-		}
-	}
-	rates := map[string]float64{}
-	for _, w := range ws {
-		rates[w.name] = float64(rowCount(batches)) / w.spent.Seconds()
-	}
-	return rates
-}
-
 // BenchmarkSink measures the sink by both insert methods, with random and
 // with time-ordered ids, against the bare COPY baselines, and the sink on a
 // raw table.
 func BenchmarkSink(b *testing.B) {
 	e := newEnv(b)
-	ids := []string{testenv.IDsRandom, testenv.IDsTimeOrdered}
 	for n := range b.N {
-		for _, k := range ids {
+		for _, k := range []string{testenv.IDsRandom, testenv.IDsTimeOrdered} {
 			batches := testenv.BenchBatches(k, benchBatches, benchBatch, benchPayloadBytes)
-			p := fmt.Sprintf("%s%d_", k, n) // tables live until the benchmark ends
-			r := race(b, batches, bareCopy(b, e, p+"plain", keyNone), bareCopy(b, e, p+"pk", keyRecordID),
-				sinkWriter(b, e, p+"copy", Options{InsertMethod: InsertCopy}),
-				sinkWriter(b, e, p+"unnest", Options{InsertMethod: InsertUnnest}))
-			for _, w := range []string{"plain", "pk", "copy", "unnest"} {
-				r[w] = r[p+w]
-			}
-			b.ReportMetric(r["copy"], "rows/s")
-			benchLine(map[string]any{
-				"name": "pgsink/ids=" + k, "rows": rowCount(batches), "batch": benchBatch, "payload_bytes": benchPayloadBytes,
-				"copy_plain_rows_per_s": r["plain"], "copy_pk_rows_per_s": r["pk"],
-				"sink_copy_rows_per_s": r["copy"], "sink_unnest_rows_per_s": r["unnest"],
-				"sink_copy_ratio_pk": r["copy"] / r["pk"], "sink_unnest_ratio_pk": r["unnest"] / r["pk"],
-				"sink_copy_ratio_plain": r["copy"] / r["plain"], "sink_unnest_ratio_plain": r["unnest"] / r["plain"],
+			p := fmt.Sprintf("%s%d_", k, n) // the tables live until the benchmark ends
+			cp := sinkWriter(b, e, p+"copy", Options{InsertMethod: InsertCopy})
+			un := sinkWriter(b, e, p+"unnest", Options{InsertMethod: InsertUnnest})
+			r := testenv.Race(b, batches, bareCopy(b, e, p+"plain", keyNone), bareCopy(b, e, p+"pk", keyRecordID), cp, un)
+			replay := testenv.Race(b, batches, cp, un)
+			plain, pk, c, u := r[p+"plain"], r[p+"pk"], r[p+"copy"], r[p+"unnest"]
+			b.ReportMetric(c, "rows/s")
+			testenv.BenchLine(map[string]any{
+				"name": "pgsink/ids=" + k, "rows": testenv.Rows(batches), "batch": benchBatch, "payload_bytes": benchPayloadBytes,
+				"copy_plain_rows_per_s": plain, "copy_pk_rows_per_s": pk,
+				"sink_copy_rows_per_s": c, "sink_unnest_rows_per_s": u,
+				"sink_copy_ratio_pk": c / pk, "sink_unnest_ratio_pk": u / pk,
+				"sink_copy_ratio_plain": c / plain, "sink_unnest_ratio_plain": u / plain,
+				"replay_copy_rows_per_s": replay[p+"copy"], "replay_unnest_rows_per_s": replay[p+"unnest"],
 			})
 		}
 		batches := testenv.BenchBatches(testenv.IDsTimeOrdered, benchBatches, benchBatch, benchPayloadBytes)
 		p := fmt.Sprintf("raw%d_", n)
-		r := race(b, batches, bareCopy(b, e, p+"base", keyPosition),
+		r := testenv.Race(b, batches, bareCopy(b, e, p+"base", keyPosition),
 			sinkWriter(b, e, p+"copy", Options{InsertMethod: InsertCopy, Positions: true}),
 			sinkWriter(b, e, p+"unnest", Options{InsertMethod: InsertUnnest, Positions: true}))
-		for _, w := range []string{"base", "copy", "unnest"} {
-			r["raw"+w] = r[p+w]
-		}
-		benchLine(map[string]any{
-			"name": "pgsink/raw", "rows": rowCount(batches), "batch": benchBatch, "payload_bytes": benchPayloadBytes,
-			"copy_pk_rows_per_s": r["rawbase"], "sink_copy_rows_per_s": r["rawcopy"], "sink_unnest_rows_per_s": r["rawunnest"],
-			"sink_copy_ratio_pk": r["rawcopy"] / r["rawbase"], "sink_unnest_ratio_pk": r["rawunnest"] / r["rawbase"],
+		base, c, u := r[p+"base"], r[p+"copy"], r[p+"unnest"]
+		testenv.BenchLine(map[string]any{
+			"name": "pgsink/raw", "rows": testenv.Rows(batches), "batch": benchBatch, "payload_bytes": benchPayloadBytes,
+			"copy_pk_rows_per_s": base, "sink_copy_rows_per_s": c, "sink_unnest_rows_per_s": u,
+			"sink_copy_ratio_pk": c / base, "sink_unnest_ratio_pk": u / base,
 		})
 	}
 }

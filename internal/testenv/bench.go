@@ -1,12 +1,15 @@
 package testenv
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/weir-io/weir/sink"
@@ -68,4 +71,53 @@ func BenchBatches(ids string, batches, per, payloadBytes int) [][]sink.Record {
 		out[i] = recs
 	}
 	return out
+}
+
+// Rows counts the records of batches.
+func Rows(batches [][]sink.Record) int {
+	n := 0
+	for _, b := range batches {
+		n += len(b)
+	}
+	return n
+}
+
+// Writer is one contestant of a database sink benchmark: a sink, or a bare
+// client baseline, on a table of its own.
+type Writer struct {
+	Name string
+	// Write stores one batch, durably, or fails.
+	Write func(ctx context.Context, recs []sink.Record) error
+}
+
+// Race writes every batch with every writer, interleaved batch by batch
+// with the order rotating, so that the load of a shared machine falls on
+// all of them alike, and returns each writer's rows/s by name: the rows
+// over the time spent in its own Writes.
+func Race(b *testing.B, batches [][]sink.Record, ws ...Writer) map[string]float64 {
+	ctx := context.Background()
+	spent := make([]time.Duration, len(ws))
+	for i, recs := range batches {
+		for k := range ws {
+			w := (i + k) % len(ws)
+			start := time.Now()
+			if err := ws[w].Write(ctx, recs); err != nil {
+				b.Fatalf("%s: %v", ws[w].Name, err)
+			}
+			spent[w] += time.Since(start)
+		}
+	}
+	rates := map[string]float64{}
+	for w := range ws {
+		rates[ws[w].Name] = float64(Rows(batches)) / spent[w].Seconds()
+	}
+	return rates
+}
+
+// BenchLine prints a "BENCH: {json}" line of fields and the date, as
+// internal/tools/benchreport reads them.
+func BenchLine(fields map[string]any) {
+	fields["date"] = time.Now().UTC().Format(time.RFC3339)
+	j, _ := json.Marshal(fields)
+	fmt.Printf("BENCH: %s\n", j)
 }
