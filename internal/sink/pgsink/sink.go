@@ -70,9 +70,10 @@
 // the session, so it works through a pooler in any mode.
 //
 // Why not COPY into a temporary staging table and then INSERT … SELECT …
-// ON CONFLICT DO NOTHING, on every batch: that was built and measured,
-// and was no faster than unnest (the speculative insertion of ON CONFLICT,
-// not the transfer, is what costs), while it needs a temporary table per
+// ON CONFLICT DO NOTHING, on every batch: that was built and measured —
+// 10–15% faster than unnest, about half as fast as a COPY straight into
+// the table, since every row is written twice and goes through ON
+// CONFLICT's speculative insertion — and it needs a temporary table per
 // session, which a pooler in transaction mode does not keep.
 //
 // unnest: every batch is one statement,
