@@ -73,6 +73,18 @@ func BenchBatches(ids string, batches, per, payloadBytes int) [][]sink.Record {
 	return out
 }
 
+// EachIDLayout runs a database sink benchmark's rounds: for each of b.N
+// and each id layout (IDsRandom, IDsTimeOrdered), run gets fresh
+// BenchBatches and a prefix for table names unique to the call (the tables
+// may then live until the benchmark ends).
+func EachIDLayout(b *testing.B, batches, per, payloadBytes int, run func(ids, prefix string, recs [][]sink.Record)) {
+	for n := range b.N {
+		for _, ids := range []string{IDsRandom, IDsTimeOrdered} {
+			run(ids, fmt.Sprintf("%s%d_", ids, n), BenchBatches(ids, batches, per, payloadBytes))
+		}
+	}
+}
+
 // Rows counts the records of batches.
 func Rows(batches [][]sink.Record) int {
 	n := 0
@@ -88,6 +100,18 @@ type Writer struct {
 	Name string
 	// Write stores one batch, durably, or fails.
 	Write func(ctx context.Context, recs []sink.Record) error
+}
+
+// SinkWriter is the contestant that commits each batch to s; a rejected
+// record fails the benchmark.
+func SinkWriter(name string, s sink.Sink) Writer {
+	return Writer{Name: name, Write: func(ctx context.Context, recs []sink.Record) error {
+		res, err := s.Commit(ctx, sink.NewBatch(recs))
+		if err == nil && len(res.Rejected) > 0 {
+			err = fmt.Errorf("rejected %v", res.Rejected)
+		}
+		return err
+	}}
 }
 
 // Race writes every batch with every writer, interleaved batch by batch

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -153,33 +152,23 @@ func escapeField(buf *bytes.Buffer, p []byte) {
 func sinkWriter(b *testing.B, e *env, name string) testenv.Writer {
 	s := e.open(b, e.dsn, Options{Table: e.table + "_" + name})
 	b.Cleanup(func() { e.exec("DROP TABLE " + quoteIdent(e.table+"_"+name)) })
-	return testenv.Writer{Name: name, Write: func(ctx context.Context, recs []sink.Record) error {
-		res, err := s.Commit(ctx, sink.NewBatch(recs))
-		if err == nil && len(res.Rejected) > 0 {
-			err = fmt.Errorf("rejected %v", res.Rejected)
-		}
-		return err
-	}}
+	return testenv.SinkWriter(name, s)
 }
 
 // BenchmarkSink measures the sink with random and with time-ordered ids
 // against the bare baselines.
 func BenchmarkSink(b *testing.B) {
 	e := newEnv(b)
-	for n := range b.N {
-		for _, k := range []string{testenv.IDsRandom, testenv.IDsTimeOrdered} {
-			batches := testenv.BenchBatches(k, benchBatches, benchBatch, benchPayloadBytes)
-			p := fmt.Sprintf("%s%d_", k, n) // the tables live until the benchmark ends
-			r := testenv.Race(b, batches, bareInsert(b, e, p+"plain", false), bareInsert(b, e, p+"pk", true),
-				loadData(b, e, p+"load"), sinkWriter(b, e, p+"sink"))
-			plain, pk, load, got := r[p+"plain"], r[p+"pk"], r[p+"load"], r[p+"sink"]
-			b.ReportMetric(got, "rows/s")
-			testenv.BenchLine(map[string]any{
-				"name": "mysqlsink/ids=" + k, "rows": testenv.Rows(batches), "batch": benchBatch, "payload_bytes": benchPayloadBytes,
-				"insert_plain_rows_per_s": plain, "insert_pk_rows_per_s": pk, "load_pk_rows_per_s": load,
-				"sink_rows_per_s": got, "sink_ratio_insert_pk": got / pk, "sink_ratio_insert_plain": got / plain,
-				"sink_ratio_load_pk": got / load,
-			})
-		}
-	}
+	testenv.EachIDLayout(b, benchBatches, benchBatch, benchPayloadBytes, func(ids, p string, batches [][]sink.Record) {
+		r := testenv.Race(b, batches, bareInsert(b, e, p+"plain", false), bareInsert(b, e, p+"pk", true),
+			loadData(b, e, p+"load"), sinkWriter(b, e, p+"sink"))
+		plain, pk, load, got := r[p+"plain"], r[p+"pk"], r[p+"load"], r[p+"sink"]
+		b.ReportMetric(got, "rows/s")
+		testenv.BenchLine(map[string]any{
+			"name": "mysqlsink/ids=" + ids, "rows": testenv.Rows(batches), "batch": benchBatch, "payload_bytes": benchPayloadBytes,
+			"insert_plain_rows_per_s": plain, "insert_pk_rows_per_s": pk, "load_pk_rows_per_s": load,
+			"sink_rows_per_s": got, "sink_ratio_insert_pk": got / pk, "sink_ratio_insert_plain": got / plain,
+			"sink_ratio_load_pk": got / load,
+		})
+	})
 }

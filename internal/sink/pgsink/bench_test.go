@@ -2,7 +2,6 @@ package pgsink
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -99,13 +98,7 @@ func sinkWriter(b *testing.B, e *env, name string, opts Options) testenv.Writer 
 			e.exec(ctx, "DELETE FROM "+OffsetsTable+" WHERE raw_table = $1", s.Table())
 		}
 	})
-	return testenv.Writer{Name: name, Write: func(ctx context.Context, recs []sink.Record) error {
-		res, err := s.Commit(ctx, sink.NewBatch(recs))
-		if err == nil && len(res.Rejected) > 0 {
-			err = fmt.Errorf("rejected %v", res.Rejected)
-		}
-		return err
-	}}
+	return testenv.SinkWriter(name, s)
 }
 
 // BenchmarkSink measures the sink by both insert methods, with random and
@@ -113,35 +106,37 @@ func sinkWriter(b *testing.B, e *env, name string, opts Options) testenv.Writer 
 // raw table.
 func BenchmarkSink(b *testing.B) {
 	e := newEnv(b)
-	for n := range b.N {
-		for _, k := range []string{testenv.IDsRandom, testenv.IDsTimeOrdered} {
-			batches := testenv.BenchBatches(k, benchBatches, benchBatch, benchPayloadBytes)
-			p := fmt.Sprintf("%s%d_", k, n) // the tables live until the benchmark ends
-			cp := sinkWriter(b, e, p+"copy", Options{InsertMethod: InsertCopy})
-			un := sinkWriter(b, e, p+"unnest", Options{InsertMethod: InsertUnnest})
-			r := testenv.Race(b, batches, bareCopy(b, e, p+"plain", keyNone), bareCopy(b, e, p+"pk", keyRecordID), cp, un)
-			replay := testenv.Race(b, batches, cp, un)
-			plain, pk, c, u := r[p+"plain"], r[p+"pk"], r[p+"copy"], r[p+"unnest"]
-			b.ReportMetric(c, "rows/s")
-			testenv.BenchLine(map[string]any{
-				"name": "pgsink/ids=" + k, "rows": testenv.Rows(batches), "batch": benchBatch, "payload_bytes": benchPayloadBytes,
-				"copy_plain_rows_per_s": plain, "copy_pk_rows_per_s": pk,
-				"sink_copy_rows_per_s": c, "sink_unnest_rows_per_s": u,
-				"sink_copy_ratio_pk": c / pk, "sink_unnest_ratio_pk": u / pk,
-				"sink_copy_ratio_plain": c / plain, "sink_unnest_ratio_plain": u / plain,
-				"replay_copy_rows_per_s": replay[p+"copy"], "replay_unnest_rows_per_s": replay[p+"unnest"],
-			})
-		}
-		batches := testenv.BenchBatches(testenv.IDsTimeOrdered, benchBatches, benchBatch, benchPayloadBytes)
-		p := fmt.Sprintf("raw%d_", n)
-		r := testenv.Race(b, batches, bareCopy(b, e, p+"base", keyPosition),
-			sinkWriter(b, e, p+"copy", Options{InsertMethod: InsertCopy, Positions: true}),
-			sinkWriter(b, e, p+"unnest", Options{InsertMethod: InsertUnnest, Positions: true}))
-		base, c, u := r[p+"base"], r[p+"copy"], r[p+"unnest"]
+	testenv.EachIDLayout(b, benchBatches, benchBatch, benchPayloadBytes, func(ids, p string, batches [][]sink.Record) {
+		cp := sinkWriter(b, e, p+"copy", Options{InsertMethod: InsertCopy})
+		un := sinkWriter(b, e, p+"unnest", Options{InsertMethod: InsertUnnest})
+		r := testenv.Race(b, batches, bareCopy(b, e, p+"plain", keyNone), bareCopy(b, e, p+"pk", keyRecordID), cp, un)
+		replay := testenv.Race(b, batches, cp, un)
+		plain, pk, c, u := r[p+"plain"], r[p+"pk"], r[p+"copy"], r[p+"unnest"]
+		b.ReportMetric(c, "rows/s")
 		testenv.BenchLine(map[string]any{
-			"name": "pgsink/raw", "rows": testenv.Rows(batches), "batch": benchBatch, "payload_bytes": benchPayloadBytes,
-			"copy_pk_rows_per_s": base, "sink_copy_rows_per_s": c, "sink_unnest_rows_per_s": u,
-			"sink_copy_ratio_pk": c / base, "sink_unnest_ratio_pk": u / base,
+			"name": "pgsink/ids=" + ids, "rows": testenv.Rows(batches), "batch": benchBatch, "payload_bytes": benchPayloadBytes,
+			"copy_plain_rows_per_s": plain, "copy_pk_rows_per_s": pk,
+			"sink_copy_rows_per_s": c, "sink_unnest_rows_per_s": u,
+			"sink_copy_ratio_pk": c / pk, "sink_unnest_ratio_pk": u / pk,
+			"sink_copy_ratio_plain": c / plain, "sink_unnest_ratio_plain": u / plain,
+			"replay_copy_rows_per_s": replay[p+"copy"], "replay_unnest_rows_per_s": replay[p+"unnest"],
 		})
-	}
+		if ids == testenv.IDsTimeOrdered {
+			benchRaw(b, e, p+"raw", batches)
+		}
+	})
+}
+
+// benchRaw measures the sink on a raw table by both methods against a bare
+// COPY keyed on the position.
+func benchRaw(b *testing.B, e *env, p string, batches [][]sink.Record) {
+	r := testenv.Race(b, batches, bareCopy(b, e, p+"base", keyPosition),
+		sinkWriter(b, e, p+"copy", Options{InsertMethod: InsertCopy, Positions: true}),
+		sinkWriter(b, e, p+"unnest", Options{InsertMethod: InsertUnnest, Positions: true}))
+	base, c, u := r[p+"base"], r[p+"copy"], r[p+"unnest"]
+	testenv.BenchLine(map[string]any{
+		"name": "pgsink/raw", "rows": testenv.Rows(batches), "batch": benchBatch, "payload_bytes": benchPayloadBytes,
+		"copy_pk_rows_per_s": base, "sink_copy_rows_per_s": c, "sink_unnest_rows_per_s": u,
+		"sink_copy_ratio_pk": c / base, "sink_unnest_ratio_pk": u / base,
+	})
 }
