@@ -2,139 +2,141 @@ package pgsink
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/json"
-	"fmt"
-	"os"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/sink"
 )
 
-// Benchmarks against the real server. Each prints a "BENCH: {json}" line;
-// run them with
+// Benchmarks against the real server. Each iteration measures, on the
+// same rows and interleaved batch by batch (testenv.Race), for random ids
+// and for time-ordered (UUIDv7 layout) ids:
+//
+//   - a bare pgx CopyFrom per batch, each in its own transaction, into a
+//     plain table with the sink's columns and no index (copy_plain);
+//   - the same into a table with the sink's primary key (copy_pk);
+//   - the sink with each insert method (sink_copy, sink_unnest);
+//   - the two sinks again on the same batches, every row of which they
+//     hold already: a replay (replay_copy, replay_unnest);
+//
+// and, once, the sink on a raw table with each method against a bare
+// CopyFrom of the same rows and positions into a table keyed on the
+// position. Each prints a "BENCH: {json}" line with the rates and the
+// ratios of its run; run them with
 //
 //	go test -run '^$' -bench . -benchtime 1x -count 5 ./internal/sink/pgsink
 //
-// The baseline is a bare pgx CopyFrom of the same rows, in the same
-// batches, into a plain table with the same columns and no index, in the
-// same run; ratio = sink rows/s ÷ baseline rows/s. A second baseline
-// copies into the same table with the sink's primary key (ratio_pk): the
-// unique index on a random 128-bit key, not the insert path, is most of the
-// gap to the first.
+// and take the medians (go run ./internal/tools/benchreport -in FILE).
 
 const (
 	benchPayloadBytes = 256
 	benchBatch        = 4096
+	benchBatches      = 24
 )
 
-func benchBatches(b *testing.B) [][]sink.Record {
-	n := 24
-	if s := os.Getenv("WEIR_BENCH_BATCHES"); s != "" {
-		n, _ = strconv.Atoi(s)
-	}
-	out := make([][]sink.Record, n)
-	now := time.Now().Truncate(time.Microsecond)
-	payload := make([]byte, benchPayloadBytes)
-	for i := range payload {
-		payload[i] = 'a' + byte(i%26)
-	}
-	tag := time.Now().UnixNano()
-	for i := range out {
-		recs := make([]sink.Record, benchBatch)
-		for j := range recs {
-			sum := sha256.Sum256(fmt.Appendf(nil, "%d/%d/%d", tag, i, j))
-			recs[j] = sink.Record{ID: sink.RecordID(sum[:16]), Payload: payload, Received: now, Source: "socket"}
-		}
-		out[i] = recs
-	}
-	return out
-}
+// Keys of the baseline tables.
+const (
+	keyNone     = ""
+	keyRecordID = "weir_record_id"
+	keyPosition = "weir_position"
+)
 
-func benchLine(fields map[string]any) {
-	fields["date"] = time.Now().UTC().Format(time.RFC3339)
-	j, _ := json.Marshal(fields)
-	fmt.Printf("BENCH: %s\n", j)
-}
-
-func rows(batches [][]sink.Record) int {
-	n := 0
-	for _, b := range batches {
-		n += len(b)
-	}
-	return n
-}
-
-// baselineCopy is rows/s of a bare CopyFrom per batch, each in its own
-// transaction, into a plain table.
-// With pk the table has the sink's primary key (but the copy has no
-// conflict handling): that shows what the index alone costs.
-func baselineCopy(b *testing.B, e *env, batches [][]sink.Record, pk bool) float64 {
+// bareCopy is a bare CopyFrom per batch, each in its own transaction, into
+// a new table with the sink's columns, keyed on key (keyNone: no index).
+// With keyPosition each row also gets its position, counted from 0.
+func bareCopy(b *testing.B, e *env, name, key string) testenv.Writer {
 	ctx := context.Background()
-	tbl := pgx.Identifier{e.table + "_plain"}
-	key := ""
-	if pk {
-		key = " PRIMARY KEY"
+	tbl := pgx.Identifier{e.table + "_" + name}
+	cols := []string{"weir_record_id", "payload", "source", "durability", "received_at"}
+	pk := map[string]string{keyRecordID: " PRIMARY KEY"}[key]
+	ddl := `weir_record_id uuid` + pk + `, payload bytea, source text, durability text, received_at timestamptz,
+		committed_at timestamptz DEFAULT now()`
+	if key == keyPosition {
+		ddl += ", weir_position bigint PRIMARY KEY"
+		cols = append(cols, "weir_position")
 	}
-	e.exec(ctx, "CREATE TABLE "+tbl.Sanitize()+` (weir_record_id uuid`+key+`, payload bytea, source text, durability text,
-		received_at timestamptz, committed_at timestamptz DEFAULT now())`)
-	defer e.exec(ctx, "DROP TABLE "+tbl.Sanitize())
+	e.exec(ctx, "CREATE TABLE "+tbl.Sanitize()+" ("+ddl+")")
 	c := e.conn(ctx)
-	defer c.Close(ctx)
-	start := time.Now()
-	for _, recs := range batches {
+	b.Cleanup(func() {
+		c.Close(ctx)
+		e.exec(ctx, "DROP TABLE "+tbl.Sanitize())
+	})
+	pos := int64(0)
+	return testenv.Writer{Name: name, Write: func(ctx context.Context, recs []sink.Record) error {
 		tx, err := c.Begin(ctx)
 		if err != nil {
-			b.Fatal(err)
+			return err
 		}
-		_, err = tx.CopyFrom(ctx, tbl, []string{"weir_record_id", "payload", "source", "durability", "received_at"},
-			pgx.CopyFromSlice(len(recs), func(i int) ([]any, error) {
-				r := &recs[i]
-				return []any{[16]byte(r.ID), r.Payload, r.Source, r.Durability.String(), r.Received}, nil
-			}))
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.CopyFrom(ctx, tbl, cols, pgx.CopyFromSlice(len(recs), func(i int) ([]any, error) {
+			r := &recs[i]
+			row := []any{[16]byte(r.ID), r.Payload, r.Source, r.Durability.String(), r.Received}
+			if key == keyPosition {
+				row = append(row, pos)
+				pos++
+			}
+			return row, nil
+		}))
 		if err != nil {
-			b.Fatal(err)
+			return err
 		}
-		if err := tx.Commit(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return float64(rows(batches)) / time.Since(start).Seconds()
+		return tx.Commit(ctx)
+	}}
 }
 
-func sinkRate(b *testing.B, e *env, batches [][]sink.Record) float64 {
+// sinkWriter is the sink with opts, on a new table.
+func sinkWriter(b *testing.B, e *env, name string, opts Options) testenv.Writer {
 	ctx := context.Background()
-	s := e.open(b, e.dsn, Options{Table: e.table + "_sink"})
-	defer e.exec(ctx, "DROP TABLE "+s.Table())
-	defer s.Close()
-	start := time.Now()
-	for _, recs := range batches {
-		res, err := s.Commit(ctx, sink.NewBatch(recs))
-		if err != nil || len(res.Rejected) > 0 {
-			b.Fatalf("commit: %v %v", err, res.Rejected)
+	opts.Table = e.table + "_" + name
+	s := e.open(b, e.dsn, opts)
+	b.Cleanup(func() {
+		s.Close()
+		e.exec(ctx, "DROP TABLE "+s.Table())
+		if opts.Positions {
+			e.exec(ctx, "DELETE FROM "+OffsetsTable+" WHERE raw_table = $1", s.Table())
 		}
-	}
-	return float64(rows(batches)) / time.Since(start).Seconds()
+	})
+	return testenv.SinkWriter(name, s)
 }
 
-// BenchmarkSink measures the sink against the bare COPY baselines.
+// BenchmarkSink measures the sink by both insert methods, with random and
+// with time-ordered ids, against the bare COPY baselines, and the sink on a
+// raw table.
 func BenchmarkSink(b *testing.B) {
 	e := newEnv(b)
-	batches := benchBatches(b)
-	b.ResetTimer()
-	for range b.N {
-		base := baselineCopy(b, e, batches, false)
-		basePK := baselineCopy(b, e, batches, true)
-		got := sinkRate(b, e, batches)
-		b.ReportMetric(got, "rows/s")
-		benchLine(map[string]any{
-			"name": "pgsink", "rows_per_s": got, "baseline_rows_per_s": base, "ratio": got / base,
-			"baseline_pk_rows_per_s": basePK, "ratio_pk": got / basePK,
-			"batch": benchBatch, "payload_bytes": benchPayloadBytes, "rows": rows(batches),
+	testenv.EachIDLayout(b, benchBatches, benchBatch, benchPayloadBytes, func(ids, p string, batches [][]sink.Record) {
+		cp := sinkWriter(b, e, p+"copy", Options{InsertMethod: InsertCopy})
+		un := sinkWriter(b, e, p+"unnest", Options{InsertMethod: InsertUnnest})
+		r := testenv.Race(b, batches, bareCopy(b, e, p+"plain", keyNone), bareCopy(b, e, p+"pk", keyRecordID), cp, un)
+		replay := testenv.Race(b, batches, cp, un)
+		plain, pk, c, u := r[p+"plain"], r[p+"pk"], r[p+"copy"], r[p+"unnest"]
+		b.ReportMetric(c, "rows/s")
+		testenv.BenchLine(map[string]any{
+			"name": "pgsink/ids=" + ids, "rows": testenv.Rows(batches), "batch": benchBatch, "payload_bytes": benchPayloadBytes,
+			"copy_plain_rows_per_s": plain, "copy_pk_rows_per_s": pk,
+			"sink_copy_rows_per_s": c, "sink_unnest_rows_per_s": u,
+			"sink_copy_ratio_pk": c / pk, "sink_unnest_ratio_pk": u / pk,
+			"sink_copy_ratio_plain": c / plain, "sink_unnest_ratio_plain": u / plain,
+			"replay_copy_rows_per_s": replay[p+"copy"], "replay_unnest_rows_per_s": replay[p+"unnest"],
 		})
-	}
+		if ids == testenv.IDsTimeOrdered {
+			benchRaw(b, e, p+"raw", batches)
+		}
+	})
+}
+
+// benchRaw measures the sink on a raw table by both methods against a bare
+// COPY keyed on the position.
+func benchRaw(b *testing.B, e *env, p string, batches [][]sink.Record) {
+	r := testenv.Race(b, batches, bareCopy(b, e, p+"base", keyPosition),
+		sinkWriter(b, e, p+"copy", Options{InsertMethod: InsertCopy, Positions: true}),
+		sinkWriter(b, e, p+"unnest", Options{InsertMethod: InsertUnnest, Positions: true}))
+	base, c, u := r[p+"base"], r[p+"copy"], r[p+"unnest"]
+	testenv.BenchLine(map[string]any{
+		"name": "pgsink/raw", "rows": testenv.Rows(batches), "batch": benchBatch, "payload_bytes": benchPayloadBytes,
+		"copy_pk_rows_per_s": base, "sink_copy_rows_per_s": c, "sink_unnest_rows_per_s": u,
+		"sink_copy_ratio_pk": c / base, "sink_unnest_ratio_pk": u / base,
+	})
 }

@@ -29,6 +29,7 @@ type Config struct {
 	Timeout      time.Duration // timeout
 	// MetadataColumns: metadata_columns.
 	MetadataColumns bool
+	InsertMethod    string // insert_method: copy|unnest
 }
 
 // Component is the Postgres sink's registration (internal/components lists
@@ -54,6 +55,8 @@ func Component() component.SinkDef {
 				func(c *Config) *time.Duration { return &c.Timeout }),
 			component.Key("metadata_columns", setting.Bool(), false, "Also write each record's key, headers and event time, into weir_key (bytea), weir_headers (jsonb) and weir_event_time (timestamptz); missing columns are added when create_table is on, else refused. A raw table always has them.",
 				func(c *Config) *bool { return &c.MetadataColumns }),
+			component.Key("insert_method", setting.Enum(InsertCopy, InsertUnnest), InsertCopy, "How a batch is sent: copy (one binary COPY straight into the table; a batch that meets rows already stored, a replay, goes again by unnest) or unnest (one INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING of array parameters, for a server or proxy that does not pass COPY through).",
+				func(c *Config) *string { return &c.InsertMethod }),
 		},
 		Open: func(ctx context.Context, p component.SinkParams[Config]) (sink.Sink, error) {
 			return New(ctx, options(p, false))
@@ -92,7 +95,7 @@ func options(p component.SinkParams[Config], positions bool) Options {
 	c := p.Config
 	return Options{DSN: c.DSN, Table: c.Table, PayloadType: c.PayloadType, CreateTable: c.CreateTable,
 		MaxBatchSize: c.BatchRecords, Timeout: c.Timeout, Positions: positions, MetadataColumns: c.MetadataColumns,
-		AsyncCommit: p.NonDurable, Logger: p.Logger}
+		InsertMethod: c.InsertMethod, AsyncCommit: p.NonDurable, Logger: p.Logger}
 }
 
 // openRaw opens the table in raw mode with the offset store beside it.

@@ -37,18 +37,64 @@ func (e *env) countDistinct(ctx context.Context) (rows, distinct int) {
 	return
 }
 
-// TestKillConnectionsUnderLoad terminates the sink's backends again and
-// again while batches are committed the way the drain does (a transient
-// error retries the same batch). Afterwards the table must hold every
-// committed record exactly once.
+// TestKillConnectionsUnderLoad terminates the sink's backends every 15 ms
+// while batches are committed the way the drain does (a transient error
+// retries the same batch), by both insert methods, into a keyed table and
+// into a raw table. Afterwards the keyed table must hold every committed
+// record exactly once; the raw table every record at least once (a commit
+// whose acknowledgement was lost is retried and kept again) at contiguous
+// positions up to its end; and no session of the sink may be left idle in
+// a transaction.
 func TestKillConnectionsUnderLoad(t *testing.T) {
-	e := newEnv(t)
+	for _, method := range []string{InsertCopy, InsertUnnest} {
+		for _, raw := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/raw=%v", method, raw), func(t *testing.T) {
+				e := newEnv(t)
+				s := e.open(t, e.dsn, Options{Timeout: 10 * time.Second, InsertMethod: method, Positions: raw})
+				const batches, per = 60, 500
+				killed, failed := e.commitUnderKills(t, s, batches, per)
+				t.Logf("%d backends terminated, transient errors by step: %v", killed, failed)
+				if killed == 0 || failed["insert"] == 0 {
+					t.Fatalf("the fault never hit an insert (killed %d, transient errors %v)", killed, failed)
+				}
+				e.checkNoIdleInTransaction(t)
+				rows, distinct := e.countDistinct(context.Background())
+				if !raw {
+					if rows != batches*per || distinct != rows {
+						t.Fatalf("table holds %d rows (%d distinct), want exactly %d", rows, distinct, batches*per)
+					}
+					return
+				}
+				s.pool.Reset() // the idle connections may have been terminated
+				end, err := s.End(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := readAll(t, s, 4096)
+				for i, p := range got {
+					if p.Pos != uint64(i) {
+						t.Fatalf("record %d at position %d: positions not contiguous", i, p.Pos)
+					}
+				}
+				t.Logf("raw: %d rows, %d distinct, end %d", rows, distinct, end)
+				if distinct != batches*per || rows != len(got) || uint64(rows) != end {
+					t.Fatalf("raw holds %d rows (%d distinct, %d read) with end %d, want %d distinct and every position below the end",
+						rows, distinct, len(got), end, batches*per)
+				}
+			})
+		}
+	}
+}
+
+// commitUnderKills commits batches of per records, retrying each on a
+// transient error, while another goroutine terminates the sink's backends
+// every 15 ms. It returns how many backends were terminated and how many
+// commits failed, by the step that failed ("begin", "insert", "commit"…).
+func (e *env) commitUnderKills(t *testing.T, s *Sink, batches, per int) (killed int, failed map[string]int) {
+	failed = map[string]int{}
 	ctx := context.Background()
-	s := e.open(t, e.dsn, Options{Timeout: 10 * time.Second})
-	const batches, per = 60, 500
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var killed int
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -66,7 +112,7 @@ func TestKillConnectionsUnderLoad(t *testing.T) {
 			killed += n
 		}
 	}()
-	transient := 0
+	defer func() { close(stop); wg.Wait() }()
 	for i := range batches {
 		b := sink.NewBatch(mkRecords(fmt.Sprintf("k%03d", i), per))
 		for attempt := 0; ; attempt++ {
@@ -75,27 +121,37 @@ func TestKillConnectionsUnderLoad(t *testing.T) {
 				break
 			}
 			if !sink.IsTransient(err) {
-				close(stop)
-				wg.Wait()
 				t.Fatalf("batch %d: permanent error %v", i, err)
 			}
-			transient++
+			step, _, _ := strings.Cut(strings.TrimPrefix(err.Error(), "pgsink: "), ":")
+			failed[step]++
 			if attempt > 200 {
 				t.Fatalf("batch %d: still failing: %v", i, err)
 			}
 			time.Sleep(time.Millisecond << min(attempt, 6))
 		}
 	}
-	close(stop)
-	wg.Wait()
-	rows, distinct := e.countDistinct(ctx)
-	t.Logf("%d backends terminated, %d transient errors, %d rows", killed, transient, rows)
-	if rows != batches*per || distinct != rows {
-		t.Fatalf("table holds %d rows (%d distinct), want exactly %d", rows, distinct, batches*per)
+	return killed, failed
+}
+
+// checkNoIdleInTransaction fails when a session of the sink stays idle in
+// a transaction: one that a failed commit left open.
+func (e *env) checkNoIdleInTransaction(t *testing.T) {
+	t.Helper()
+	c := e.conn(context.Background())
+	defer c.Close(context.Background())
+	var n int
+	for range 20 { // a session may be between two statements right now
+		if err := c.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND state LIKE 'idle in transaction%'`, e.appName).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	if killed == 0 || transient == 0 {
-		t.Fatalf("the fault never hit (killed %d, transient %d)", killed, transient)
-	}
+	t.Fatalf("%d sessions of the sink idle in a transaction", n)
 }
 
 func TestValidateExistingTable(t *testing.T) {

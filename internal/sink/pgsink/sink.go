@@ -40,24 +40,53 @@
 //
 // # Commit
 //
-// One transaction per batch. The rows are inserted with
+// One transaction per batch, by one of two insert methods
+// (Options.InsertMethod, insert_method). Either way a replayed record is
+// skipped by the primary key, which makes every retry and replay
+// idempotent, and the rows go in key order (sorted by id), so the
+// primary-key index is filled in one ascending pass per batch.
+//
+// copy (the default): a batch is
+//
+//	BEGIN
+//	COPY t (…) FROM STDIN (FORMAT binary)
+//	COMMIT
+//
+// — the rows straight into the table, in COPY's binary row format, with
+// no conflict clause, which is what makes it as fast as a bare COPY
+// (docs/benchmarks_sinks.md): the server neither builds arrays nor
+// inserts speculatively. A COPY that meets a row already stored (a unique
+// violation, SQLSTATE 23505: a replay, or one id twice in the batch)
+// fails as a whole and stores nothing, so the transaction is rolled back
+// and the batch sent again by unnest (below), whose ON CONFLICT DO NOTHING
+// skips the stored rows. Replays come in runs — a restarted drain
+// re-sends the batches it had not recorded as done, a recovering
+// secondary re-reads a window — so the following batches go by unnest too,
+// until one of them stores every row it sends; then COPY again. A run of
+// replays costs one failed COPY (Stats.Replays counts them). A duplicate
+// on another unique index of the table is not a replay: unnest fails on
+// it too, and it is isolated as a data error (below). COPY has no
+// statement size limit, so a batch is never split. It keeps no state in
+// the session, so it works through a pooler in any mode.
+//
+// Why not COPY into a temporary staging table and then INSERT … SELECT …
+// ON CONFLICT DO NOTHING, on every batch: that was built and measured —
+// 10–15% faster than unnest, about half as fast as a COPY straight into
+// the table, since every row is written twice and goes through ON
+// CONFLICT's speculative insertion — and it needs a temporary table per
+// session, which a pooler in transaction mode does not keep.
+//
+// unnest: every batch is one statement,
 //
 //	INSERT INTO t (…) SELECT * FROM unnest($1::uuid[], $2::bytea[], …)
 //	ON CONFLICT (weir_record_id) DO NOTHING
 //
-// — one statement per batch, its columns sent as binary array parameters
-// of a cached prepared statement, so a batch costs one round trip for the
-// insert and one for the COMMIT. A batch is split into several statements
-// (same transaction) only when its bytes would pass MaxStatementBytes. A
-// replayed record is skipped by the primary key, which makes every retry
-// and replay idempotent.
+// its columns sent as binary array parameters of a cached prepared
+// statement. A batch is split into several statements (same transaction)
+// only when its bytes would pass MaxStatementBytes. Choose it for a server
+// or proxy that does not pass COPY through, or to compare.
 //
-// COPY into a temporary staging table followed by INSERT … SELECT … ON
-// CONFLICT DO NOTHING was measured too (docs/benchmarks_sinks.md): about 15%
-// faster, but it needs per-session state (which a pooler in transaction
-// mode does not keep), and pgx's CopyFrom can panic when the server
-// terminates the connection mid-copy — exactly the fault this sink must
-// ride out. The unnest path is the only one.
+// Rules (CREATE RULE … ON INSERT) are not applied to COPY; triggers are.
 //
 // # Poison records
 //
@@ -66,10 +95,11 @@
 // a source that is not valid UTF-8 or holds a NUL byte are rejected on
 // their own. When the server still refuses the batch with a data error
 // (SQLSTATE class 22, 23 or 54: a JSON value jsonb cannot hold, a CHECK
-// constraint, a value too large for an index) the transaction is started
-// again and the batch is bisected under savepoints: each half is tried,
-// halves that fail are split again, and a single row that fails is
-// rejected with the server's message. Everything else of the batch is
+// constraint, a value too large for an index) — from COPY or from an
+// INSERT — the transaction is started again and the batch is bisected
+// under savepoints, with unnest statements whatever the insert method:
+// each half is tried, halves that fail are split again, and a single row
+// that fails is rejected with the server's message. Everything else of the batch is
 // committed in the same transaction. Bisection takes about 2·k·log2(n)
 // statements for k bad rows among n; after MaxProbes of them the rows
 // still in doubt are tried one at a time, so a batch never costs more than
@@ -102,7 +132,10 @@
 // on weir_record_id), so every position below the end holds a row. Rows
 // the server refuses are found by bisection as above and the rest are
 // inserted again with contiguous positions, because raw numbers only
-// what it keeps. The payload must be bytea: raw returns every payload
+// what it keeps. With the copy method the rows and their positions are
+// copied into the raw table in the transaction that raised the raw end;
+// raw has no conflict clause, so there is no replay fallback. The payload
+// must be bytea: raw returns every payload
 // byte for byte, which jsonb would not. A raw table always has the
 // metadata columns, whatever MetadataColumns says, and ReadFrom returns
 // them, so a secondary recovered from it gets each record's key, headers
@@ -120,19 +153,19 @@
 package pgsink
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weir-io/weir/internal/sink/sqlsink"
@@ -205,6 +238,9 @@ type Options struct {
 	// transactions it acknowledged (at most about three times its
 	// wal_writer_delay). Not with Positions: raw is always durable.
 	AsyncCommit bool
+	// InsertMethod is InsertCopy (default) or InsertUnnest; see the
+	// package documentation.
+	InsertMethod string
 	// Logger receives lifecycle events and rejected records; nil discards.
 	Logger *slog.Logger
 }
@@ -219,11 +255,13 @@ type Stats struct {
 	Commits    int64 // transactions committed
 	Probes     int64 // savepoint probes spent isolating poison records
 	Failures   int64 // Commit calls that returned an error
+	Replays    int64 // COPYs that met a stored row, after which batches went by unnest (copy method)
 }
 
 // Sink writes records to a PostgreSQL table. It implements sink.Sink.
 type Sink struct {
 	opts  Options
+	ident pgx.Identifier
 	table string // quoted, possibly schema-qualified
 	pool  *pgxpool.Pool
 	log   *slog.Logger
@@ -231,6 +269,11 @@ type Sink struct {
 	insertSQL string
 	readSQL   string
 	offsets   string // quoted offsets table (raw mode)
+
+	// The copy method's (copy.go).
+	copyCols  []string     // the columns COPY fills
+	replaying bool         // batches go by unnest: a COPY met a stored row (commitRows is serialised)
+	replays   atomic.Int64 // how often
 
 	rawMu    sync.Mutex // one CommitRaw at a time: rawFirst
 	rawFirst uint64     // the first position commitRows allocated
@@ -273,6 +316,12 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	if opts.ApplicationName == "" {
 		opts.ApplicationName = DefaultApplicationName
 	}
+	if opts.InsertMethod == "" {
+		opts.InsertMethod = InsertCopy
+	}
+	if opts.InsertMethod != InsertCopy && opts.InsertMethod != InsertUnnest {
+		return nil, fmt.Errorf("pgsink: insert method %q: want %q or %q", opts.InsertMethod, InsertCopy, InsertUnnest)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -283,7 +332,7 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{opts: opts, table: ident.Sanitize(), offsets: offsetsIdent(ident).Sanitize()}
+	s := &Sink{opts: opts, ident: ident, table: ident.Sanitize(), offsets: offsetsIdent(ident).Sanitize()}
 	s.log = opts.Logger.With("sink", "postgres", "table", s.table)
 	s.core = sqlsink.New(sqlsink.Config{
 		Name: "pgsink", Server: "postgres", ErrClosed: ErrClosed,
@@ -363,6 +412,7 @@ FROM %s WHERE weir_position >= $1 ORDER BY weir_position LIMIT $2`, s.table)
 	}
 	s.insertSQL = fmt.Sprintf("INSERT INTO %s (%s)\nSELECT * FROM unnest(%s)%s",
 		s.table, strings.Join(cols, ", "), strings.Join(arrays, ", "), conflict)
+	s.copyCols = cols
 }
 
 // metadata reports whether the sink writes key, headers and event time:
@@ -385,7 +435,7 @@ func (s *Sink) Stats() Stats {
 	return Stats{
 		Batches: c.Batches.Load(), Records: c.Records.Load(), Committed: c.Committed.Load(),
 		Rejected: c.Rejected.Load(), Statements: c.Statements.Load(), Commits: c.Commits.Load(),
-		Probes: c.Probes.Load(), Failures: c.Failures.Load(),
+		Probes: c.Probes.Load(), Failures: c.Failures.Load(), Replays: s.replays.Load(),
 	}
 }
 
@@ -470,7 +520,15 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 
 	pos, err := s.number(ctx, tx, recs, idx)
 	if err == nil {
-		err = s.insertAll(ctx, tx, recs, idx, pos)
+		err = s.insertRows(ctx, tx, recs, idx, pos)
+	}
+	if err != nil && s.replayed(err) && ctx.Err() == nil {
+		// Some row is stored already: again, skipping those.
+		_ = tx.Rollback(ctx)
+		if tx, err = conn.Begin(ctx); err != nil {
+			return nil, classify("begin", err, closed())
+		}
+		err = s.insertRows(ctx, tx, recs, idx, pos)
 	}
 	var bad []sink.Rejection
 	if err != nil && isDataError(err) && ctx.Err() == nil {
@@ -491,7 +549,7 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 			}
 			idx = without(idx, bad)
 			if pos, err = s.number(ctx, tx, recs, idx); err == nil && len(idx) > 0 {
-				err = s.insertAll(ctx, tx, recs, idx, pos)
+				err = s.insertRows(ctx, tx, recs, idx, pos)
 			}
 		}
 	}
@@ -558,13 +616,18 @@ func (s *Sink) chunks(recs []sink.Record, idx []int) [][]int {
 	return append(out, idx[start:])
 }
 
-func (s *Sink) insertAll(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) error {
+// insertAll inserts recs[idx...] by unnest, returning how many rows were
+// inserted (not skipped as stored already).
+func (s *Sink) insertAll(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) (int64, error) {
+	var n int64
 	for _, c := range s.chunks(recs, idx) {
-		if err := s.insertUnnest(ctx, tx, recs, c, pos); err != nil {
-			return err
+		tag, err := s.insertUnnest(ctx, tx, recs, c, pos)
+		if err != nil {
+			return n, err
 		}
+		n += tag.RowsAffected()
 	}
-	return nil
+	return n, nil
 }
 
 // columnsOf builds the five column arrays for recs[idx...].
@@ -588,31 +651,9 @@ func columnsOf(recs []sink.Record, idx []int) (ids [][16]byte, payloads [][]byte
 	return
 }
 
-func (s *Sink) insertUnnest(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) error {
-	// Rows in key order: the primary-key index is then filled in one
-	// ascending pass instead of at random places (ids are hashes). A raw
-	// table's key is the position, which idx is already in order of.
-	sorted := idx
-	if pos == nil {
-		sorted = slices.Clone(idx)
-		slices.SortFunc(sorted, func(a, b int) int { return bytes.Compare(recs[a].ID[:], recs[b].ID[:]) })
-	}
-	ids, payloads, sources, durs, recv := columnsOf(recs, sorted)
-	args := []any{ids, payloads, sources, durs, recv}
-	if s.metadata() {
-		keys, headers, events := metaColumnsOf(recs, sorted)
-		args = append(args, keys, headers, events)
-	}
-	if pos != nil {
-		positions := make([]int64, len(sorted))
-		for k, j := range sorted {
-			positions[k] = pos[j]
-		}
-		args = append(args, positions)
-	}
+func (s *Sink) insertUnnest(ctx context.Context, tx pgx.Tx, recs []sink.Record, idx []int, pos []int64) (pgconn.CommandTag, error) {
 	s.core.Statements.Add(1)
-	_, err := tx.Exec(ctx, s.insertSQL, args...)
-	return err
+	return tx.Exec(ctx, s.insertSQL, s.rowsOf(recs, idx, pos).args()...)
 }
 
 // isolate inserts recs[idx...] inside tx, which is fresh, bisecting under
@@ -627,7 +668,7 @@ func (s *Sink) probe(ctx context.Context, tx pgx.Tx, recs []sink.Record, g []int
 	if _, err := tx.Exec(ctx, "SAVEPOINT weir_probe"); err != nil {
 		return err
 	}
-	err := s.insertUnnest(ctx, tx, recs, g, pos)
+	_, err := s.insertUnnest(ctx, tx, recs, g, pos)
 	if err != nil {
 		if !isDataError(err) {
 			return err

@@ -152,13 +152,17 @@ func jsonEqual(a, b []byte) bool {
 }
 
 func TestConformance(t *testing.T) {
-	for _, v := range []struct {
-		name, pt  string
-		raw, meta bool
-	}{
-		{PayloadBytea, PayloadBytea, false, false}, {PayloadJSONB, PayloadJSONB, false, false},
-		{"metadata", PayloadJSONB, false, true}, {"raw", PayloadBytea, true, true},
-	} {
+	type variant struct {
+		name, pt, method string
+		raw, meta        bool
+	}
+	var variants []variant
+	for _, m := range []string{InsertCopy, InsertUnnest} {
+		variants = append(variants, variant{m + "/" + PayloadBytea, PayloadBytea, m, false, false},
+			variant{m + "/" + PayloadJSONB, PayloadJSONB, m, false, false},
+			variant{m + "/metadata", PayloadJSONB, m, false, true}, variant{m + "/raw", PayloadBytea, m, true, true})
+	}
+	for _, v := range variants {
 		pt := v.pt
 		t.Run(v.name, func(t *testing.T) {
 			sinktest.Run(t, func(t *testing.T) *sinktest.Harness {
@@ -173,7 +177,7 @@ func TestConformance(t *testing.T) {
 					t.Fatal(err)
 				}
 				opts := Options{PayloadType: pt, MaxPayloadBytes: 100 << 10, HealthTimeout: time.Second, Timeout: 20 * time.Second,
-					Positions: v.raw, MetadataColumns: v.meta && !v.raw}
+					Positions: v.raw, MetadataColumns: v.meta && !v.raw, InsertMethod: v.method}
 				s := e.open(t, via, opts)
 				// A constraint only the server knows about, to exercise
 				// bisection.
