@@ -58,9 +58,12 @@
 // # Errors and timeouts
 //
 // Every Commit is bounded by DeliveryTimeout: each record carries the
-// Commit's context, whose deadline fails the records still buffered and
-// cancels the requests still in flight (AllowIdempotentProduceCancellation),
-// so a dead or silent broker never holds the sink beyond it. franz-go's
+// Commit's context, which cancels the requests still in flight at its
+// deadline (AllowIdempotentProduceCancellation), and at the deadline the
+// Commit abandons whatever it has not had acknowledged
+// (UnsafeAbortBufferedRecords: the records are failed, and the client
+// takes a new producer epoch before it produces again), so a dead or
+// silent broker never holds the sink beyond it. franz-go's
 // own RecordDeliveryTimeout is not used: it counts from a record's
 // timestamp, which here is the event time, so a record whose event time is
 // older than the timeout would fail at once. Unreachable brokers, timeouts, leader
@@ -378,7 +381,14 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 		return nil, sink.Permanent(fmt.Errorf("kafkasink: topic %q: %w", s.opts.Topic, perm))
 	}
 	if trans != nil {
-		return nil, sink.Transient(fmt.Errorf("kafkasink: topic %q: %d of %d records not acknowledged: %w", s.opts.Topic, failed, len(idx), trans))
+		within := ""
+		switch ctx.Err() {
+		case context.DeadlineExceeded:
+			within = fmt.Sprintf(" by the commit's deadline (delivery timeout %v)", s.opts.DeliveryTimeout)
+		case context.Canceled:
+			within = " before the commit was cancelled"
+		}
+		return nil, sink.Transient(fmt.Errorf("kafkasink: topic %q: %d of %d records not acknowledged%s: %w", s.opts.Topic, failed, len(idx), within, trans))
 	}
 	if len(again) == 0 {
 		return nil, nil
@@ -407,8 +417,11 @@ func (s *Sink) encode(recs []sink.Record, idx []int) []kgo.Record {
 }
 
 // produce sends krecs and returns each one's outcome once all are
-// finished. Each record carries ctx, so none outlives the Commit's
-// deadline.
+// finished, by the end of ctx at the latest: then whatever is still
+// buffered or in flight is abandoned (failed with kgo.ErrAborting; the
+// client bumps its producer epoch before it produces again, so no sequence
+// number is reused). Only one Commit produces at a time, so what is
+// abandoned is this Commit's.
 func (s *Sink) produce(ctx context.Context, krecs []kgo.Record) []error {
 	errs := make([]error, len(krecs))
 	var wg sync.WaitGroup
@@ -419,9 +432,11 @@ func (s *Sink) produce(ctx context.Context, krecs []kgo.Record) []error {
 			wg.Done()
 		})
 	}
-	// Send now rather than after the linger; the outcomes come from the
-	// promises.
-	_ = s.cl.Flush(ctx)
+	// Flush sends at once rather than after the linger, and waits; the
+	// outcomes come from the promises.
+	if s.cl.Flush(ctx) != nil {
+		s.cl.UnsafeAbortBufferedRecords()
+	}
 	wg.Wait()
 	return errs
 }
