@@ -51,28 +51,33 @@ func TestBrokerStopped(t *testing.T) {
 	c := newCluster(t, 3)
 	const timeout = 2 * time.Second
 	s := open(t, c, nil, func(o *kafkasink.Options) { o.DeliveryTimeout = timeout })
-	recs := records("stop", 20_000)
 	var stopped atomic.Bool
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		c.close()
-		stopped.Store(true)
-	}()
 	failures := 0
-	for i := 0; i < len(recs) && failures < 3; i += 500 {
-		err := commitBounded(t, s, sink.NewBatch(recs[i:i+500]), timeout)
+	for i := 0; failures < 3; i++ {
+		if i == 5 {
+			// Stop the broker while the sixth batch or one after it is
+			// on its way.
+			go func() {
+				time.Sleep(time.Duration(i) * time.Millisecond)
+				c.close()
+				stopped.Store(true)
+			}()
+		}
+		if i > 1000 {
+			t.Fatalf("%d batches and the broker still takes them (stopped %v)", i, stopped.Load())
+		}
+		err := commitBounded(t, s, sink.NewBatch(records(fmt.Sprintf("stop-%d", i), 500)), timeout)
 		switch {
-		case err == nil && stopped.Load() && failures > 0:
+		case err == nil && failures > 0:
 			t.Fatalf("Commit succeeded after the broker stopped and a Commit failed")
 		case err != nil && !sink.IsTransient(err):
 			t.Fatalf("Commit with the broker stopped: permanent error %v", err)
+		case err != nil && i < 5:
+			t.Fatalf("Commit %d before the broker stopped: %v", i, err)
 		case err != nil:
 			failures++
-			t.Logf("batch %d: %v", i/500, err)
+			t.Logf("batch %d: %v", i, err)
 		}
-	}
-	if !stopped.Load() || failures == 0 {
-		t.Fatalf("the stream ended before the broker stopped (stopped %v, failures %d)", stopped.Load(), failures)
 	}
 	if h := s.Health(context.Background()); h.State != sink.Down || h.Reason == "" {
 		t.Errorf("Health with the broker stopped: %v %q, want down with a reason", h.State, h.Reason)
