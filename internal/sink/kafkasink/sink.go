@@ -142,7 +142,7 @@ type Options struct {
 	// ClientID names the client to the brokers (default DefaultClientID).
 	ClientID string
 	// DeliveryTimeout bounds one Commit, the sending of its records
-	// included (default DefaultDeliveryTimeout, at least 1s).
+	// included (default DefaultDeliveryTimeout).
 	DeliveryTimeout time.Duration
 	// MaxBatchSize is the most records one Commit takes (default
 	// DefaultMaxBatchSize).
@@ -191,7 +191,7 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{opts: opts, log: opts.Logger.With("sink", "kafka", "topic", opts.Topic)}
+	s := &Sink{opts: opts, log: opts.Logger.With("topic", opts.Topic)}
 	s.cl, err = kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(opts.Brokers...),
 		kgo.ClientID(opts.ClientID),
@@ -230,7 +230,6 @@ func withDefaults(opts Options) (Options, kgo.CompressionCodec, error) {
 	if opts.DeliveryTimeout <= 0 {
 		opts.DeliveryTimeout = DefaultDeliveryTimeout
 	}
-	opts.DeliveryTimeout = max(opts.DeliveryTimeout, time.Second) // franz-go's least
 	if opts.MaxBatchSize <= 0 {
 		opts.MaxBatchSize = DefaultMaxBatchSize
 	}
