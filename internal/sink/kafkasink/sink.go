@@ -77,6 +77,10 @@
 // and a cancelled in-flight request may have been stored. Readers
 // deduplicate on weir_record_id.
 //
+// Commit's skeleton (pre-checks, the deadline, rejections, the last error
+// for Health, the counters) is package sqlsink's Core, which the SQL sinks
+// share; this package gives it the producing.
+//
 // # Left out
 //
 // TLS and SASL have no keys yet (Options.ClientOptions takes franz-go's
