@@ -20,7 +20,7 @@ func TestKinds(t *testing.T) {
 		{"a sink", []string{"postgres"}, 0, []string{"keys of [sink.postgres]", "[secondary.postgres]", "dsn", "required", "batch_records", "1 – 65536"}},
 		{"a source", []string{"kafka"}, 0, []string{"keys of [source.kafka]", "brokers", "max_poll_records", "0 (the default) or 1 – 1048576"}},
 		{"both", []string{"file"}, 0, []string{"sink file:", "source file:", "glob"}},
-		{"unknown", []string{"nope"}, 2, []string{`no sink or source kind "nope"`, "sinks file, parquet, postgres, mysql"}},
+		{"unknown", []string{"nope"}, 2, []string{`no sink or source kind "nope"`, "sinks file, parquet, postgres, mysql, kafka"}},
 		{"help", []string{"--help"}, 0, []string{"Usage: weir kinds"}},
 		{"too many", []string{"a", "b"}, 2, []string{"Usage: weir kinds"}},
 	} {
@@ -42,11 +42,13 @@ func TestKinds(t *testing.T) {
 		})
 	}
 	// The mysql row: not primary raw, durable, no durable = false,
-	// idempotent, no FS seam; the parquet row may be durable = false.
+	// idempotent, no FS seam; the parquet row may be durable = false; the
+	// kafka sink is durable and nothing else.
 	var out bytes.Buffer
 	Main([]string{"kinds"}, nil, &out, &out)
-	want := map[string]string{"mysql": "no yes no yes no", "parquet": "yes yes yes no yes"}
-	for _, line := range strings.Split(out.String(), "\n") {
+	want := map[string]string{"mysql": "no yes no yes no", "parquet": "yes yes yes no yes", "kafka": "no yes no no no"}
+	sinks, _, _ := strings.Cut(out.String(), "\n\n") // the sink table; the source kafka follows
+	for _, line := range strings.Split(sinks, "\n") {
 		f := strings.Fields(line)
 		if len(f) <= 5 {
 			continue

@@ -11,6 +11,7 @@ package components
 import (
 	"github.com/weir-io/weir/internal/component"
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/sink/kafkasink"
 	"github.com/weir-io/weir/internal/sink/mysqlsink"
 	"github.com/weir-io/weir/internal/sink/parquetsink"
 	"github.com/weir-io/weir/internal/sink/pgsink"
@@ -28,6 +29,7 @@ func List() component.List {
 			parquetsink.Component(),
 			pgsink.Component(),
 			mysqlsink.Component(),
+			kafkasink.Component(),
 		},
 		Sources: []component.SourceDef{
 			kafkasrc.Component(),

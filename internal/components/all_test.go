@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/weir-io/weir/internal/component"
 	"github.com/weir-io/weir/source"
 )
 
@@ -12,7 +13,7 @@ import (
 // range.
 func TestBuiltinKinds(t *testing.T) {
 	r := Registry()
-	if got, want := r.SinkNames(), []string{"file", "parquet", "postgres", "mysql"}; !slices.Equal(got, want) {
+	if got, want := r.SinkNames(), []string{"file", "parquet", "postgres", "mysql", "kafka"}; !slices.Equal(got, want) {
 		t.Errorf("sinks %v, want %v", got, want)
 	}
 	if got, want := r.RawSinkNames(), []string{"file", "parquet", "postgres"}; !slices.Equal(got, want) {
@@ -37,6 +38,11 @@ func TestBuiltinKinds(t *testing.T) {
 		if fsSeam, hasDir := k.Caps().FSSeam, k.Dir() != nil; fsSeam != hasDir {
 			t.Errorf("sink %s: FS seam %v but directory key %v", k.Name(), fsSeam, hasDir)
 		}
+	}
+	// The Kafka sink cannot be read back by position, keeps replays as
+	// copies and has no non-durable mode.
+	if k, _ := r.Sink("kafka"); k.PrimaryRaw() || k.Caps() != (component.SinkCaps{Durable: true}) {
+		t.Errorf("sink kafka: primary raw %v, caps %+v", k.PrimaryRaw(), k.Caps())
 	}
 	regimes := map[string]source.Regime{"kafka": source.BrokerManaged, "nats": source.BrokerManaged, "file": source.StoreManaged}
 	for _, k := range r.Sources() {

@@ -19,6 +19,7 @@ import (
 	"github.com/weir-io/weir/internal/components"
 	"github.com/weir-io/weir/internal/config/setting"
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/sink/kafkasink"
 	"github.com/weir-io/weir/internal/sink/mysqlsink"
 	"github.com/weir-io/weir/internal/sink/parquetsink"
 	"github.com/weir-io/weir/internal/sink/pgsink"
@@ -124,6 +125,8 @@ func TestDefaults(t *testing.T) {
 				MaxPayloadBytes: 16 << 20, Compression: "default"},
 			"postgres": &pgsink.Config{Table: "weir_records", PayloadType: "bytea", BatchRecords: 4096, CreateTable: true, Timeout: 30 * time.Second, InsertMethod: "copy"},
 			"mysql":    &mysqlsink.Config{Table: "weir_records", PayloadType: "blob", BatchRecords: 4096, Timeout: 30 * time.Second},
+			"kafka": &kafkasink.Config{ClientID: "weir", DeliveryTimeout: 30 * time.Second, BatchRecords: 4096,
+				MaxMessageBytes: 1 << 20, Compression: "none"},
 		}},
 		Components:       components.Registry(),
 		MetricsBind:      "127.0.0.1",
@@ -211,6 +214,13 @@ var samples = map[string][2]string{
 	"sink.postgres.metadata_columns": {"true", "true"},
 	"sink.postgres.insert_method":    {"unnest", "unnest"},
 	"sink.mysql.metadata_columns":    {"true", "true"},
+	"sink.kafka.brokers":             {"k1:9092", "k1:9092,k2:9092"},
+	"sink.kafka.topic":               {"events", "orders"},
+	"sink.kafka.client_id":           {"weir-a", "weir-b"},
+	"sink.kafka.delivery_timeout":    {"1s", "5m"},
+	"sink.kafka.batch_records":       {"1", "65536"},
+	"sink.kafka.max_message_bytes":   {"1KiB", "64MiB"},
+	"sink.kafka.compression":         {"zstd", "lz4"},
 	"metrics_bind":                   {"0.0.0.0", "metrics.internal"},
 	"metrics_port":                   {"0", "19185"},
 	"live_stall_timeout":             {"30s", "5m"},
@@ -426,8 +436,12 @@ func TestValidationErrors(t *testing.T) {
 			[]string{`config: sink.mysql.dsn = "": is required because sink.type is "mysql" (flag --sink-mysql-dsn, env WEIR_SINK_MYSQL_DSN)`}},
 		{"dsn never echoed", []string{"--sink-type=postgres", "--sink-postgres-dsn=postgres://u:secret@h/db", "--sink-postgres-timeout=1ms"}, nil,
 			[]string{"sink.postgres.timeout = 1ms"}},
-		{"sink type", []string{"--sink-type=kafka"}, nil,
-			[]string{`config: sink.type = "kafka": must be one of "file", "parquet", "postgres", "mysql" (flag --sink-type, env WEIR_SINK_TYPE)`}},
+		{"sink type", []string{"--sink-type=redis"}, nil,
+			[]string{`config: sink.type = "redis": must be one of "file", "parquet", "postgres", "mysql", "kafka" (flag --sink-type, env WEIR_SINK_TYPE)`}},
+		{"kafka without brokers", []string{"--sink-type=kafka", "--sink-kafka-topic=t"}, nil,
+			[]string{`config: sink.kafka.brokers = "": is required because sink.type is "kafka" (flag --sink-kafka-brokers, env WEIR_SINK_KAFKA_BROKERS)`}},
+		{"kafka broker without port", []string{"--sink-type=kafka", "--sink-kafka-topic=t", "--sink-kafka-brokers=k1:9092,k2"}, nil,
+			[]string{`sink.kafka.brokers = ["k1:9092", "k2"]: broker "k2": want host:port`}},
 		{"file max_bytes", []string{"--sink-file-max-bytes=1"}, nil, []string{"sink.file.max_bytes = 1: must be between 4KiB and 64GiB (flag --sink-file-max-bytes, env WEIR_SINK_FILE_MAX_BYTES)"}},
 		{"file max_age", []string{"--sink-file-max-age=1ms"}, nil, []string{"sink.file.max_age = 1ms: must be between 10ms and 24h"}},
 		{"file batch", []string{"--sink-file-batch-records=0"}, nil, []string{"sink.file.batch_records = 0: must be between"}},

@@ -286,7 +286,13 @@ name = "a"`, []string{`[[secondary]] "a": type is required`}},
 		{"secondary bad type", `
 [[secondary]]
 name = "a"
-type = "kafka"`, []string{`[[secondary]] "a": type = "kafka": must be one of`}},
+type = "nats"`, []string{`[[secondary]] "a": type = "nats": must be one of`}},
+		{"secondary kafka without topic", `
+[[secondary]]
+name = "a"
+type = "kafka"
+[secondary.kafka]
+brokers = ["k1:9092"]`, []string{`[[secondary]] "a": kafka.topic is required because type is "kafka"`}},
 		{"secondary dsn", `
 [[secondary]]
 name = "a"
@@ -538,7 +544,7 @@ name = "s"`, []string{`[[source]] "s": type is required: one of "kafka", "nats",
 		{"secondary type names the kinds", `
 [[secondary]]
 name = "a"
-type = "redis"`, []string{`[[secondary]] "a": type = "redis": must be one of "file", "parquet", "postgres", "mysql"`}},
+type = "redis"`, []string{`[[secondary]] "a": type = "redis": must be one of "file", "parquet", "postgres", "mysql", "kafka"`}},
 		{"secondary relative dir resolved", `
 [[secondary]]
 name = "a"

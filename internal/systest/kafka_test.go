@@ -51,10 +51,11 @@ func (l *kafkaLedger) snapshot() map[string]kafkaPos {
 	return out
 }
 
-// startKafka starts an in-process cluster with one topic.
-func startKafka(t *testing.T, topic string, partitions int) (*kfake.Cluster, *kgo.Client) {
+// startKafka starts an in-process cluster with topic (and the others,
+// with as many partitions); the client produces to topic.
+func startKafka(t *testing.T, topic string, partitions int, others ...string) (*kfake.Cluster, *kgo.Client) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(partitions), topic))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(partitions), append([]string{topic}, others...)...))
 	if err != nil {
 		t.Fatal(err)
 	}
