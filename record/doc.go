@@ -15,7 +15,10 @@
 // later version may add tags without breaking an older reader. A known tag
 // with a value of the wrong size is an error (ErrBadMeta). Fields may come
 // in any order; the encoder writes them in tag order. Every tag appears at
-// most once except TagHeader, which repeats once per header, in order.
+// most once except TagHeader, which repeats once per header, in order. The
+// function Fields walks an encoding's fields; Decode and the wire
+// protocol's check of a producer's metadata (wire.InspectMeta) both read
+// through it.
 //
 //	tag  name            value
 //	  1  id              16 bytes: the record id (sink.RecordID)

@@ -246,24 +246,41 @@ func Decode(b []byte, legacy Legacy) (Meta, error) {
 	default:
 		return m, fmt.Errorf("%w: version %d", ErrBadMeta, b[0])
 	}
+	err := Fields(b, m.set)
+	return m, err
+}
+
+// Fields calls fn with each field of b, an encoded Meta of version 2, in
+// the order they are written: its tag and its value (a sub-slice of b,
+// capped at its end). It stops at the first error fn returns and returns
+// it as is. A tag or length that does not parse, or a length that runs
+// past the end of b, is an error wrapping ErrBadMeta, as is a b that does
+// not start with Version. Fields neither interprets the values nor checks
+// which tags appear: that is the caller's business (Decode; the wire
+// protocol's stricter check of what a producer may send). An empty b is
+// an error too: the encoding has at least its version byte.
+func Fields(b []byte, fn func(t Tag, v []byte) error) error {
+	if len(b) == 0 || b[0] != Version {
+		return fmt.Errorf("%w: not a version-%d encoding", ErrBadMeta, Version)
+	}
 	rest := b[1:]
 	for len(rest) > 0 {
 		tag, n := binary.Uvarint(rest)
 		if n <= 0 {
-			return m, fmt.Errorf("%w: bad tag", ErrBadMeta)
+			return fmt.Errorf("%w: bad tag", ErrBadMeta)
 		}
 		rest = rest[n:]
 		l, n := binary.Uvarint(rest)
 		if n <= 0 || l > uint64(len(rest)-n) {
-			return m, fmt.Errorf("%w: tag %d: bad length", ErrBadMeta, tag)
+			return fmt.Errorf("%w: tag %d: length runs past the end", ErrBadMeta, tag)
 		}
 		v := rest[n : n+int(l) : n+int(l)]
 		rest = rest[n+int(l):]
-		if err := m.set(Tag(tag), v); err != nil {
-			return m, err
+		if err := fn(Tag(tag), v); err != nil {
+			return err
 		}
 	}
-	return m, nil
+	return nil
 }
 
 func (m *Meta) set(t Tag, v []byte) error {

@@ -102,6 +102,40 @@ func TestDecodeErrors(t *testing.T) {
 	}
 }
 
+// Fields hands over every field in order, values capped at their end,
+// stops at fn's first error and returns it unchanged, and refuses bytes
+// that are not a version-2 encoding.
+func TestFields(t *testing.T) {
+	b := Encode(&Meta{Source: "s", Key: []byte("k"), Headers: []sink.Header{{Key: "h", Value: []byte("v")}}})
+	b = append(b, appendField(nil, 99, []byte("later"))...)
+	type field struct {
+		t   Tag
+		v   string
+		cap int
+	}
+	var got []field
+	if err := Fields(b, func(tag Tag, v []byte) error {
+		got = append(got, field{tag, string(v), cap(v)})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []field{{TagSource, "s", 1}, {TagKey, "k", 1}, {TagHeader, "\x01hv", 3}, {99, "later", 5}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("fields %+v, want %+v", got, want)
+	}
+	stop := errors.New("stop")
+	n := 0
+	if err := Fields(b, func(Tag, []byte) error { n++; return stop }); err != stop || n != 1 {
+		t.Fatalf("fn's error: got %v after %d calls", err, n)
+	}
+	for _, bad := range [][]byte{nil, {1}, {Version, byte(TagSource), 5, 'a'}, {Version, 0x80}} {
+		if err := Fields(bad, func(Tag, []byte) error { return nil }); !errors.Is(err, ErrBadMeta) {
+			t.Errorf("Fields(%x) = %v, want ErrBadMeta", bad, err)
+		}
+	}
+}
+
 func TestLegacy(t *testing.T) {
 	id := sink.RecordID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	origin := append([]byte{1}, id[:]...)
