@@ -2,6 +2,7 @@ package record
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
@@ -186,6 +187,15 @@ func TestRecordID(t *testing.T) {
 	}
 	if ProducerRecordID(p, 5, pay) != ProducerRecordID(p, 5, append([]byte(nil), pay...)) {
 		t.Fatal("producer id not deterministic")
+	}
+	// The derivation docs/wire_protocol.md specifies, which resends across
+	// daemon versions rely on.
+	for _, pl := range [][]byte{nil, pay, make([]byte, 300)} {
+		seq := uint64(1)<<40 + 3
+		want := HashID([]byte("producer"), p[:], binary.BigEndian.AppendUint64(nil, seq), pl)
+		if got := ProducerRecordID(p, seq, pl); got != want {
+			t.Fatalf("ProducerRecordID(%d-byte payload) = %v, want HashID's %v", len(pl), got, want)
+		}
 	}
 }
 
