@@ -22,9 +22,10 @@ const (
 	TagKey             Tag = 3
 	TagHeader          Tag = 4
 	TagEventTime       Tag = 5
-	TagProducerID      Tag = 6
-	TagProducerSeq     Tag = 7
+	TagProducerID      Tag = 6 // read, no longer written: see TagProducer
+	TagProducerSeq     Tag = 7 // read, no longer written: see TagProducer
 	TagOriginPos       Tag = 8
+	TagProducer        Tag = 9
 	TagRejectCode      Tag = 16
 	TagRejectStage     Tag = 17
 	TagRejectComponent Tag = 18
@@ -173,12 +174,11 @@ func Append(dst []byte, m *Meta) []byte {
 	if m.EventTime != 0 {
 		dst = appendU64(dst, TagEventTime, uint64(m.EventTime))
 	}
-	if m.HasProducer {
-		dst = appendField(dst, TagProducerID, m.Producer[:])
-		dst = appendU64(dst, TagProducerSeq, m.Seq)
-	}
 	if m.OriginPos != "" {
 		dst = appendString(dst, TagOriginPos, m.OriginPos)
+	}
+	if m.HasProducer {
+		dst = AppendProducer(dst, m.Producer, m.Seq)
 	}
 	if r := m.Reject; r != nil {
 		dst = appendField(dst, TagRejectCode, []byte{byte(r.Code)})
@@ -207,6 +207,19 @@ func Append(dst []byte, m *Meta) []byte {
 	}
 	return dst
 }
+
+// AppendProducer appends the producer field (TagProducer) of an
+// idempotent producer's record: the producer id, then seq as a uvarint —
+// 19 to 28 bytes in all, 20 or 21 for the first two million records of a
+// producer.
+func AppendProducer(dst []byte, p ProducerID, seq uint64) []byte {
+	dst = append(dst, byte(TagProducer), byte(len(p)+uvarintLen(seq)))
+	dst = append(dst, p[:]...)
+	return binary.AppendUvarint(dst, seq)
+}
+
+// ProducerFieldSize is the size of AppendProducer's field for seq.
+func ProducerFieldSize(seq uint64) int { return 2 + len(ProducerID{}) + uvarintLen(seq) }
 
 func appendField(dst []byte, t Tag, v []byte) []byte {
 	dst = binary.AppendUvarint(dst, uint64(t))
@@ -353,6 +366,16 @@ func (m *Meta) set(t Tag, v []byte) error {
 		m.Seq = binary.BigEndian.Uint64(v)
 	case TagOriginPos:
 		m.OriginPos = string(v)
+	case TagProducer:
+		if len(v) <= len(m.Producer) {
+			return fmt.Errorf("%w: producer: %d bytes", ErrBadMeta, len(v))
+		}
+		seq, n := binary.Uvarint(v[len(m.Producer):])
+		if n != len(v)-len(m.Producer) {
+			return fmt.Errorf("%w: producer: bad sequence number", ErrBadMeta)
+		}
+		copy(m.Producer[:], v)
+		m.Seq, m.HasProducer = seq, true
 	case TagRejectCode:
 		if err := fixed(1); err != nil {
 			return err

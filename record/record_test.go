@@ -82,6 +82,30 @@ func TestUnknownTagSkipped(t *testing.T) {
 	}
 }
 
+// An idempotent producer's record is written with tag 9 (producer id and
+// uvarint sequence, 20 bytes for a small sequence number); the tags 6 and
+// 7 that earlier builds wrote still read.
+func TestProducerForms(t *testing.T) {
+	p := ProducerID{1, 2, 3}
+	for _, seq := range []uint64{0, 127, 128, 1 << 20, 1<<64 - 1} {
+		m := Meta{Producer: p, Seq: seq, HasProducer: true, EventTime: 9}
+		b := Encode(&m)
+		if want := 1 + 10 + ProducerFieldSize(seq); len(b) != want {
+			t.Errorf("seq %d: %d bytes, want %d", seq, len(b), want)
+		}
+		old := appendU64(appendField(appendU64([]byte{Version}, TagEventTime, 9), TagProducerID, p[:]), TagProducerSeq, seq)
+		for _, enc := range [][]byte{b, old} {
+			got, err := Decode(enc, LegacyOrigin)
+			if err != nil || !reflect.DeepEqual(got, m) {
+				t.Fatalf("decode %x: %+v, %v; want %+v", enc, got, err, m)
+			}
+		}
+	}
+	if n := ProducerFieldSize(1000); n != 20 {
+		t.Errorf("producer field of seq 1000: %d bytes, want 20", n)
+	}
+}
+
 func TestDecodeErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -93,6 +117,9 @@ func TestDecodeErrors(t *testing.T) {
 		{"long event time", append([]byte{Version, byte(TagEventTime), 9}, make([]byte, 9)...)},
 		{"bad header key length", []byte{Version, byte(TagHeader), 2, 9, 'a'}},
 		{"truncated tag", []byte{Version, 0x80}},
+		{"producer without a sequence", append([]byte{Version, byte(TagProducer), 16}, make([]byte, 16)...)},
+		{"producer with bytes after its sequence", append(append([]byte{Version, byte(TagProducer), 19}, make([]byte, 16)...), 0x81, 1, 0)},
+		{"producer with a truncated sequence", append(append([]byte{Version, byte(TagProducer), 17}, make([]byte, 16)...), 0x80)},
 		{"v1 origin with a wrong name length", []byte{1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 5, 'a'}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

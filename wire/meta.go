@@ -10,8 +10,8 @@ import (
 )
 
 // MaxMetaBytes is the largest metadata block one record of a version-2
-// push may carry. The daemon adds up to 39 bytes of its own (the producer
-// id, the sequence number, the event time) before the block is stored, and
+// push may carry. The daemon adds up to 38 bytes of its own (the event
+// time, the producer id and sequence number) before the block is stored, and
 // a stored block must fit the buffer's 65,535-byte meta slot.
 const MaxMetaBytes = 60 << 10
 

@@ -218,16 +218,16 @@ func (c *conn) fillRecords(p *pending, push *wire.Push, size int) {
 	switch {
 	case push.Version < wire.Version2:
 	case push.Metas == nil: // no record brought metadata: all alike
-		metaSize = len(push.Payloads) * c.sess.storedMetaSize(push, nil, wire.MetaInfo{})
+		metaSize = c.sess.storedMetasSize(push)
 	default:
 		c.infos = c.infos[:0]
-		for _, block := range push.Metas {
+		for i, block := range push.Metas {
 			var info wire.MetaInfo
 			if len(block) > 0 {
 				info, _ = wire.InspectMeta(block) // checked by the decoder
 			}
 			c.infos = append(c.infos, info)
-			metaSize += c.sess.storedMetaSize(push, block, info)
+			metaSize += c.sess.storedMetaSize(push, i, block, info)
 		}
 	}
 	p.buf = getBuf(size + metaSize)
