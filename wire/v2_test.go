@@ -214,6 +214,18 @@ func TestRoundTripPush2(t *testing.T) {
 			if c.Metas != nil && (!bytes.Equal(p.Metas[j], c.Metas[j]) || cap(p.Metas[j]) != len(p.Metas[j])) {
 				t.Fatalf("case %d metadata %d differs or leaks capacity", i, j)
 			}
+			if c.Metas != nil {
+				var want MetaInfo
+				if len(c.Metas[j]) > 0 {
+					want, _ = InspectMeta(c.Metas[j])
+				}
+				if p.MetaInfos[j] != want {
+					t.Fatalf("case %d metadata %d: info %+v, want %+v", i, j, p.MetaInfos[j], want)
+				}
+			}
+		}
+		if c.Metas == nil && p.MetaInfos != nil {
+			t.Fatalf("case %d: infos %+v without metadata", i, p.MetaInfos)
 		}
 	}
 	if _, err := d.Next(); err != io.EOF {
