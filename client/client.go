@@ -137,6 +137,11 @@ func (c *Client) Resent() uint64 { return c.resent.Load() }
 // connection negotiated: 2, or 1 with a daemon that speaks only that.
 func (c *Client) ProtocolVersion() uint8 { return c.sess.Load().version }
 
+// CanReplay reports whether the client's current (or last) connection was
+// granted replay: records with a Replay identity are accepted on it. Only
+// a daemon speaking wire version 2, over its Unix socket, grants it.
+func (c *Client) CanReplay() bool { return c.sess.Load().flags&wire.FlagReplay != 0 }
+
 // Push pushes one record and waits for its Ack. It returns nil once the
 // daemon acknowledged the record at tier d, a *NackError if the daemon
 // refused it, ErrFrameTooLarge if it exceeds the frame cap, ErrClosed, or

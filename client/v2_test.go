@@ -183,6 +183,9 @@ func TestSharedProducerNeverReusesSequence(t *testing.T) {
 func TestPushRecordsMetadata(t *testing.T) {
 	s := newUnixServer(t, nil)
 	c := dialT(t, s)
+	if !c.CanReplay() {
+		t.Error("CanReplay false on a connection granted replay")
+	}
 	ctx := ctxT(t, 5*time.Second)
 	et := time.Unix(1700000000, 5)
 	recs := []Record{
@@ -229,6 +232,9 @@ func TestPushRecordsLocalRefusals(t *testing.T) {
 	s.grant = &noReplay
 	s.mu.Unlock()
 	c := dialT(t, s)
+	if c.CanReplay() {
+		t.Error("CanReplay on a connection not granted replay")
+	}
 	ctx := ctxT(t, 5*time.Second)
 	cases := []struct {
 		name string
@@ -260,8 +266,8 @@ func TestFallbackToVersion1(t *testing.T) {
 	s.maxVersion = 1
 	s.mu.Unlock()
 	c := dialT(t, s)
-	if c.ProtocolVersion() != 1 {
-		t.Fatalf("negotiated version %d with a version-1 daemon", c.ProtocolVersion())
+	if c.ProtocolVersion() != 1 || c.CanReplay() {
+		t.Fatalf("negotiated version %d (replay %v) with a version-1 daemon", c.ProtocolVersion(), c.CanReplay())
 	}
 	ctx := ctxT(t, 5*time.Second)
 	if err := c.Push(ctx, []byte("one"), Durable); err != nil {

@@ -15,7 +15,10 @@
 // later version may add tags without breaking an older reader. A known tag
 // with a value of the wrong size is an error (ErrBadMeta). Fields may come
 // in any order; the encoder writes them in tag order. Every tag appears at
-// most once except TagHeader, which repeats once per header, in order.
+// most once except TagHeader, which repeats once per header, in order. The
+// function Fields walks an encoding's fields; Decode and the wire
+// protocol's check of a producer's metadata (wire.InspectMeta) both read
+// through it.
 //
 //	tag  name            value
 //	  1  id              16 bytes: the record id (sink.RecordID)
@@ -23,9 +26,11 @@
 //	  3  key             bytes: the record's key (present even when empty)
 //	  4  header          uvarint key length, key (UTF-8), value (the rest)
 //	  5  event time      8 bytes: i64 Unix nanoseconds, the record's own time
-//	  6  producer id     16 bytes: the idempotent producer's id
-//	  7  producer seq    8 bytes: u64 the record's sequence number
+//	  6  producer id     16 bytes: the idempotent producer's id (read only)
+//	  7  producer seq    8 bytes: u64 the record's sequence number (read only)
 //	  8  origin pos      UTF-8: where the origin keeps it ("orders/3@1234")
+//	  9  producer        16 bytes: the idempotent producer's id, then
+//	                     uvarint: the record's sequence number
 //	 16  reject code     1 byte: Code
 //	 17  reject stage    UTF-8: the stage that rejected it (Stage)
 //	 18  reject comp.    UTF-8: the component (sink or source name)
@@ -36,6 +41,14 @@
 //	                     record index u64 — where the record sat in the buffer
 //
 // All fixed-size integers are big endian.
+//
+// An idempotent producer's record names its producer and sequence number
+// in tag 9, in 19 to 28 bytes (20 or 21 for a producer's first two million
+// records). Builds before tag 9 wrote them as tags 6 and 7, 28 bytes;
+// Decode reads both forms, and writes only tag 9. A reader that predates
+// tag 9 skips it, as it skips any unknown tag, and so gives such a record
+// its buffer position's id instead: segments written with tag 9 are not
+// for older builds.
 //
 // # Version 1 (still read)
 //

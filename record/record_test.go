@@ -2,6 +2,7 @@ package record
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
@@ -81,6 +82,30 @@ func TestUnknownTagSkipped(t *testing.T) {
 	}
 }
 
+// An idempotent producer's record is written with tag 9 (producer id and
+// uvarint sequence, 20 bytes for a small sequence number); the tags 6 and
+// 7 that earlier builds wrote still read.
+func TestProducerForms(t *testing.T) {
+	p := ProducerID{1, 2, 3}
+	for _, seq := range []uint64{0, 127, 128, 1 << 20, 1<<64 - 1} {
+		m := Meta{Producer: p, Seq: seq, HasProducer: true, EventTime: 9}
+		b := Encode(&m)
+		if want := 1 + 10 + ProducerFieldSize(seq); len(b) != want {
+			t.Errorf("seq %d: %d bytes, want %d", seq, len(b), want)
+		}
+		old := appendU64(appendField(appendU64([]byte{Version}, TagEventTime, 9), TagProducerID, p[:]), TagProducerSeq, seq)
+		for _, enc := range [][]byte{b, old} {
+			got, err := Decode(enc, LegacyOrigin)
+			if err != nil || !reflect.DeepEqual(got, m) {
+				t.Fatalf("decode %x: %+v, %v; want %+v", enc, got, err, m)
+			}
+		}
+	}
+	if n := ProducerFieldSize(1000); n != 20 {
+		t.Errorf("producer field of seq 1000: %d bytes, want 20", n)
+	}
+}
+
 func TestDecodeErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -92,6 +117,9 @@ func TestDecodeErrors(t *testing.T) {
 		{"long event time", append([]byte{Version, byte(TagEventTime), 9}, make([]byte, 9)...)},
 		{"bad header key length", []byte{Version, byte(TagHeader), 2, 9, 'a'}},
 		{"truncated tag", []byte{Version, 0x80}},
+		{"producer without a sequence", append([]byte{Version, byte(TagProducer), 16}, make([]byte, 16)...)},
+		{"producer with bytes after its sequence", append(append([]byte{Version, byte(TagProducer), 19}, make([]byte, 16)...), 0x81, 1, 0)},
+		{"producer with a truncated sequence", append(append([]byte{Version, byte(TagProducer), 17}, make([]byte, 16)...), 0x80)},
 		{"v1 origin with a wrong name length", []byte{1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 5, 'a'}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,6 +127,40 @@ func TestDecodeErrors(t *testing.T) {
 				t.Fatalf("err = %v, want ErrBadMeta", err)
 			}
 		})
+	}
+}
+
+// Fields hands over every field in order, values capped at their end,
+// stops at fn's first error and returns it unchanged, and refuses bytes
+// that are not a version-2 encoding.
+func TestFields(t *testing.T) {
+	b := Encode(&Meta{Source: "s", Key: []byte("k"), Headers: []sink.Header{{Key: "h", Value: []byte("v")}}})
+	b = append(b, appendField(nil, 99, []byte("later"))...)
+	type field struct {
+		t   Tag
+		v   string
+		cap int
+	}
+	var got []field
+	if err := Fields(b, func(tag Tag, v []byte) error {
+		got = append(got, field{tag, string(v), cap(v)})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []field{{TagSource, "s", 1}, {TagKey, "k", 1}, {TagHeader, "\x01hv", 3}, {99, "later", 5}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("fields %+v, want %+v", got, want)
+	}
+	stop := errors.New("stop")
+	n := 0
+	if err := Fields(b, func(Tag, []byte) error { n++; return stop }); err != stop || n != 1 {
+		t.Fatalf("fn's error: got %v after %d calls", err, n)
+	}
+	for _, bad := range [][]byte{nil, {1}, {Version, byte(TagSource), 5, 'a'}, {Version, 0x80}} {
+		if err := Fields(bad, func(Tag, []byte) error { return nil }); !errors.Is(err, ErrBadMeta) {
+			t.Errorf("Fields(%x) = %v, want ErrBadMeta", bad, err)
+		}
 	}
 }
 
@@ -152,6 +214,15 @@ func TestRecordID(t *testing.T) {
 	}
 	if ProducerRecordID(p, 5, pay) != ProducerRecordID(p, 5, append([]byte(nil), pay...)) {
 		t.Fatal("producer id not deterministic")
+	}
+	// The derivation docs/wire_protocol.md specifies, which resends across
+	// daemon versions rely on.
+	for _, pl := range [][]byte{nil, pay, make([]byte, 300)} {
+		seq := uint64(1)<<40 + 3
+		want := HashID([]byte("producer"), p[:], binary.BigEndian.AppendUint64(nil, seq), pl)
+		if got := ProducerRecordID(p, seq, pl); got != want {
+			t.Fatalf("ProducerRecordID(%d-byte payload) = %v, want HashID's %v", len(pl), got, want)
+		}
 	}
 }
 

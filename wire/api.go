@@ -117,6 +117,11 @@ type Push struct {
 	// or a record metadata encoding (package record) restricted to the
 	// fields in docs/wire_protocol.md. nil means no record has one.
 	Metas [][]byte
+	// MetaInfos holds InspectMeta's summary of each metadata block (the
+	// zero MetaInfo for an empty one), set by the decoder whenever it sets
+	// Metas, so that the daemon need not inspect a block twice. Like
+	// Metas it is reused by the decoder's next frame. Encoders ignore it.
+	MetaInfos []MetaInfo
 	// Replay reports that some record's metadata sets a replay field (id,
 	// source or origin position). Set by the decoder.
 	Replay bool

@@ -29,6 +29,7 @@ type Decoder struct {
 	body       []byte
 	payloads   [][]byte
 	metas      [][]byte
+	infos      []MetaInfo
 }
 
 // NewDecoder reads frames of versions 1 and 2 from r, refusing bodies over
@@ -281,8 +282,8 @@ func (d *Decoder) records2(p *Push, t FrameType, body []byte) error {
 	return d.checkMetas(p)
 }
 
-// checkMetas is step 10: it sets p's payloads, and its metas when any
-// record has one.
+// checkMetas is step 10: it sets p's payloads, and its metas and their
+// summaries when any record has one.
 func (d *Decoder) checkMetas(p *Push) error {
 	p.Payloads = d.payloads
 	for i, m := range d.metas {
@@ -293,8 +294,17 @@ func (d *Decoder) checkMetas(p *Push) error {
 		if err != nil {
 			return protoErr(CodeBadMeta, p.RequestID, false, "record %d: %v", i, err)
 		}
+		if p.Metas == nil {
+			p.Metas = d.metas
+			if cap(d.infos) < len(d.metas) {
+				d.infos = make([]MetaInfo, len(d.metas))
+			}
+			d.infos = d.infos[:len(d.metas)]
+			clear(d.infos)
+			p.MetaInfos = d.infos
+		}
+		d.infos[i] = info
 		p.Replay = p.Replay || info.Replay
-		p.Metas = d.metas
 	}
 	return nil
 }

@@ -89,8 +89,13 @@ func checkPushRoundTrip(t *testing.T, frames int, p Push) {
 	if len(p.Payloads) == 0 || p.Durability == ReservedDurable || !p.Durability.Valid() {
 		t.Fatalf("frame %d: accepted %+v", frames, p)
 	}
-	if p.Metas != nil && len(p.Metas) != len(p.Payloads) {
-		t.Fatalf("frame %d: %d metas for %d payloads", frames, len(p.Metas), len(p.Payloads))
+	if p.Metas != nil && (len(p.Metas) != len(p.Payloads) || len(p.MetaInfos) != len(p.Metas)) {
+		t.Fatalf("frame %d: %d metas and %d infos for %d payloads", frames, len(p.Metas), len(p.MetaInfos), len(p.Payloads))
+	}
+	for i := range p.Metas {
+		if info, err := InspectMeta(p.Metas[i]); err != nil || info != p.MetaInfos[i] {
+			t.Fatalf("frame %d: metadata %d: info %+v, InspectMeta says %+v, %v", frames, i, p.MetaInfos[i], info, err)
+		}
 	}
 	if p.Version < Version2 && (p.Metas != nil || p.FirstSeq != 0 || p.EventTime != 0 || p.Replay) {
 		t.Fatalf("frame %d: version-1 push with version-2 fields: %+v", frames, p)

@@ -10,8 +10,8 @@ import (
 )
 
 // MaxMetaBytes is the largest metadata block one record of a version-2
-// push may carry. The daemon adds up to 39 bytes of its own (the producer
-// id, the sequence number, the event time) before the block is stored, and
+// push may carry. The daemon adds up to 38 bytes of its own (the event
+// time, the producer id and sequence number) before the block is stored, and
 // a stored block must fit the buffer's 65,535-byte meta slot.
 const MaxMetaBytes = 60 << 10
 
@@ -64,32 +64,24 @@ func InspectMeta(b []byte) (MetaInfo, error) {
 	if b[0] != record.Version {
 		return info, fmt.Errorf("%w: version %d, want %d", ErrBadMeta, b[0], record.Version)
 	}
-	rest := b[1:]
 	seen := 0
-	for len(rest) > 0 {
-		tag, n := binary.Uvarint(rest)
-		if n <= 0 {
-			return info, fmt.Errorf("%w: bad tag", ErrBadMeta)
-		}
-		rest = rest[n:]
-		l, n := binary.Uvarint(rest)
-		if n <= 0 || l > uint64(len(rest)-n) {
-			return info, fmt.Errorf("%w: tag %d: length runs past the block", ErrBadMeta, tag)
-		}
-		v := rest[n : n+int(l)]
-		rest = rest[n+int(l):]
-		bit, err := checkField(record.Tag(tag), v, &info)
+	err := record.Fields(b, func(t record.Tag, v []byte) error {
+		bit, err := checkField(t, v, &info)
 		if err != nil {
-			return info, err
+			return err
 		}
 		if bit != 0 {
 			if seen&bit != 0 {
-				return info, fmt.Errorf("%w: tag %d given twice", ErrBadMeta, tag)
+				return fmt.Errorf("%w: tag %d given twice", ErrBadMeta, t)
 			}
 			seen |= bit
 		}
+		return nil
+	})
+	if errors.Is(err, record.ErrBadMeta) {
+		err = fmt.Errorf("%w: %w", ErrBadMeta, err)
 	}
-	return info, nil
+	return info, err
 }
 
 // checkField checks one field and returns its at-most-once bit (0 for a

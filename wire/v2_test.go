@@ -115,6 +115,7 @@ func TestDecoderValidationV2(t *testing.T) {
 		{name: "v2 metadata version 1", in: req2(TypePush, one2(23, []byte{1, 3, 0}, "p")), step: 10, code: CodeBadMeta, id: 23},
 		{name: "v2 metadata producer id", in: req2(TypePush, one2(24, rawMeta(record.TagProducerID, make([]byte, 16)), "p")), step: 10, code: CodeBadMeta, id: 24},
 		{name: "v2 metadata producer seq", in: req2(TypePush, one2(25, rawMeta(record.TagProducerSeq, make([]byte, 8)), "p")), step: 10, code: CodeBadMeta, id: 25},
+		{name: "v2 metadata producer field", in: req2(TypePush, one2(25, rawMeta(record.TagProducer, make([]byte, 17)), "p")), step: 10, code: CodeBadMeta, id: 25},
 		{name: "v2 metadata reject code", in: req2(TypePush, one2(26, rawMeta(record.TagRejectCode, []byte{1}), "p")), step: 10, code: CodeBadMeta, id: 26},
 		{name: "v2 metadata unknown tag", in: req2(TypePush, one2(27, rawMeta(record.Tag(99), []byte("x")), "p")), step: 10, code: CodeBadMeta, id: 27},
 		{name: "v2 metadata field past block", in: req2(TypePush, one2(28, []byte{2, 3, 5, 'a'}, "p")), step: 10, code: CodeBadMeta, id: 28},
@@ -213,6 +214,18 @@ func TestRoundTripPush2(t *testing.T) {
 			if c.Metas != nil && (!bytes.Equal(p.Metas[j], c.Metas[j]) || cap(p.Metas[j]) != len(p.Metas[j])) {
 				t.Fatalf("case %d metadata %d differs or leaks capacity", i, j)
 			}
+			if c.Metas != nil {
+				var want MetaInfo
+				if len(c.Metas[j]) > 0 {
+					want, _ = InspectMeta(c.Metas[j])
+				}
+				if p.MetaInfos[j] != want {
+					t.Fatalf("case %d metadata %d: info %+v, want %+v", i, j, p.MetaInfos[j], want)
+				}
+			}
+		}
+		if c.Metas == nil && p.MetaInfos != nil {
+			t.Fatalf("case %d: infos %+v without metadata", i, p.MetaInfos)
 		}
 	}
 	if _, err := d.Next(); err != io.EOF {

@@ -423,36 +423,64 @@ func defaultSocket() string {
 	return filepath.Join("data", "weir.sock")
 }
 
-// replayKeepsIdentity says whether sendReplay re-submits a record under
-// the id and source it was dead-lettered with. It is false while the
-// client speaks only wire version 1, whose frames carry payloads alone;
-// replay warns about it.
-const replayKeepsIdentity = false
-
 // dialReplay connects to the daemon that receives the replayed records.
+// The client asks for replay in its Hello; the daemon grants it only to a
+// wire version-2 producer on its Unix socket. Without it a record could
+// not keep its id, so dialReplay refuses to go on.
 func dialReplay(ctx context.Context, socket string) (*client.Client, error) {
-	return client.Dial(ctx, socket)
+	if strings.HasPrefix(socket, "tcp://") {
+		return nil, fmt.Errorf("%s: replay goes through the daemon's Unix socket only", socket)
+	}
+	c, err := client.Dial(ctx, socket)
+	if err != nil {
+		return nil, err
+	}
+	if !c.CanReplay() {
+		v := c.ProtocolVersion()
+		c.Close(ctx)
+		return nil, fmt.Errorf("the daemon did not grant replay (it speaks wire version %d; replay needs version 2 on the Unix socket): "+
+			"records cannot be re-submitted under their original ids", v)
+	}
+	return c, nil
 }
 
+// errNoIdentity refuses to replay a record whose metadata did not decode:
+// its id is unknown.
+var errNoIdentity = errors.New("metadata does not decode, so its original id is unknown; not replayed")
+
 // sendReplay re-submits one dead-lettered record to the daemon, Durable,
-// and calls done with the daemon's answer (as client.PushAsync does; an
-// error returned means done will not be called).
+// under its original identity, and calls done with the daemon's answer (as
+// client.PushRecordsAsync does; an error returned means done will not be
+// called).
 //
-// Wire version 1 carries the payload only: the daemon stores it as a new
-// producer record, with the id of its new place in the buffer and source
-// "socket", without its key, headers or event time. Replaying the same
-// record twice then delivers it twice, under two ids.
+// The record goes out with its payload, key, headers and event time, and
+// the id it was delivered under (Meta.ID, which the drain sets for every
+// dead letter — also for a producer record whose id derived from its
+// producer id and sequence, or from its buffer position), its source and
+// its origin position. The daemon stores it under that id, so replaying it
+// twice adds nothing to an idempotent sink. The metadata is rebuilt from
+// the fields: the stored bytes also hold the rejection and producer tags,
+// which a producer may not send.
 func sendReplay(ctx context.Context, c *client.Client, r *drain.DeadLetterRecord, done func(error)) error {
-	return c.PushAsync(ctx, [][]byte{r.Payload}, client.Durable, done)
+	if r.MetaErr != nil || !r.Meta.HasID {
+		return fmt.Errorf("record %s: %w (%v)", preview(r.Payload, 40), errNoIdentity, r.MetaErr)
+	}
+	m := &r.Meta
+	rec := client.Record{
+		Payload: r.Payload,
+		Key:     m.Key,
+		Headers: m.Headers,
+		Replay:  &client.Replay{ID: m.ID, Source: m.Source, OriginPos: m.OriginPos},
+	}
+	if m.EventTime != 0 {
+		rec.EventTime = time.Unix(0, m.EventTime)
+	}
+	return c.PushRecordsAsync(ctx, []client.Record{rec}, client.Durable, done)
 }
 
 // replay pushes the selected records of the chosen files through the
 // client into a running daemon, with a progress line on long runs.
 func replay(ctx context.Context, files []drain.DeadLetterFile, o *dlOptions, stdout, stderr io.Writer) int {
-	if !replayKeepsIdentity {
-		fmt.Fprintln(stderr, "weir deadletter replay: note: records are re-submitted as new producer records "+
-			"(new record ids, source \"socket\"); replaying a record twice delivers it twice")
-	}
 	var total uint64
 	for _, f := range files {
 		total += f.Records

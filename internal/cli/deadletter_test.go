@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,27 +28,34 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// pushServer is a daemon stand-in on a Unix socket: it acks every push and
-// keeps the payloads and durability tiers it was sent.
+// pushServer is a daemon stand-in on a Unix socket that speaks wire
+// version 2: it answers a Hello granting what was asked (as the daemon does
+// on its Unix socket), acks every push and keeps the payloads, durability
+// tiers and decoded metadata it was sent. With v1Only it refuses the Hello
+// as a daemon that speaks only version 1 does.
 type pushServer struct {
-	path string
-	ln   net.Listener
-	wg   sync.WaitGroup
+	path   string
+	ln     net.Listener
+	wg     sync.WaitGroup
+	v1Only bool
 
 	mu       sync.Mutex
 	conns    int
 	payloads []string
 	tiers    []wire.Durability
+	metas    map[string][]record.Meta // by payload, one per copy received
 }
 
-func newPushServer(t *testing.T) *pushServer {
+func newPushServer(t *testing.T) *pushServer { return startPushServer(t, false) }
+
+func startPushServer(t *testing.T, v1Only bool) *pushServer {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "weircli") // short: socket paths are limited
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	s := &pushServer{path: filepath.Join(dir, "s.sock")}
+	s := &pushServer{path: filepath.Join(dir, "s.sock"), v1Only: v1Only, metas: map[string][]record.Meta{}}
 	if s.ln, err = net.Listen("unix", s.path); err != nil {
 		t.Fatal(err)
 	}
@@ -76,21 +84,54 @@ func (s *pushServer) serve(c net.Conn) {
 	defer s.wg.Done()
 	defer c.Close()
 	d := wire.NewDecoder(c, 0)
+	if s.v1Only {
+		d.SetMaxVersion(wire.Version)
+	}
 	for {
-		p, err := d.Next()
-		if err != nil {
+		f, err := d.Next()
+		var pe *wire.ProtocolError
+		switch {
+		case errors.As(err, &pe):
+			c.Write(wire.AppendNackVersion(nil, max(pe.Version, wire.Version), pe.RequestID, pe.Code, pe.Reason))
+			if pe.Fatal {
+				return
+			}
+			continue
+		case err != nil:
 			return
+		case f.Type == wire.TypeHello:
+			c.Write(wire.AppendHelloAck(nil, wire.HelloAck{Version: wire.Version2, MaxVersion: wire.Version2,
+				Flags: f.Hello.Flags & (wire.FlagIdempotent | wire.FlagReplay), MaxFrameBytes: wire.DefaultMaxFrameBytes,
+				MaxMetaBytes: wire.MaxMetaBytes}))
+			continue
 		}
-		s.mu.Lock()
-		for _, pl := range p.Payloads {
-			s.payloads = append(s.payloads, string(pl))
-			s.tiers = append(s.tiers, p.Durability)
+		if err := s.keep(&f.Push); err != nil {
+			c.Write(wire.AppendNackVersion(nil, f.Version, f.RequestID, wire.CodeBadMeta, err.Error()))
+			continue
 		}
-		s.mu.Unlock()
-		if _, err := c.Write(wire.AppendAck(nil, p.RequestID, uint32(len(p.Payloads)))); err != nil {
+		if _, err := c.Write(wire.AppendAckVersion(nil, max(f.Version, wire.Version), f.RequestID, uint32(len(f.Payloads)))); err != nil {
 			return
 		}
 	}
+}
+
+// keep records a push's payloads, tier and metadata.
+func (s *pushServer) keep(p *wire.Push) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, pl := range p.Payloads {
+		var m record.Meta
+		if p.Metas != nil {
+			var err error
+			if m, err = record.Decode(bytes.Clone(p.Metas[i]), record.LegacyOrigin); err != nil {
+				return err
+			}
+		}
+		s.payloads = append(s.payloads, string(pl))
+		s.tiers = append(s.tiers, p.Durability)
+		s.metas[string(pl)] = append(s.metas[string(pl)], m)
+	}
+	return nil
 }
 
 func (s *pushServer) got() ([]string, int) {
@@ -99,6 +140,11 @@ func (s *pushServer) got() ([]string, int) {
 	out := slices.Clone(s.payloads)
 	slices.Sort(out)
 	return out, s.conns
+}
+
+// plantedIDs are the ids the planted dead letters were delivered under.
+var plantedIDs = map[string]sink.RecordID{
+	"v1-0": {10}, "v1-1": {11}, "a-decode": {20}, "b-refused": {21}, "c-oversize": {22},
 }
 
 // Times of the planted dead letters: the version-1 file was written at t0,
@@ -236,8 +282,12 @@ func TestDeadletterReplayFilters(t *testing.T) {
 			if !reflect.DeepEqual(left, tc.left) {
 				t.Errorf("files left %v, want %v", left, tc.left)
 			}
-			if warned := strings.Contains(errOut, "replaying a record twice delivers it twice"); warned == replayKeepsIdentity {
-				t.Errorf("warned that replay does not keep record ids: %v, but replayKeepsIdentity is %v:\n%s", warned, replayKeepsIdentity, errOut)
+			srv.mu.Lock()
+			defer srv.mu.Unlock()
+			for _, p := range tc.want {
+				if ms := srv.metas[p]; len(ms) != 1 || !ms[0].HasID || ms[0].ID != plantedIDs[p] || ms[0].Reject != nil || ms[0].HasProducer {
+					t.Errorf("%s replayed with metadata %+v, want once under its id %v", p, ms, plantedIDs[p])
+				}
 			}
 		})
 	}
@@ -274,8 +324,10 @@ func TestDeadletterReplayDryRun(t *testing.T) {
 	}
 }
 
-// sendReplay hands the record's payload to the daemon, Durable, and
-// reports the daemon's answer through done.
+// sendReplay re-submits a record, Durable, under the identity it was
+// dead-lettered with — id, source, origin position — with its key, headers
+// and event time, and without its rejection or producer fields (which a
+// producer may not send).
 func TestSendReplay(t *testing.T) {
 	srv := newPushServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -284,21 +336,60 @@ func TestSendReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := drain.DeadLetterRecord{Payload: []byte("p"), Meta: *v2Meta(1, record.CodeDecode, t1, 0)}
-	done := make(chan error, 1)
-	if err := sendReplay(ctx, c, &r, func(err error) { done <- err }); err != nil {
-		t.Fatal(err)
+	dl := v2Meta(1, record.CodeDecode, t1, 0)
+	dl.Key, dl.EventTime = []byte("k"), t0.UnixNano()
+	dl.Headers = []sink.Header{{Key: "h", Value: []byte("1")}, {Key: "h", Value: []byte("2")}}
+	dl.Producer, dl.Seq, dl.HasProducer = record.ProducerID{7}, 42, true // a version-2 producer's record
+	plain := &record.Meta{ID: sink.RecordID{2}, HasID: true, Source: drain.RecordSource,
+		Reject: &record.Rejection{Code: record.CodeSinkRefused}} // a version-1 producer's record
+	recs := []drain.DeadLetterRecord{{Payload: []byte("p"), Meta: *dl}, {Payload: []byte("q"), Meta: *plain}}
+	done := make(chan error, len(recs))
+	for i := range recs {
+		if err := sendReplay(ctx, c, &recs[i], func(err error) { done <- err }); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	for range recs {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := drain.DeadLetterRecord{Payload: []byte("x"), MetaErr: record.ErrBadMeta}
+	if err := sendReplay(ctx, c, &bad, func(error) { t.Error("done called for a refused record") }); !errors.Is(err, errNoIdentity) {
+		t.Errorf("record with undecodable metadata: %v, want errNoIdentity", err)
 	}
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
-	if !reflect.DeepEqual(srv.payloads, []string{"p"}) || srv.tiers[0] != client.Durable {
+	if !reflect.DeepEqual(srv.payloads, []string{"p", "q"}) || srv.tiers[0] != client.Durable || srv.tiers[1] != client.Durable {
 		t.Errorf("server got %q at %v", srv.payloads, srv.tiers)
+	}
+	want := map[string][]record.Meta{
+		"p": {{ID: sink.RecordID{1}, HasID: true, Source: "kafka:orders", OriginPos: "orders/0@7",
+			Key: []byte("k"), Headers: dl.Headers, EventTime: t0.UnixNano()}},
+		"q": {{ID: sink.RecordID{2}, HasID: true, Source: drain.RecordSource}},
+	}
+	if !reflect.DeepEqual(srv.metas, want) {
+		t.Errorf("server got metadata\n%+v\nwant\n%+v", srv.metas, want)
+	}
+}
+
+// A daemon that does not grant replay (one that speaks only wire version
+// 1) gets nothing: the records could not keep their ids. Their files stay.
+func TestDeadletterReplayNeedsReplayGrant(t *testing.T) {
+	wabDir := plantDeadLetters(t)
+	srv := startPushServer(t, true)
+	out, errOut, code := run(t, "replay", "--wab-dir", wabDir, "--socket-path", srv.path, "--all", "--remove")
+	if code != 1 || !strings.Contains(errOut, "did not grant replay") {
+		t.Fatalf("exit %d, want 1 and a refusal\n%s\n%s", code, out, errOut)
+	}
+	if got, _ := srv.got(); len(got) != 0 {
+		t.Errorf("sent %v to a daemon that cannot keep ids", got)
+	}
+	if files, _ := drain.ListDeadLetters(vfs.OS, wabDir); len(files) != 2 {
+		t.Errorf("%d files left, want 2", len(files))
 	}
 }
 

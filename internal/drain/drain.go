@@ -605,21 +605,47 @@ func (d *Drain) openAtProgress(ref wab.SegmentRef) (*wab.Reader, uint64, error) 
 // readBatch reads up to limit records, copying them out of the reader's
 // buffer. It returns the records read and the error that stopped it early
 // (io.EOF at the end of the segment), if any.
+//
+// The copies share chunks of batchChunkBytes (a record larger than that
+// gets a chunk of its own): one allocation per chunk, not one for each
+// record's payload and another for its metadata. The records of a batch
+// are dropped together, so a chunk is not held for long by any of them.
 func readBatch(r *wab.Reader, limit int) ([]wab.Record, error) {
 	recs := make([]wab.Record, 0, limit)
+	var chunk []byte
 	for len(recs) < limit {
 		rec, err := r.Next()
 		if err != nil {
 			return recs, err
 		}
+		if need := len(rec.Meta) + len(rec.Payload); cap(chunk)-len(chunk) < need {
+			chunk = make([]byte, 0, max(need, batchChunkBytes))
+		}
+		var meta, payload []byte
+		meta, chunk = carve(chunk, rec.Meta)
+		payload, chunk = carve(chunk, rec.Payload)
 		recs = append(recs, wab.Record{
 			Durability: rec.Durability,
 			Received:   rec.Received,
-			Meta:       cloneBytes(rec.Meta),
-			Payload:    cloneBytes(rec.Payload),
+			Meta:       meta,
+			Payload:    payload,
 		})
 	}
 	return recs, nil
+}
+
+// batchChunkBytes is the size of readBatch's chunks.
+const batchChunkBytes = 64 << 10
+
+// carve copies b into chunk, which has room for it, and returns the copy
+// (nil for an empty b, capped at its length) and the rest of chunk.
+func carve(chunk, b []byte) (cp, rest []byte) {
+	if len(b) == 0 {
+		return nil, chunk
+	}
+	n := len(chunk)
+	chunk = append(chunk, b...)
+	return chunk[n:len(chunk):len(chunk)], chunk
 }
 
 func cloneBytes(b []byte) []byte {

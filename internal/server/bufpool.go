@@ -11,14 +11,19 @@ import (
 // own write buffer first; see wab.Request). The connection's writer gives
 // the buffer back once it has answered the request, so in steady state a
 // frame costs no allocation and no zeroing for its bytes. Buffers come in
-// power-of-two classes from 256 bytes to 64 KiB; larger frames get a
-// buffer of their own.
+// classes from 256 bytes to 64 KiB, four to each doubling (256, 320, 384,
+// 448, 512, 640, ...), so that a buffer is at most a quarter larger than
+// its frame needs — a 256-byte record with its 31 bytes of metadata takes
+// 320 bytes, not 512; larger frames get a buffer of their own.
 const (
 	minBufShift = 8  // 256 bytes
 	maxBufShift = 16 // 64 KiB
+	// classesPerShift is the number of classes in each doubling.
+	classesPerShift = 4
+	numBufClasses   = 1 + classesPerShift*(maxBufShift-minBufShift)
 )
 
-var bufPools [maxBufShift - minBufShift + 1]sync.Pool
+var bufPools [numBufClasses]sync.Pool
 
 // bufClass is the pool class of an n-byte buffer, or -1 for one too large
 // to pool.
@@ -26,11 +31,21 @@ func bufClass(n int) int {
 	if n <= 1<<minBufShift {
 		return 0
 	}
-	shift := bits.Len(uint(n - 1))
-	if shift > maxBufShift {
+	shift := bits.Len(uint(n-1)) - 1 // 1<<shift < n <= 1<<(shift+1)
+	if shift >= maxBufShift {
 		return -1
 	}
-	return shift - minBufShift
+	quarter := (n - 1 - 1<<shift) >> (shift - 2) // 0..3
+	return 1 + classesPerShift*(shift-minBufShift) + quarter
+}
+
+// classSize is the capacity of the buffers of class c.
+func classSize(c int) int {
+	if c == 0 {
+		return 1 << minBufShift
+	}
+	shift := (c-1)/classesPerShift + minBufShift
+	return 1<<shift + ((c-1)%classesPerShift+1)<<(shift-2)
 }
 
 // frameBuf is a buffer from the pools, kept by pointer so that giving it
@@ -51,7 +66,7 @@ func getBuf(n int) frameBuf {
 		*b = (*b)[:n]
 		return frameBuf{b: b, class: class}
 	}
-	b := make([]byte, n, 1<<(class+minBufShift))
+	b := make([]byte, n, classSize(class))
 	return frameBuf{b: &b, class: class}
 }
 

@@ -34,7 +34,6 @@ type conn struct {
 	dr      *deadlineReader
 	replay  bool     // replay fields may be granted (the Unix socket)
 	sess    *session // set by Hello (wire version 2)
-	infos   []wire.MetaInfo
 }
 
 // pending is one request awaiting its answer, and the wab.Request it was
@@ -218,16 +217,10 @@ func (c *conn) fillRecords(p *pending, push *wire.Push, size int) {
 	switch {
 	case push.Version < wire.Version2:
 	case push.Metas == nil: // no record brought metadata: all alike
-		metaSize = len(push.Payloads) * c.sess.storedMetaSize(push, nil, wire.MetaInfo{})
+		metaSize = c.sess.storedMetasSize(push)
 	default:
-		c.infos = c.infos[:0]
-		for _, block := range push.Metas {
-			var info wire.MetaInfo
-			if len(block) > 0 {
-				info, _ = wire.InspectMeta(block) // checked by the decoder
-			}
-			c.infos = append(c.infos, info)
-			metaSize += c.sess.storedMetaSize(push, block, info)
+		for i, block := range push.Metas {
+			metaSize += c.sess.storedMetaSize(push, i, block, push.MetaInfos[i])
 		}
 	}
 	p.buf = getBuf(size + metaSize)
@@ -251,7 +244,7 @@ func (c *conn) fillRecords(p *pending, push *wire.Push, size int) {
 		var block []byte
 		var info wire.MetaInfo
 		if push.Metas != nil {
-			block, info = push.Metas[i], c.infos[i]
+			block, info = push.Metas[i], push.MetaInfos[i]
 		}
 		start := len(mbuf)
 		mbuf = c.sess.appendStoredMeta(mbuf, push, i, block, info)

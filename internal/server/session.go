@@ -11,31 +11,29 @@ import (
 // session is what a connection's Hello established (wire version 2).
 type session struct {
 	flags uint8 // the Hello flags granted
-	// tmpl is the stored metadata of a record that brought none of its
-	// own: version byte, event time, producer id and sequence number, in
-	// tag order; storedMeta patches the event time and the sequence.
+	// tmpl is the head of the stored metadata of a record that brought
+	// none of its own: version byte, event time, and the producer field up
+	// to its sequence number (record.AppendProducer), in tag order;
+	// appendStoredMeta patches the event time and the producer field's
+	// length, and appends the sequence number.
 	tmpl [metaTemplateSize]byte
 }
 
 // Layout of session.tmpl.
 const (
-	metaTemplateSize = 1 + fieldEventTime + fieldProducer + fieldSeq
+	metaTemplateSize = 1 + fieldEventTime + producerHead
 	fieldEventTime   = 2 + 8  // tag, length, i64
-	fieldProducer    = 2 + 16 // tag, length, id
-	fieldSeq         = 2 + 8  // tag, length, u64
+	producerHead     = 2 + 16 // tag, length, id; the uvarint sequence follows
 	tmplEventTime    = 1 + 2  // offset of the event time value
-	tmplSeq          = 1 + fieldEventTime + fieldProducer + 2
+	tmplProducer     = 1 + fieldEventTime
 )
 
 func newSession(flags uint8, producer record.ProducerID) *session {
 	s := &session{flags: flags}
-	t := s.tmpl[:0]
-	t = append(t, record.Version, byte(record.TagEventTime), 8)
+	t := append(make([]byte, 0, metaTemplateSize+1), record.Version, byte(record.TagEventTime), 8)
 	t = append(t, make([]byte, 8)...)
-	t = append(t, byte(record.TagProducerID), 16)
-	t = append(t, producer[:]...)
-	t = append(t, byte(record.TagProducerSeq), 8)
-	_ = append(t, make([]byte, 8)...)
+	t = record.AppendProducer(t, producer, 0) // its sequence number is left out
+	copy(s.tmpl[:], t)
 	return s
 }
 
@@ -96,39 +94,63 @@ func (c *conn) refuseV2(push *wire.Push) (wire.Code, string) {
 }
 
 // storedMetaSize is the size of record i's stored metadata (see
-// storedMeta); info is its block's summary.
-func (s *session) storedMetaSize(push *wire.Push, block []byte, info wire.MetaInfo) int {
-	if len(block) == 0 {
-		n := 0
-		if push.EventTime != 0 {
-			n += fieldEventTime
-		}
-		if s.idempotent() {
-			n += fieldProducer + fieldSeq
-		}
-		if n == 0 {
-			return 0 // stored without metadata, as a version-1 record
-		}
-		return 1 + n
-	}
+// appendStoredMeta); info is its block's summary.
+func (s *session) storedMetaSize(push *wire.Push, i int, block []byte, info wire.MetaInfo) int {
 	if info.HasID {
 		return len(block)
 	}
 	n := len(block)
+	if n == 0 {
+		n = 1 // the version byte
+	}
 	if push.EventTime != 0 && !info.HasEventTime {
 		n += fieldEventTime
 	}
 	if s.idempotent() {
-		n += fieldProducer + fieldSeq
+		n += record.ProducerFieldSize(push.FirstSeq + uint64(i))
+	}
+	if n == 1 && len(block) == 0 {
+		return 0 // stored without metadata, as a version-1 record
 	}
 	return n
 }
 
+// storedMetasSize is the size of the stored metadata of all of push's
+// records when none brought a block: the same for each but for the
+// length of its sequence number.
+func (s *session) storedMetasSize(push *wire.Push) int {
+	n := len(push.Payloads)
+	each := s.storedMetaSize(push, 0, nil, wire.MetaInfo{})
+	if each == 0 || !s.idempotent() {
+		return n * each
+	}
+	first := push.FirstSeq
+	each -= record.ProducerFieldSize(first)
+	return n*each + producerFieldsSize(first, uint64(n))
+}
+
+// producerFieldsSize is the sum of record.ProducerFieldSize over the n
+// sequence numbers from first, without a pass over them: their uvarints
+// grow by one byte at each multiple of 2^7, 2^14, ... (first+n-1 does not
+// wrap: the decoder checked it).
+func producerFieldsSize(first, n uint64) int {
+	total := n * uint64(record.ProducerFieldSize(0)) // every uvarint has a byte
+	last := first + n - 1
+	for shift := uint(7); shift < 64; shift += 7 {
+		bound := uint64(1) << shift
+		if last < bound {
+			break
+		}
+		total += last - max(first, bound) + 1 // the numbers from bound on have one more
+	}
+	return int(total)
+}
+
 // appendStoredMeta appends record i's stored metadata to dst: its block as
 // sent, plus the frame's event time when the block has none, plus the
-// producer id and sequence number of an idempotent session. A block that
-// carries an id (a replayed record) is stored as sent: its id and origin
-// are the record's own.
+// producer field (record.AppendProducer) of an idempotent session. A block
+// that carries an id (a replayed record) is stored as sent: its id and
+// origin are the record's own.
 func (s *session) appendStoredMeta(dst []byte, push *wire.Push, i int, block []byte, info wire.MetaInfo) []byte {
 	seq := push.FirstSeq + uint64(i)
 	if len(block) == 0 {
@@ -137,8 +159,7 @@ func (s *session) appendStoredMeta(dst []byte, push *wire.Push, i int, block []b
 			start := len(dst)
 			dst = append(dst, s.tmpl[:]...)
 			binary.BigEndian.PutUint64(dst[start+tmplEventTime:], uint64(push.EventTime))
-			binary.BigEndian.PutUint64(dst[start+tmplSeq:], seq)
-			return dst
+			return appendSeq(dst, start+tmplProducer, seq)
 		case push.EventTime == 0 && !s.idempotent():
 			return dst
 		}
@@ -154,8 +175,17 @@ func (s *session) appendStoredMeta(dst []byte, push *wire.Push, i int, block []b
 		dst = binary.BigEndian.AppendUint64(dst, uint64(push.EventTime))
 	}
 	if s.idempotent() {
-		dst = append(dst, s.tmpl[1+fieldEventTime:tmplSeq]...)
-		dst = binary.BigEndian.AppendUint64(dst, seq)
+		start := len(dst)
+		dst = append(dst, s.tmpl[tmplProducer:]...)
+		dst = appendSeq(dst, start, seq)
 	}
+	return dst
+}
+
+// appendSeq completes the producer field copied from the template at
+// dst[at:]: its length, and the sequence number.
+func appendSeq(dst []byte, at int, seq uint64) []byte {
+	dst = binary.AppendUvarint(dst, seq)
+	dst[at+1] = byte(len(dst) - at - 2)
 	return dst
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"math"
 	"net"
 	"slices"
 	"sync"
@@ -259,7 +260,9 @@ func TestReplayRefusedOffTheUnixSocket(t *testing.T) {
 }
 
 // TestStoredMetaSize: the size computed before the copy is the size
-// written, for every combination of block, event time and session.
+// written, for every combination of block, event time, session and
+// sequence-number length, and what is written decodes to the record's
+// producer and sequence number.
 func TestStoredMetaSize(t *testing.T) {
 	blocks := [][]byte{
 		nil,
@@ -270,20 +273,55 @@ func TestStoredMetaSize(t *testing.T) {
 	}
 	for _, flags := range []uint8{0, wire.FlagIdempotent} {
 		s := newSession(flags, testProducer)
-		for _, et := range []int64{0, 99} {
-			for _, b := range blocks {
-				push := &wire.Push{Version: 2, FirstSeq: 3, EventTime: et, Payloads: [][]byte{{}}, Metas: [][]byte{b}}
-				var info wire.MetaInfo
-				if len(b) > 0 {
-					info, _ = wire.InspectMeta(b)
+		for _, first := range []uint64{3, 127, 1<<14 - 1, 1 << 35, math.MaxUint64 - 1} {
+			for _, et := range []int64{0, 99} {
+				for _, b := range blocks {
+					push := &wire.Push{Version: 2, FirstSeq: first, EventTime: et, Payloads: [][]byte{{}, {}}, Metas: [][]byte{b, b}}
+					var info wire.MetaInfo
+					if len(b) > 0 {
+						info, _ = wire.InspectMeta(b)
+					}
+					for i := range 2 {
+						got := s.appendStoredMeta(nil, push, i, b, info)
+						if n := s.storedMetaSize(push, i, b, info); n != len(got) {
+							t.Fatalf("flags %x seq %d+%d et %d block %x: size %d, wrote %d", flags, first, i, et, b, n, len(got))
+						}
+						if len(got) == 0 {
+							continue
+						}
+						m, err := record.Decode(got, record.LegacyOrigin)
+						if err != nil {
+							t.Fatalf("wrote %x: %v", got, err)
+						}
+						if want := flags != 0 && !info.HasID; m.HasProducer != want || want && (m.Producer != testProducer || m.Seq != first+uint64(i)) {
+							t.Fatalf("wrote %x: producer %v %x seq %d, want seq %d", got, m.HasProducer, m.Producer, m.Seq, first+uint64(i))
+						}
+					}
 				}
-				got := s.appendStoredMeta(nil, push, 0, b, info)
-				if n := s.storedMetaSize(push, b, info); n != len(got) {
-					t.Fatalf("flags %x et %d block %x: size %d, wrote %d", flags, et, b, n, len(got))
+			}
+		}
+	}
+}
+
+// storedMetasSize, which sizes a batch without metadata blocks in one
+// go, agrees with the sum over its records, across every point where the
+// sequence numbers' uvarints grow.
+func TestStoredMetasSize(t *testing.T) {
+	for _, flags := range []uint8{0, wire.FlagIdempotent} {
+		s := newSession(flags, testProducer)
+		for _, first := range []uint64{0, 1, 100, 127, 128, 16380, 1<<21 - 3, 1<<56 - 1, math.MaxUint64 - 300} {
+			for _, n := range []int{1, 2, 5, 200, 300} {
+				if first > math.MaxUint64-uint64(n) {
+					continue
 				}
-				if len(got) > 0 {
-					if _, err := record.Decode(got, record.LegacyOrigin); err != nil {
-						t.Fatalf("wrote %x: %v", got, err)
+				for _, et := range []int64{0, 7} {
+					push := &wire.Push{Version: 2, FirstSeq: first, EventTime: et, Payloads: make([][]byte, n)}
+					want := 0
+					for i := range n {
+						want += s.storedMetaSize(push, i, nil, wire.MetaInfo{})
+					}
+					if got := s.storedMetasSize(push); got != want {
+						t.Fatalf("flags %x first %d n %d et %d: %d, want %d", flags, first, n, et, got, want)
 					}
 				}
 			}

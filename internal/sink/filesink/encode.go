@@ -3,7 +3,6 @@ package filesink
 import (
 	"encoding/base64"
 	"encoding/hex"
-	"time"
 	"unicode/utf8"
 
 	"github.com/weir-io/weir/internal/sink/recjson"
@@ -26,7 +25,7 @@ func appendRecord(buf []byte, r *sink.Record) []byte {
 		buf = recjson.AppendShort(buf, r.Durability.String())
 	}
 	buf = append(buf, `","received_at":"`...)
-	buf = r.Received.UTC().AppendFormat(buf, time.RFC3339Nano)
+	buf = recjson.AppendTime(buf, r.Received)
 	buf = append(buf, `","source":"`...)
 	buf = recjson.AppendShort(buf, r.Source)
 	buf = append(buf, `","payload":"`...)
@@ -51,7 +50,7 @@ func appendRecord(buf []byte, r *sink.Record) []byte {
 	}
 	if !r.EventTime.IsZero() {
 		buf = append(buf, `,"event_time":"`...)
-		buf = r.EventTime.UTC().AppendFormat(buf, time.RFC3339Nano)
+		buf = recjson.AppendTime(buf, r.EventTime)
 		buf = append(buf, '"')
 	}
 	return append(buf, '}', '\n')

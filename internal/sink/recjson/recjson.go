@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/weir-io/weir/sink"
@@ -225,4 +226,81 @@ func AppendShort(buf []byte, s string) []byte {
 		}
 	}
 	return append(buf, s...)
+}
+
+// AppendTime appends t in UTC as time.RFC3339Nano formats it
+// ("2006-01-02T15:04:05.999999999Z": the fraction without trailing zeros,
+// left out when zero), as time.Time.AppendFormat does but in a fraction of
+// its time: the file sink writes two of these per record. Years outside
+// 0–9999 are left to AppendFormat.
+func AppendTime(buf []byte, t time.Time) []byte {
+	sec, ns := t.Unix(), t.Nanosecond()
+	days, rem := sec/secondsPerDay, sec%secondsPerDay
+	if rem < 0 {
+		days, rem = days-1, rem+secondsPerDay
+	}
+	year, month, day := civil(days)
+	if year < 0 || year > 9999 {
+		return t.UTC().AppendFormat(buf, time.RFC3339Nano)
+	}
+	var b [35]byte // 2006-01-02T15:04:05.999999999Z
+	put4(b[0:], int(year))
+	b[4] = '-'
+	put2(b[5:], month)
+	b[7] = '-'
+	put2(b[8:], day)
+	b[10] = 'T'
+	put2(b[11:], int(rem/3600))
+	b[13] = ':'
+	put2(b[14:], int(rem/60%60))
+	b[16] = ':'
+	put2(b[17:], int(rem%60))
+	n := 19
+	if ns != 0 {
+		b[19] = '.'
+		for i := 28; i > 19; i-- {
+			b[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n = 29
+		for b[n-1] == '0' {
+			n--
+		}
+	}
+	b[n] = 'Z'
+	return append(buf, b[:n+1]...)
+}
+
+const secondsPerDay = 86400
+
+// civil converts days since 1970-01-01 to a proleptic Gregorian date
+// (Howard Hinnant's days_from_civil inverse).
+func civil(days int64) (year int64, month, day int) {
+	z := days + 719468
+	era := z / 146097
+	if z < 0 && z%146097 != 0 {
+		era--
+	}
+	doe := z - era*146097
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
+	doy := doe - (365*yoe + yoe/4 - yoe/100)
+	mp := (5*doy + 2) / 153
+	day = int(doy - (153*mp+2)/5 + 1)
+	if mp < 10 {
+		month = int(mp + 3)
+	} else {
+		month = int(mp - 9)
+	}
+	year = yoe + era*400
+	if month <= 2 {
+		year++
+	}
+	return year, month, day
+}
+
+func put2(b []byte, v int) { b[0], b[1] = byte('0'+v/10), byte('0'+v%10) }
+
+func put4(b []byte, v int) {
+	put2(b[0:], v/100)
+	put2(b[2:], v%100)
 }
