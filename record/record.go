@@ -107,20 +107,19 @@ func (m *Meta) RecordID(payload []byte, fallback func() sink.RecordID) sink.Reco
 }
 
 // ProducerRecordID is the id of an idempotent producer's record: the same
-// for every resend of (producer, seq) with the same payload.
+// for every resend of (producer, seq) with the same payload. It is the
+// first 16 bytes of
 //
-// It is HashID("producer", p, seq as u64 big endian, payload), computed
-// with the four length-prefixed parts before the payload laid out as one
-// 64-byte block: one call into SHA-256 for them instead of eight.
+//	SHA-256( "producer" ‖ p ‖ seq as u64 big endian ‖ payload )
+//
+// — 32 fixed bytes before the payload, which needs no length prefix as it
+// comes last, so that a 256-byte record takes five SHA-256 blocks, as
+// its buffer position's id does, not six.
 func ProducerRecordID(p ProducerID, seq uint64, payload []byte) sink.RecordID {
-	var pre [64]byte
-	binary.BigEndian.PutUint64(pre[0:], uint64(len(producerDomain)))
-	copy(pre[8:16], producerDomain)
-	binary.BigEndian.PutUint64(pre[16:], uint64(len(p)))
-	copy(pre[24:40], p[:])
-	binary.BigEndian.PutUint64(pre[40:], 8)
-	binary.BigEndian.PutUint64(pre[48:], seq)
-	binary.BigEndian.PutUint64(pre[56:], uint64(len(payload)))
+	var pre [producerPrefixSize]byte
+	copy(pre[:], producerDomain)
+	copy(pre[len(producerDomain):], p[:])
+	binary.BigEndian.PutUint64(pre[len(producerDomain)+len(p):], seq)
 	h := sha256.New()
 	h.Write(pre[:])
 	h.Write(payload)
@@ -130,8 +129,12 @@ func ProducerRecordID(p ProducerID, seq uint64, payload []byte) sink.RecordID {
 	return id
 }
 
-// producerDomain is ProducerRecordID's first part (8 bytes).
-const producerDomain = "producer"
+// producerDomain begins ProducerRecordID's input; producerPrefixSize is
+// the size of everything before the payload.
+const (
+	producerDomain     = "producer"
+	producerPrefixSize = len(producerDomain) + len(ProducerID{}) + 8
+)
 
 // HashID hashes parts into a record id: SHA-256 over each part, length-
 // prefixed (so ("ab","c") and ("a","bc") differ), truncated to 128 bits.

@@ -2,6 +2,7 @@ package record
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"reflect"
@@ -216,13 +217,18 @@ func TestRecordID(t *testing.T) {
 		t.Fatal("producer id not deterministic")
 	}
 	// The derivation docs/wire_protocol.md specifies, which resends across
-	// daemon versions rely on.
+	// daemon versions rely on: pinned by a computed and a fixed vector.
 	for _, pl := range [][]byte{nil, pay, make([]byte, 300)} {
 		seq := uint64(1)<<40 + 3
-		want := HashID([]byte("producer"), p[:], binary.BigEndian.AppendUint64(nil, seq), pl)
-		if got := ProducerRecordID(p, seq, pl); got != want {
-			t.Fatalf("ProducerRecordID(%d-byte payload) = %v, want HashID's %v", len(pl), got, want)
+		in := append([]byte("producer"), p[:]...)
+		in = binary.BigEndian.AppendUint64(in, seq)
+		sum := sha256.Sum256(append(in, pl...))
+		if got := ProducerRecordID(p, seq, pl); got != sink.RecordID(sum[:16]) {
+			t.Fatalf("ProducerRecordID(%d-byte payload) = %v, want %x", len(pl), got, sum[:16])
 		}
+	}
+	if got, want := ProducerRecordID(ProducerID{1, 2, 3}, 1000, []byte("hello")).String(), "e710c2ca7456692d1b77937b690f83aa"; got != want {
+		t.Fatalf("ProducerRecordID of the documented example = %s, want %s", got, want)
 	}
 }
 

@@ -108,7 +108,7 @@ func BenchmarkIngest(b *testing.B) {
 				name := fmt.Sprintf("%s/%s/p%d", tier, frames, producers)
 				b.Run(name, func(b *testing.B) {
 					for range b.N {
-						r := ingestOnce(b, name, tier, batch, producers, records)
+						r := ingestOnce(b, name, tier, batch, producers, records, false)
 						b.ReportMetric(r.rate, "records/s")
 						b.ReportMetric(r.p50, "p50-µs")
 						b.ReportMetric(r.p99, "p99-µs")
@@ -122,8 +122,10 @@ func BenchmarkIngest(b *testing.B) {
 // ingestResult is one ingest measurement: records/s, the ack latency's p50
 // and p99 in µs, and the CPU time per record, in µs, of the daemon and of
 // this process (the producers) from the first push to the last ack —
-// steadier than the rate on a shared machine.
-type ingestResult struct{ rate, p50, p99, daemonCPU, clientCPU float64 }
+// steadier than the rate on a shared machine — and, when asked for, the
+// daemon's until its drain has delivered every record (drainedCPU: the
+// drain lags the acks, so part of its work comes after the last one).
+type ingestResult struct{ rate, p50, p99, daemonCPU, clientCPU, drainedCPU float64 }
 
 // cpuSeconds is this process's user and system CPU time so far.
 func cpuSeconds() float64 {
@@ -133,8 +135,10 @@ func cpuSeconds() float64 {
 }
 
 // ingestOnce runs one ingest measurement against a fresh daemon and prints
-// its BENCH line; opts are added to every producer's client options.
-func ingestOnce(b *testing.B, name string, tier client.Durability, batch, producers, records int, opts ...client.Option) ingestResult {
+// its BENCH line; opts are added to every producer's client options. With
+// untilDrained it also waits for the drain to deliver every record and
+// measures the daemon's CPU time until then.
+func ingestOnce(b *testing.B, name string, tier client.Durability, batch, producers, records int, untilDrained bool, opts ...client.Option) ingestResult {
 	b.StopTimer()
 	d := newDaemon(b, "--log-level", "warn")
 	d.start()
@@ -208,10 +212,18 @@ func ingestOnce(b *testing.B, name string, tier client.Durability, batch, produc
 	rate := float64(total) / elapsed.Seconds()
 	r := ingestResult{rate: rate, p50: qs[0], p99: qs[1],
 		daemonCPU: daemonCPU * 1e6 / float64(total), clientCPU: clientCPU * 1e6 / float64(total)}
-	benchLine(b, map[string]any{"name": "ingest/" + name, "records_per_s": rate,
+	line := map[string]any{"name": "ingest/" + name, "records_per_s": rate,
 		"p50_us": qs[0], "p99_us": qs[1], "p999_us": qs[2], "records": total,
 		"producers": producers, "batch": batch, "window": window, "record_bytes": benchRecordBytes,
-		"daemon_cpu_us_per_record": r.daemonCPU, "producer_cpu_us_per_record": r.clientCPU})
+		"daemon_cpu_us_per_record": r.daemonCPU, "producer_cpu_us_per_record": r.clientCPU}
+	if untilDrained {
+		m := d.waitScrape(fmt.Sprintf("%d records delivered", total), 2*time.Minute, func(m map[string]float64) bool {
+			return sum(m, "weir_records_delivered_total") >= float64(total)
+		})
+		r.drainedCPU = (m["process_cpu_seconds_total"] - daemonCPU0) * 1e6 / float64(total)
+		line["daemon_cpu_us_per_record_drained"] = r.drainedCPU
+	}
+	benchLine(b, line)
 	return r
 }
 
@@ -222,8 +234,11 @@ func ingestOnce(b *testing.B, name string, tier client.Durability, batch, produc
 // stored with it). Each iteration runs both versions, each against a
 // fresh daemon, in an order that alternates from one pair to the next:
 // on this machine the second run of a pair is measurably faster than the
-// first, whatever its version. BENCH lines carry each run; the reported
-// metrics are the pair's.
+// first, whatever its version. BENCH lines carry each run, with the
+// daemon's CPU time per record also until its drain has delivered every
+// record (the drain's work on the records' metadata — decoding it, hashing
+// ids, writing event times — lags the acks); the reported metrics are the
+// pair's.
 //
 //	go test -run '^$' -bench WireVersions -benchtime 1x -count 10 ./internal/systest
 func BenchmarkWireVersions(b *testing.B) {
@@ -246,7 +261,7 @@ func BenchmarkWireVersions(b *testing.B) {
 				rate := map[uint8]float64{}
 				for _, v := range order {
 					name := fmt.Sprintf("Durable/%s/p64/v%d", frames, v)
-					r := ingestOnce(b, "wire/"+name, client.Durable, batch, 64, records, client.WithProtocolVersion(v))
+					r := ingestOnce(b, "wire/"+name, client.Durable, batch, 64, records, true, client.WithProtocolVersion(v))
 					rate[v] = r.rate
 				}
 				b.ReportMetric(rate[1], "v1-records/s")
