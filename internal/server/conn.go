@@ -240,13 +240,19 @@ func (c *conn) fillRecords(p *pending, push *wire.Push, size int) {
 		return
 	}
 	mbuf := buf[size:size]
+	fast := push.Metas == nil && push.EventTime != 0 && c.sess.idempotent()
 	for i := range push.Payloads {
+		start := len(mbuf)
+		if fast { // the common case, kept out of appendStoredMeta's large frame
+			mbuf = c.sess.appendProducerMeta(mbuf, push.EventTime, push.FirstSeq+uint64(i))
+			metas = append(metas, mbuf[start:len(mbuf):len(mbuf)])
+			continue
+		}
 		var block []byte
 		var info wire.MetaInfo
 		if push.Metas != nil {
 			block, info = push.Metas[i], push.MetaInfos[i]
 		}
-		start := len(mbuf)
 		mbuf = c.sess.appendStoredMeta(mbuf, push, i, block, info)
 		metas = append(metas, mbuf[start:len(mbuf):len(mbuf)])
 	}

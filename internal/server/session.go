@@ -156,10 +156,7 @@ func (s *session) appendStoredMeta(dst []byte, push *wire.Push, i int, block []b
 	if len(block) == 0 {
 		switch {
 		case push.EventTime != 0 && s.idempotent():
-			start := len(dst)
-			dst = append(dst, s.tmpl[:]...)
-			binary.BigEndian.PutUint64(dst[start+tmplEventTime:], uint64(push.EventTime))
-			return appendSeq(dst, start+tmplProducer, seq)
+			return s.appendProducerMeta(dst, push.EventTime, seq)
 		case push.EventTime == 0 && !s.idempotent():
 			return dst
 		}
@@ -180,6 +177,16 @@ func (s *session) appendStoredMeta(dst []byte, push *wire.Push, i int, block []b
 		dst = appendSeq(dst, start, seq)
 	}
 	return dst
+}
+
+// appendProducerMeta appends the stored metadata of an idempotent
+// session's record that brought no block of its own but has the frame's
+// event time: the template, its event time and sequence number filled in.
+func (s *session) appendProducerMeta(dst []byte, eventTime int64, seq uint64) []byte {
+	start := len(dst)
+	dst = append(dst, s.tmpl[:]...)
+	binary.BigEndian.PutUint64(dst[start+tmplEventTime:], uint64(eventTime))
+	return appendSeq(dst, start+tmplProducer, seq)
 }
 
 // appendSeq completes the producer field copied from the template at
