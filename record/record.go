@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"unicode/utf8"
 
 	"github.com/weir-io/weir/sink"
@@ -123,10 +124,7 @@ func ProducerRecordID(p ProducerID, seq uint64, payload []byte) sink.RecordID {
 	h := sha256.New()
 	h.Write(pre[:])
 	h.Write(payload)
-	var sum [sha256.Size]byte
-	var id sink.RecordID
-	copy(id[:], h.Sum(sum[:0]))
-	return id
+	return idOf(h)
 }
 
 // producerDomain begins ProducerRecordID's input; producerPrefixSize is
@@ -146,10 +144,13 @@ func HashID(parts ...[]byte) sink.RecordID {
 		h.Write(n[:])
 		h.Write(p)
 	}
+	return idOf(h)
+}
+
+// idOf is the record id a SHA-256 digest yields: its first 128 bits.
+func idOf(h hash.Hash) sink.RecordID {
 	var sum [sha256.Size]byte
-	var id sink.RecordID
-	copy(id[:], h.Sum(sum[:0]))
-	return id
+	return sink.RecordID(h.Sum(sum[:0]))
 }
 
 // Encode returns m's encoding.

@@ -246,3 +246,14 @@ func TestCodes(t *testing.T) {
 		t.Fatal("truncateUTF8 cut inside a rune")
 	}
 }
+
+// Deriving an id allocates nothing (the drain derives one per record).
+func TestRecordIDAllocations(t *testing.T) {
+	p, pay := ProducerID{1}, make([]byte, 256)
+	if n := testing.AllocsPerRun(100, func() { ProducerRecordID(p, 7, pay) }); n != 0 {
+		t.Errorf("ProducerRecordID: %.0f allocations", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { HashID(pay, pay) }); n != 0 {
+		t.Errorf("HashID: %.0f allocations", n)
+	}
+}
