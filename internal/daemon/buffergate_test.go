@@ -19,15 +19,7 @@ import (
 // stage gate) and the lines around it reach the sink: the source is not
 // stuck retrying it.
 func TestBufferGateQuarantinesOversize(t *testing.T) {
-	dir, err := os.MkdirTemp("", "weir-g-") // short: the socket path is limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	logs := filepath.Join(dir, "logs")
-	if err := os.Mkdir(logs, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	dir, logs := shortDataDir(t)
 	big := strings.Repeat("x", 2000)
 	if err := os.WriteFile(filepath.Join(logs, "a.log"), []byte("small-1\n"+big+"\nsmall-2\n"), 0o600); err != nil {
 		t.Fatal(err)

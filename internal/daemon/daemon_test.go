@@ -51,15 +51,7 @@ func runInProcess(t *testing.T, cfg *config.Config) (stop func()) {
 // source and a file secondary: lines reach raw and the secondary, and a
 // clean stop leaves no goroutine behind.
 func TestRunWithSourceAndSecondary(t *testing.T) {
-	dir, err := os.MkdirTemp("", "weir-d-") // short: the socket path is limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	logs := filepath.Join(dir, "logs")
-	if err := os.Mkdir(logs, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	dir, logs := shortDataDir(t)
 	const n = 500
 	var body []byte
 	for i := range n {
@@ -215,4 +207,21 @@ type = "file"
 	if cov := store.Coverage("copy"); cov.Prefix() != 800 {
 		t.Errorf("shared offset store: copy covered up to %d, want 800", cov.Prefix())
 	}
+}
+
+// shortDataDir is a data directory with a logs directory in it, under the
+// system temporary directory rather than t.TempDir: the socket path inside
+// it must stay short.
+func shortDataDir(t *testing.T) (dir, logs string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "weir-d-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	logs = filepath.Join(dir, "logs")
+	if err := os.Mkdir(logs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return dir, logs
 }
