@@ -68,9 +68,21 @@
 //
 // A record's id is chosen in this order (Meta.RecordID):
 //
-//  1. the id field, when present (source records, replayed dead letters);
+//  1. the id field, when present (source records, replayed dead letters):
+//     it was fixed where the record came from and is never changed;
 //  2. for an idempotent producer's record, ProducerRecordID(producer id,
 //     seq, payload) — the same for every resend of that record, whatever
 //     connection or segment carried it;
-//  3. otherwise the caller's fallback (the buffer position's id).
+//  3. otherwise the caller's fallback (the buffer position's hash).
+//
+// Ids derived by 2 and 3 from a buffer segment that lays ids out by time
+// (wab.FlagTimeOrderedIDs: every segment written since) are time-ordered:
+// TimeOrdered puts the record's event time — for a producer record the
+// time its client stamped when it first pushed it, kept on every resend —
+// else its receive time as stored in the buffer, in milliseconds, in the
+// leading 48 bits of a UUIDv7. Sources lay out the ids they fix in the
+// same way (source.TimedID) with a time of the record's own that a
+// re-read gives back: the broker's timestamp, the stream's time, a
+// file's birth time. docs/architecture.md §Record ids says why and what
+// it means for tables written before.
 package record

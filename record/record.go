@@ -1,11 +1,9 @@
 package record
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"unicode/utf8"
 
 	"github.com/weir-io/weir/sink"
@@ -92,65 +90,6 @@ type Rejection struct {
 	Seq         uint64
 	Index       uint64
 	HasLocation bool
-}
-
-// RecordID returns the record's id: the id field, else the idempotent
-// producer's id for (producer, seq, payload), else fallback().
-func (m *Meta) RecordID(payload []byte, fallback func() sink.RecordID) sink.RecordID {
-	switch {
-	case m.HasID:
-		return m.ID
-	case m.HasProducer:
-		return ProducerRecordID(m.Producer, m.Seq, payload)
-	default:
-		return fallback()
-	}
-}
-
-// ProducerRecordID is the id of an idempotent producer's record: the same
-// for every resend of (producer, seq) with the same payload. It is the
-// first 16 bytes of
-//
-//	SHA-256( "producer" ‖ p ‖ seq as u64 big endian ‖ payload )
-//
-// — 32 fixed bytes before the payload, which needs no length prefix as it
-// comes last, so that a 256-byte record takes five SHA-256 blocks, as
-// its buffer position's id does, not six.
-func ProducerRecordID(p ProducerID, seq uint64, payload []byte) sink.RecordID {
-	var pre [producerPrefixSize]byte
-	copy(pre[:], producerDomain)
-	copy(pre[len(producerDomain):], p[:])
-	binary.BigEndian.PutUint64(pre[len(producerDomain)+len(p):], seq)
-	h := sha256.New()
-	h.Write(pre[:])
-	h.Write(payload)
-	return idOf(h)
-}
-
-// producerDomain begins ProducerRecordID's input; producerPrefixSize is
-// the size of everything before the payload.
-const (
-	producerDomain     = "producer"
-	producerPrefixSize = len(producerDomain) + len(ProducerID{}) + 8
-)
-
-// HashID hashes parts into a record id: SHA-256 over each part, length-
-// prefixed (so ("ab","c") and ("a","bc") differ), truncated to 128 bits.
-func HashID(parts ...[]byte) sink.RecordID {
-	h := sha256.New()
-	var n [8]byte
-	for _, p := range parts {
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-		h.Write(n[:])
-		h.Write(p)
-	}
-	return idOf(h)
-}
-
-// idOf is the record id a SHA-256 digest yields: its first 128 bits.
-func idOf(h hash.Hash) sink.RecordID {
-	var sum [sha256.Size]byte
-	return sink.RecordID(h.Sum(sum[:0]))
 }
 
 // Encode returns m's encoding.

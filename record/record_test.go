@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"math"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/weir-io/weir/sink"
 	"pgregory.net/rapid"
@@ -200,13 +203,19 @@ func TestRecordID(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		m    Meta
+		at   int64
 		want sink.RecordID
 	}{
-		{"none", Meta{}, fallback},
-		{"producer", Meta{Producer: p, Seq: 5, HasProducer: true}, ProducerRecordID(p, 5, pay)},
-		{"id wins", Meta{ID: sink.RecordID{1}, HasID: true, Producer: p, HasProducer: true}, sink.RecordID{1}},
+		{"none", Meta{}, 0, fallback},
+		{"producer", Meta{Producer: p, Seq: 5, HasProducer: true}, 0, ProducerRecordID(p, 5, pay)},
+		{"id wins", Meta{ID: sink.RecordID{1}, HasID: true, Producer: p, HasProducer: true}, 0, sink.RecordID{1}},
+		{"none, timed", Meta{}, 5e6, TimeOrdered(fallback, 5e6)},
+		{"producer, timed by receipt", Meta{Producer: p, Seq: 5, HasProducer: true}, 5e6, TimeOrdered(ProducerRecordID(p, 5, pay), 5e6)},
+		{"producer, timed by event", Meta{Producer: p, Seq: 5, HasProducer: true, EventTime: 9e6}, 5e6, TimeOrdered(ProducerRecordID(p, 5, pay), 9e6)},
+		{"position, timed by event", Meta{EventTime: 9e6}, 5e6, TimeOrdered(fallback, 9e6)},
+		{"id wins, timed", Meta{ID: sink.RecordID{1}, HasID: true, EventTime: 9e6}, 5e6, sink.RecordID{1}},
 	} {
-		if got := tc.m.RecordID(pay, fb); got != tc.want {
+		if got := tc.m.RecordID(pay, tc.at, fb); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -256,4 +265,68 @@ func TestRecordIDAllocations(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { HashID(pay, pay) }); n != 0 {
 		t.Errorf("HashID: %.0f allocations", n)
 	}
+}
+
+// TimeOrdered's layout, byte by byte (docs/architecture.md §Record ids).
+func TestTimeOrderedLayout(t *testing.T) {
+	h := sink.RecordID{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0x11, 0x22}
+	at := time.Date(2026, 12, 3, 14, 0, 0, 123_456_789, time.UTC)
+	got := TimeOrdered(h, at.UnixNano())
+	ms := uint64(at.UnixMilli())
+	want := sink.RecordID{byte(ms >> 40), byte(ms >> 32), byte(ms >> 24), byte(ms >> 16), byte(ms >> 8), byte(ms),
+		0x7f, 0xff, 0xbf, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0x11, 0x22}
+	if got != want {
+		t.Fatalf("TimeOrdered = %v, want %v", got, want)
+	}
+	if u := got.String(); u[12] != '7' || !strings.ContainsRune("89ab", rune(u[16])) {
+		t.Fatalf("%s is not laid out as a UUIDv7", u)
+	}
+	if tt, ok := IDTime(got); !ok || !tt.Equal(at.Truncate(time.Millisecond)) {
+		t.Fatalf("IDTime = %v %v, want %v", tt, ok, at.Truncate(time.Millisecond))
+	}
+	for _, tc := range []struct {
+		t    int64
+		want uint64
+	}{{0, 0}, {-5e9, 0}, {999_999, 0}, {1_000_000, 1}, {math.MaxInt64, uint64(math.MaxInt64) / 1_000_000}} {
+		id := TimeOrdered(sink.RecordID{}, tc.t)
+		var ts [8]byte
+		copy(ts[2:], id[:6])
+		if g := binary.BigEndian.Uint64(ts[:]); g != tc.want&maxIDMillis {
+			t.Errorf("TimeOrdered at %d: ms %d, want %d", tc.t, g, tc.want&maxIDMillis)
+		}
+	}
+	if _, ok := IDTime(sink.RecordID{}); ok {
+		t.Fatal("IDTime took a zero id for a time-ordered one")
+	}
+}
+
+// Property: the same hash at the same time gives the same id; ids of
+// times in order sort in order whenever the milliseconds differ, whatever
+// the hashes; two hashes that differ in the bits TimeOrdered keeps give
+// different ids at the same time.
+func TestTimeOrderedProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		a := sink.RecordID(rapid.SliceOfN(rapid.Byte(), 16, 16).Draw(t, "a"))
+		b := sink.RecordID(rapid.SliceOfN(rapid.Byte(), 16, 16).Draw(t, "b"))
+		ta := rapid.Int64Range(0, 1<<62).Draw(t, "ta")
+		tb := rapid.Int64Range(0, 1<<62).Draw(t, "tb")
+		ia, ib := TimeOrdered(a, ta), TimeOrdered(b, tb)
+		if ia != TimeOrdered(a, ta) {
+			t.Fatal("not deterministic")
+		}
+		ma, mb := ta/1e6, tb/1e6
+		if c := bytes.Compare(ia[:], ib[:]); ma < mb && c >= 0 || ma > mb && c <= 0 {
+			t.Fatalf("times %d < %d ms but ids %v, %v", ma, mb, ia, ib)
+		}
+		kept := func(id sink.RecordID) sink.RecordID {
+			var k sink.RecordID
+			copy(k[6:], id[6:])
+			k[6] &= 0x0f
+			k[8] &= 0x3f
+			return k
+		}
+		if kept(a) != kept(b) && TimeOrdered(a, ta) == TimeOrdered(b, ta) {
+			t.Fatal("different hashes, same id")
+		}
+	})
 }

@@ -25,6 +25,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/weir-io/weir/record"
@@ -128,8 +129,23 @@ type Source interface {
 // ID derives a record id from its origin: SHA-256 over each part
 // (length-prefixed, so ("ab","c") and ("a","bc") differ), truncated to 128
 // bits. Pass the parts that locate the record — e.g. cluster, topic,
-// partition, offset — then the payload last.
+// partition, offset — then the payload last. Prefer TimedID where the
+// origin gives the record a time of its own.
 func ID(parts ...[]byte) sink.RecordID { return record.HashID(parts...) }
+
+// TimedID is ID laid out by time (record.TimeOrdered): the leading 48 bits
+// are t in milliseconds, so ids of records in time order sort in time
+// order and a table keyed by them grows at its right edge. t must be a
+// time the origin gives back with the record every time it is read — a
+// broker's timestamp, a stream's time — never the time of reading, or a
+// re-read record would get a new id; the zero time gives ms 0.
+func TimedID(t time.Time, parts ...[]byte) sink.RecordID {
+	var ns int64
+	if ms := t.UnixMilli(); !t.IsZero() && ms > 0 {
+		ns = min(ms, math.MaxInt64/int64(time.Millisecond)) * int64(time.Millisecond)
+	}
+	return record.TimeOrdered(record.HashID(parts...), ns)
+}
 
 // Uint64 is a helper for ID parts.
 func Uint64(v uint64) []byte {

@@ -54,7 +54,7 @@ type Record struct {
 type Header struct {
 	Version  uint16
 	Shard    uint16
-	Flags    uint32   // FlagSyncMarks or 0
+	Flags    uint32   // FlagSyncMarks, FlagTimeOrderedIDs
 	Seq      uint64   // per-shard sequence number, also in the file name
 	UID      uint64   // random at creation; part of every record id
 	Created  int64    // Unix nanoseconds

@@ -38,8 +38,10 @@
 //	  0     8  magic "WEIRWAB\x00"
 //	  8     2  version (1)
 //	 10     2  shard (0xFFFF for dead-letter files)
-//	 12     4  flags: 1 (FlagSyncMarks) in segments written by this
-//	           version, 0 in older ones and in dead-letter files
+//	 12     4  flags: 1 (FlagSyncMarks) | 2 (FlagTimeOrderedIDs) in
+//	           segments written by this version; 1 or 0 in older ones,
+//	           0 in dead-letter files. A reader refuses a segment with
+//	           a flag it does not know.
 //	 16     8  sequence number
 //	 24     8  uid: random, non-zero, chosen at creation
 //	 32     8  created, Unix nanoseconds

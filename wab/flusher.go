@@ -485,7 +485,7 @@ func (s *shard) openSegment() error {
 	h := Header{
 		Version:  Version,
 		Shard:    uint16(s.id),
-		Flags:    FlagSyncMarks,
+		Flags:    FlagSyncMarks | FlagTimeOrderedIDs,
 		Seq:      seq,
 		UID:      uid,
 		Created:  time.Now().UnixNano(),

@@ -53,8 +53,14 @@ const (
 	// written. The flusher sets it on the first frame of a batch that
 	// follows a completed fdatasync (or the segment's creation).
 	syncMarkBit = 0x80
+	// FlagTimeOrderedIDs (segment header flags): ids derived from the
+	// segment's records (a record's position, an idempotent producer's
+	// sequence) are laid out by time, record.TimeOrdered at the record's
+	// event time else its receive time. A segment without it was written
+	// before, and its records keep the ids they were first delivered under.
+	FlagTimeOrderedIDs uint32 = 2
 	// knownFlags are the header flags this version understands.
-	knownFlags = FlagSyncMarks
+	knownFlags = FlagSyncMarks | FlagTimeOrderedIDs
 )
 
 // Magic opens every segment file.

@@ -35,6 +35,7 @@ func (f *memFile) Close() error                            { return nil }
 func (f *memFile) Sync() error                             { return nil }
 func (f *memFile) Truncate(int64) error                    { return fs.ErrPermission }
 func (f *memFile) Preallocate(int64, int64) error          { return nil }
+func (f *memFile) Birth() time.Time                        { return time.Time{} }
 func (f *memFile) Name() string                            { return f.name }
 func (f *memFile) Stat() (os.FileInfo, error)              { return memInfo{f.name, f.size}, nil }
 func (f *memFile) ReadAt(p []byte, off int64) (int, error) { return f.Reader.ReadAt(p, off) }

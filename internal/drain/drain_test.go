@@ -705,7 +705,14 @@ func TestDrainsRealLog(t *testing.T) {
 			if err != nil {
 				break
 			}
-			ids[sink.RecordID(wab.RecordID(r.Header(), i, rec.Payload))] = true
+			if r.Header().Flags&wab.FlagTimeOrderedIDs == 0 {
+				t.Fatal("a segment the log wrote lays ids out without time")
+			}
+			id := record.TimeOrdered(sink.RecordID(wab.RecordID(r.Header(), i, rec.Payload)), rec.Received)
+			if at, ok := record.IDTime(id); !ok || at.UnixMilli() != rec.Received/1e6 {
+				t.Fatalf("id %s carries %v, received %d", id, at, rec.Received)
+			}
+			ids[id] = true
 		}
 		r.Close()
 	}

@@ -47,8 +47,13 @@ func TestOriginIDs(t *testing.T) {
 		{Payload: []byte("from-kafka"), Meta: v1Origin(oldID, "kafka:topic"), Received: baseReceived},
 		{Payload: []byte("from-socket"), Received: baseReceived},
 	}
-	h2 := wab.Header{Shard: 0, Seq: 2, UID: 100, Instance: testInstance}
-	cur := []wab.Record{{Payload: []byte("from-kafka-v2"), Meta: v2, Received: baseReceived}}
+	h2 := wab.Header{Shard: 0, Seq: 2, UID: 100, Instance: testInstance, Flags: wab.FlagSyncMarks | wab.FlagTimeOrderedIDs}
+	prod := record.Encode(&record.Meta{Producer: record.ProducerID{3}, Seq: 9, HasProducer: true, EventTime: event.UnixNano()})
+	cur := []wab.Record{
+		{Payload: []byte("from-kafka-v2"), Meta: v2, Received: baseReceived},
+		{Payload: []byte("from-socket-now"), Received: baseReceived},
+		{Payload: []byte("from-producer"), Meta: prod, Received: baseReceived},
+	}
 	for _, seg := range []struct {
 		h    wab.Header
 		name string
@@ -75,5 +80,13 @@ func TestOriginIDs(t *testing.T) {
 	if r.ID != newID || r.Source != "kafka:topic" || !bytes.Equal(r.Key, []byte("k1")) ||
 		!reflect.DeepEqual(r.Headers, hdrs) || !r.EventTime.Equal(event) || string(r.Payload) != "from-kafka-v2" {
 		t.Errorf("version-2 source record delivered as %+v; want id %s, key k1, headers %v, event time %s", r, newID, hdrs, event)
+	}
+	// In a segment that lays ids out by time, a position's id carries the
+	// receive time and a producer record's id its event time.
+	if want := record.TimeOrdered(sink.RecordID(wab.RecordID(h2, 1, []byte("from-socket-now"))), baseReceived); got[1].Records[1].ID != want {
+		t.Errorf("socket record in a time-ordered segment: id %s, want %s", got[1].Records[1].ID, want)
+	}
+	if want := record.TimeOrdered(record.ProducerRecordID(record.ProducerID{3}, 9, []byte("from-producer")), event.UnixNano()); got[1].Records[2].ID != want {
+		t.Errorf("producer record in a time-ordered segment: id %s, want %s", got[1].Records[2].ID, want)
 	}
 }

@@ -12,8 +12,10 @@ import (
 // SinkRecord turns the index-th record of a buffer segment into the record
 // a sink receives: its metadata (record.Meta) gives the key, headers,
 // event time, source and id; a record without an id of its own (a wire
-// version-1 producer record) gets the id of its buffer position. The
-// returned record aliases rec's bytes.
+// version-1 producer record) gets the id of its buffer position. Ids
+// derived here are time-ordered in segments that say so
+// (wab.FlagTimeOrderedIDs; record.Meta.RecordID). The returned record
+// aliases rec's bytes.
 //
 // A Meta that does not decode is reported (the record still gets its
 // position's id, so it is delivered rather than lost); the caller logs it.
@@ -25,12 +27,17 @@ func SinkRecord(h wab.Header, index uint64, rec wab.Record) (sink.Record, error)
 		Source:     RecordSource,
 	}
 	byPosition := func() sink.RecordID { return sink.RecordID(wab.RecordID(h, index, rec.Payload)) }
+	var at int64
+	if h.Flags&wab.FlagTimeOrderedIDs != 0 {
+		at = max(rec.Received, 1)
+	}
 	m, err := record.Decode(rec.Meta, record.LegacyOrigin)
 	if err != nil {
-		out.ID = byPosition()
+		var none record.Meta
+		out.ID = none.RecordID(rec.Payload, at, byPosition)
 		return out, fmt.Errorf("record %d of segment %d (shard %d): %w", index, h.Seq, h.Shard, err)
 	}
-	out.ID = m.RecordID(rec.Payload, byPosition)
+	out.ID = m.RecordID(rec.Payload, at, byPosition)
 	if m.Source != "" {
 		out.Source = m.Source
 	}

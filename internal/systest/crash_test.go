@@ -93,15 +93,23 @@ func TestKill9UnderLoad(t *testing.T) {
 // schedule can be replayed. The seed is returned too, for failure messages.
 func killRand(t *testing.T) (*rand.Rand, uint64) {
 	t.Helper()
+	seed := envSeed(t, "WEIR_KILL_SEED", "kill schedule seed")
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), seed
+}
+
+// envSeed is the seed in the environment variable name, else the clock's,
+// logged as what replays the run.
+func envSeed(t *testing.T, name, what string) uint64 {
+	t.Helper()
 	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("WEIR_KILL_SEED"); s != "" {
+	if s := os.Getenv(name); s != "" {
 		var err error
 		if seed, err = strconv.ParseUint(s, 0, 64); err != nil {
-			t.Fatalf("WEIR_KILL_SEED=%q: %v", s, err)
+			t.Fatalf("%s=%q: %v", name, s, err)
 		}
 	}
-	t.Logf("kill schedule seed: WEIR_KILL_SEED=%d", seed)
-	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), seed
+	t.Logf("%s: %s=%d", what, name, seed)
+	return seed
 }
 
 func logDuplicates(t *testing.T, cycle int, got map[string]int) {

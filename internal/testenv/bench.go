@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -32,17 +32,10 @@ const (
 // millisecond of a time-ordered id: a stream of 100 000 records/s.
 const BenchRecordsPerMilli = 100
 
-// TimeOrderedID lays out a time-ordered record id: ms in the first 48 bits,
-// version 7, the variant bits 10, and the rest from hash.
+// TimeOrderedID is the product's time-ordered id (record.TimeOrdered) of
+// hash at ms milliseconds since 1970.
 func TimeOrderedID(ms uint64, hash []byte) sink.RecordID {
-	var id sink.RecordID
-	copy(id[:], hash)
-	var ts [8]byte
-	binary.BigEndian.PutUint64(ts[:], ms)
-	copy(id[:6], ts[2:])
-	id[6] = 0x70 | id[6]&0x0f
-	id[8] = 0x80 | id[8]&0x3f
-	return id
+	return record.TimeOrdered(sink.RecordID(hash[:16]), int64(ms)*int64(time.Millisecond))
 }
 
 // BenchBatches makes the database sink benchmarks' records: batches

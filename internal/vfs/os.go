@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +29,24 @@ func (f osFile) Sync() error {
 			return &os.PathError{Op: "fdatasync", Path: f.File.Name(), Err: err}
 		}
 		return nil
+	}
+}
+
+func (f osFile) Birth() time.Time { return Birth(f.File) }
+
+// Birth is f's creation time (statx's btime) where the file system
+// records it, else the zero time.
+func Birth(f *os.File) time.Time {
+	var st unix.Statx_t
+	for {
+		err := unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_BTIME, &st)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || st.Mask&unix.STATX_BTIME == 0 {
+			return time.Time{}
+		}
+		return time.Unix(st.Btime.Sec, int64(st.Btime.Nsec))
 	}
 }
 

@@ -12,6 +12,7 @@ package vfs
 import (
 	"io"
 	"os"
+	"time"
 )
 
 // File is an open file. Implementations must keep one descriptor from write
@@ -37,6 +38,10 @@ type File interface {
 	Seek(offset int64, whence int) (int64, error)
 	// Stat describes the file.
 	Stat() (os.FileInfo, error)
+	// Birth is when the file (its inode) was created, where the file
+	// system records it (statx's btime: ext4, xfs, btrfs, tmpfs), else
+	// the zero time. It never changes while the file exists.
+	Birth() time.Time
 	// Name is the path the file was opened with.
 	Name() string
 }

@@ -13,8 +13,10 @@
 // The record id is stored as uuid rather than bytea: it is the same 16
 // bytes, fixed width (no length header), compares faster in the primary key
 // index, and prints as hex that matches the id's own form with dashes
-// added. It is a hash, not an RFC 4122 UUID, so its version bits mean
-// nothing.
+// added. Ids are laid out as UUIDv7s (record.TimeOrdered: the record's
+// time in the leading 48 bits), so the primary key grows at its right
+// edge; ids written by versions before that are hashes whose version bits
+// mean nothing, and sit in the same column unchanged.
 //
 // With MetadataColumns (metadata_columns = true) each row also keeps the
 // record's key, headers and event time:

@@ -39,9 +39,13 @@
 //
 // # Record ids
 //
-// source.ID(name, device, inode, generation, offset, payload): the same line
-// re-read after a crash has the same id. A file copied to a new inode
-// (restored from a backup, say) gets new ids.
+// source.TimedID(birth, name, device, inode, generation, offset, payload):
+// the same line re-read after a crash has the same id. A line has no time
+// of its own, and the time it was read changes when it is read again, so
+// the time in its id is its file's birth time (statx's btime; ms 0 on a
+// file system that does not record one): ids of one file share their
+// leading 48 bits, and a newer file's ids sort after an older one's. A
+// file copied to a new inode (restored from a backup, say) gets new ids.
 //
 // # Lines
 //
@@ -111,6 +115,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
@@ -268,6 +273,7 @@ type file struct {
 	Path   string `json:"path"` // last seen under this name (informational)
 
 	f        *os.File
+	born     time.Time // f's birth time (vfs.Birth): the time in its lines' ids
 	size     int64
 	matched  bool      // matches the glob now
 	lastGrow time.Time // last time size changed (for rotated files)
@@ -521,7 +527,7 @@ func (s *Source) track(path string, matched bool) *file {
 		s.log.Info("tailing file", "path", path, "file", f.key())
 	}
 	if f.f == nil {
-		f.f = fd
+		f.f, f.born = fd, vfs.Birth(fd)
 		f.lastGrow = time.Now()
 	} else {
 		fd.Close()
@@ -666,16 +672,16 @@ func nextLine(buf []byte, maxLine int, atEnd bool) (line []byte, consumed int, c
 func (s *Source) record(f *file, off int64, line []byte, now time.Time) source.Record {
 	p := slices.Clone(line)
 	return source.Record{
-		ID:       recordID(s.opts.Name, f.Dev, f.Ino, f.Gen, off, p),
+		ID:       recordID(s.opts.Name, f.born, f.Dev, f.Ino, f.Gen, off, p),
 		Payload:  p,
 		Source:   s.opts.Name,
 		Received: now,
 	}
 }
 
-// recordID is a line's id: source.ID(name, device, inode, generation,
-// offset, payload).
-func recordID(name string, dev, ino uint64, gen uint32, off int64, payload []byte) sink.RecordID {
-	return source.ID([]byte(name), source.Uint64(dev), source.Uint64(ino),
+// recordID is a line's id: source.TimedID(born, name, device, inode,
+// generation, offset, payload), born being the file's birth time.
+func recordID(name string, born time.Time, dev, ino uint64, gen uint32, off int64, payload []byte) sink.RecordID {
+	return source.TimedID(born, []byte(name), source.Uint64(dev), source.Uint64(ino),
 		source.Uint64(uint64(gen)), source.Uint64(uint64(off)), payload)
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/internal/source/filesrc"
+	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/source"
 )
 
@@ -161,6 +163,14 @@ func TestTailAppends(t *testing.T) {
 	e.waitDurable()
 	r.Stop(t)
 	e.exactlyOnce()
+	// A line's id carries its file's birth time.
+	births := map[int64]bool{vfs.Birth(a).UnixMilli(): true, vfs.Birth(b).UnixMilli(): true}
+	for _, st := range e.wab.Records(t) {
+		at, ok := record.IDTime(st.ID)
+		if !ok || !births[at.UnixMilli()] {
+			t.Fatalf("%q: id %s carries %v (time-ordered %v), not a file's birth time %v", st.Payload, st.ID, at, ok, births)
+		}
+	}
 }
 
 func TestRotationByRename(t *testing.T) {

@@ -110,6 +110,7 @@ func (o *OriginRaw) cut(ctx context.Context, f vfs.File, e *entry) ([]sink.Recor
 	br := bufio.NewReaderSize(io.NewSectionReader(f, e.start, e.end-e.start), max(maxLine+1, 64<<10))
 	recs := make([]sink.Record, 0, e.count)
 	received := time.Unix(0, e.time)
+	born := f.Birth()
 	h := sha256.New()
 	for off := e.start; off < e.end; {
 		if len(recs)%1024 == 0 {
@@ -130,7 +131,7 @@ func (o *OriginRaw) cut(ctx context.Context, f vfs.File, e *entry) ([]sink.Recor
 			return nil, nil
 		}
 		p := bytes.Clone(line)
-		id := recordID(o.name, e.dev, e.ino, e.gen, off, p)
+		id := recordID(o.name, born, e.dev, e.ino, e.gen, off, p)
 		h.Write(id[:])
 		recs = append(recs, sink.Record{ID: id, Payload: p, Durability: sink.Durable, Received: received, Source: o.name})
 		if _, err := br.Discard(k); err != nil {

@@ -29,8 +29,9 @@
 //
 // # Record ids and metadata
 //
-// source.ID(cluster, topic, partition, offset, payload): a redelivered
-// record gets the id of its first copy. A record's key (nil for a null
+// source.TimedID(timestamp, cluster, topic, partition, offset, payload): a
+// redelivered record gets the id of its first copy, and ids sort by the
+// record's timestamp (ms 0 for "no timestamp"). A record's key (nil for a null
 // key, kept empty for an empty one), its headers (in order, repeats kept)
 // and its timestamp — the producer's CreateTime or the broker's
 // LogAppendTime, whichever the topic uses; none for Kafka's "no
@@ -290,16 +291,14 @@ func (s *Source) records(cluster string, batch []*kgo.Record) []source.Record {
 	for i, r := range batch {
 		rec := &recs[i]
 		*rec = source.Record{
-			ID: source.ID([]byte(cluster), []byte(r.Topic), source.Uint64(uint64(r.Partition)),
+			ID: source.TimedID(recordTime(r), []byte(cluster), []byte(r.Topic), source.Uint64(uint64(r.Partition)),
 				source.Uint64(uint64(r.Offset)), r.Value),
 			Payload:   r.Value,
 			Source:    s.opts.Name,
 			Key:       r.Key,
 			OriginPos: OriginPos(r.Topic, r.Partition, r.Offset),
 		}
-		if r.Timestamp.UnixMilli() >= 0 {
-			rec.Time = r.Timestamp
-		}
+		rec.Time = recordTime(r)
 		if len(r.Headers) > 0 {
 			start := len(hdrs)
 			for _, h := range r.Headers {
@@ -309,6 +308,14 @@ func (s *Source) records(cluster string, batch []*kgo.Record) []source.Record {
 		}
 	}
 	return recs
+}
+
+// recordTime is a record's timestamp; zero for Kafka's "no timestamp" (-1).
+func recordTime(r *kgo.Record) time.Time {
+	if r.Timestamp.UnixMilli() < 0 {
+		return time.Time{}
+	}
+	return r.Timestamp
 }
 
 // OriginPos is how a record's place in Kafka is written in its metadata:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/internal/source/kafkasrc"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/sink/sinktest"
 )
@@ -84,6 +85,11 @@ func TestRecordMetadataReachesTheSink(t *testing.T) {
 		}
 		if g.Source != "kafka" {
 			t.Errorf("%s: source %q", g.Payload, g.Source)
+		}
+		// The id is laid out by the record's timestamp (ms 0 without one).
+		at, ok := record.IDTime(g.ID)
+		if wantAt := c.ts.Truncate(time.Millisecond); !ok || !c.ts.IsZero() && !at.Equal(wantAt) || c.ts.IsZero() && at.UnixMilli() != 0 {
+			t.Errorf("%s: id %s carries %v (time-ordered %v), timestamp %v", g.Payload, g.ID, at, ok, c.ts)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/internal/source/natssrc"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/sink/sinktest"
 )
@@ -79,6 +80,9 @@ func TestRecordMetadataReachesTheSink(t *testing.T) {
 		// The stream's timestamp: set by the server between publish and ack.
 		if g.EventTime.Before(w.pub.Add(-time.Second)) || g.EventTime.After(time.Now()) {
 			t.Errorf("%s: event time %s, published at %s", g.Payload, g.EventTime, w.pub)
+		}
+		if at, ok := record.IDTime(g.ID); !ok || !at.Equal(g.EventTime.Truncate(time.Millisecond)) {
+			t.Errorf("%s: id %s carries %v (time-ordered %v), the stream's time is %v", g.Payload, g.ID, at, ok, g.EventTime)
 		}
 	}
 }

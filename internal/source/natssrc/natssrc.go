@@ -15,9 +15,11 @@
 //
 // # Record ids
 //
-// source.ID(stream, stream sequence, payload). The stream sequence does not
-// depend on the consumer or on the delivery attempt, so a redelivered
-// message gets the id of its first copy and sinks drop the duplicate.
+// source.TimedID(stream time, stream, stream sequence, payload). The stream
+// sequence and the time the stream stored the message do not depend on the
+// consumer or on the delivery attempt, so a redelivered message gets the
+// id of its first copy and sinks drop the duplicate; ids sort by the
+// stream's time.
 //
 // # Metadata
 //
@@ -275,7 +277,7 @@ func (s *Source) record(m jetstream.Msg, md *jetstream.MsgMetadata) source.Recor
 	seq := md.Sequence.Stream
 	hdrs := Headers(m.Headers())
 	r := source.Record{
-		ID:        source.ID([]byte(md.Stream), source.Uint64(seq), m.Data()),
+		ID:        source.TimedID(md.Timestamp, []byte(md.Stream), source.Uint64(seq), m.Data()),
 		Payload:   m.Data(),
 		Source:    s.opts.Name,
 		Time:      md.Timestamp,

@@ -53,6 +53,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/weir-io/weir/internal/vfs"
 )
@@ -454,6 +455,7 @@ func (f *file) Preallocate(off, n int64) error {
 
 func (f *file) Seek(offset int64, whence int) (int64, error) { return f.f.Seek(offset, whence) }
 func (f *file) Stat() (os.FileInfo, error)                   { return f.f.Stat() }
+func (f *file) Birth() time.Time                             { return f.f.Birth() }
 func (f *file) Name() string                                 { return f.name }
 
 // Match reports whether path matches glob: "*" matches any run of

@@ -55,9 +55,10 @@ type node struct {
 	mode os.FileMode
 
 	// files
-	data     []byte // volatile content
-	durable  []byte // content as of the last Sync
-	prealloc int64  // end of the region reserved with Preallocate
+	born     time.Time // creation (Birth); copies keep it
+	data     []byte    // volatile content
+	durable  []byte    // content as of the last Sync
+	prealloc int64     // end of the region reserved with Preallocate
 
 	// directories
 	entries    map[string]*node // volatile
@@ -157,7 +158,7 @@ func (m *FS) Create(name string, perm os.FileMode) (vfs.File, error) {
 	if _, ok := d.entries[base]; ok {
 		return nil, pathErr("open", name, fs.ErrExist)
 	}
-	n := &node{mode: perm}
+	n := &node{mode: perm, born: time.Now()}
 	d.entries[base] = n
 	m.gen++
 	return &file{fs: m, n: n, name: name, write: true}, nil
@@ -334,7 +335,7 @@ func (m *FS) Lock(name string) (io.Closer, error) {
 		if perr != nil {
 			return nil, perr
 		}
-		n = &node{mode: 0o600}
+		n = &node{mode: 0o600, born: time.Now()}
 		d.entries[base] = n
 		m.gen++
 	} else if err != nil {
@@ -503,7 +504,7 @@ func (c *cloner) keepAll(n *node) *node {
 	if x, ok := c.memo[n]; ok {
 		return x
 	}
-	x := &node{dir: n.dir, mode: n.mode, prealloc: n.prealloc}
+	x := &node{dir: n.dir, mode: n.mode, prealloc: n.prealloc, born: n.born}
 	c.memo[n] = x
 	if !n.dir {
 		x.data = slices.Clone(n.data)
@@ -527,7 +528,7 @@ func (c *cloner) power(n *node) *node {
 	if x, ok := c.memo[n]; ok {
 		return x
 	}
-	x := &node{dir: n.dir, mode: n.mode}
+	x := &node{dir: n.dir, mode: n.mode, born: n.born}
 	c.memo[n] = x
 	if !n.dir {
 		x.data = c.content(n)
@@ -804,3 +805,10 @@ func (f *file) Stat() (os.FileInfo, error) {
 }
 
 func (f *file) Name() string { return f.name }
+
+// Birth is when the file was created in this file system.
+func (f *file) Birth() time.Time {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	return f.n.born
+}
