@@ -79,8 +79,9 @@
 // (wab.FlagTimeOrderedIDs: every segment written since) are time-ordered:
 // TimeOrdered puts the record's event time — for a producer record the
 // time its client stamped when it first pushed it, kept on every resend —
-// else its receive time as stored in the buffer, in milliseconds, in the
-// leading 48 bits of a UUIDv7. Sources lay out the ids they fix in the
+// else, for an id of 3, its receive time as stored in the buffer (a
+// producer record without an event time gets 0: a resend arrives at
+// another time), in milliseconds, in the leading 48 bits of a UUIDv7. Sources lay out the ids they fix in the
 // same way (source.TimedID) with a time of the record's own that a
 // re-read gives back: the broker's timestamp, the stream's time, a
 // file's birth time. docs/architecture.md §Record ids says why and what

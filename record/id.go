@@ -15,10 +15,14 @@ import (
 //
 // at, when not 0, is the receive time (Unix nanoseconds) of a record whose
 // buffer segment lays derived ids out by time: a derived id then carries
-// the record's event time, else at, in its leading 48 bits (TimeOrdered).
-// at is 0 for a segment written before ids were time-ordered, whose
-// records keep the ids they always had. The id field is returned as it
-// is: it was fixed, and laid out, where the record came from.
+// the record's event time in its leading 48 bits (TimeOrdered) — else, for
+// a record whose id comes from its buffer position, at (which a replay of
+// the buffer reads back). An idempotent producer's record without an event
+// time gets ms 0, never at: a resend of it arrives at another time and
+// must get the first copy's id. at is 0 for a segment written before ids
+// were time-ordered, whose records keep the ids they always had. The id
+// field is returned as it is: it was fixed, and laid out, where the record
+// came from.
 func (m *Meta) RecordID(payload []byte, at int64, byPosition func() sink.RecordID) sink.RecordID {
 	var id sink.RecordID
 	switch {
@@ -32,8 +36,11 @@ func (m *Meta) RecordID(payload []byte, at int64, byPosition func() sink.RecordI
 	if at == 0 {
 		return id
 	}
-	if m.EventTime != 0 {
+	switch {
+	case m.EventTime != 0:
 		at = m.EventTime
+	case m.HasProducer:
+		at = 0 // the receive time differs between a record and its resend
 	}
 	return TimeOrdered(id, at)
 }

@@ -38,6 +38,15 @@ const (
 // a UTF-8 boundary.
 const MaxErrorBytes = 4096
 
+// RejectionRoom is how much of the write-ahead buffer's 65,535-byte meta
+// slot a record's stored metadata leaves free, so that a rejection lane
+// in the buffer's format (the drain's dead letters) can add the record's
+// id, its source and a Rejection when it refuses it: a gate admits no
+// more metadata than the slot minus this, and the wire protocol's 60 KiB
+// block leaves more. The rejection's error text is then cut to what is
+// left.
+const RejectionRoom = 1024
+
 // ErrBadMeta is returned (wrapped) by Decode for bytes that are not an
 // encoded Meta.
 var ErrBadMeta = errors.New("record: malformed meta")

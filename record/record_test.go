@@ -210,7 +210,7 @@ func TestRecordID(t *testing.T) {
 		{"producer", Meta{Producer: p, Seq: 5, HasProducer: true}, 0, ProducerRecordID(p, 5, pay)},
 		{"id wins", Meta{ID: sink.RecordID{1}, HasID: true, Producer: p, HasProducer: true}, 0, sink.RecordID{1}},
 		{"none, timed", Meta{}, 5e6, TimeOrdered(fallback, 5e6)},
-		{"producer, timed by receipt", Meta{Producer: p, Seq: 5, HasProducer: true}, 5e6, TimeOrdered(ProducerRecordID(p, 5, pay), 5e6)},
+		{"producer without event time: ms 0, not the receive time", Meta{Producer: p, Seq: 5, HasProducer: true}, 5e6, TimeOrdered(ProducerRecordID(p, 5, pay), 0)},
 		{"producer, timed by event", Meta{Producer: p, Seq: 5, HasProducer: true, EventTime: 9e6}, 5e6, TimeOrdered(ProducerRecordID(p, 5, pay), 9e6)},
 		{"position, timed by event", Meta{EventTime: 9e6}, 5e6, TimeOrdered(fallback, 9e6)},
 		{"id wins, timed", Meta{ID: sink.RecordID{1}, HasID: true, EventTime: 9e6}, 5e6, sink.RecordID{1}},
@@ -218,6 +218,13 @@ func TestRecordID(t *testing.T) {
 		if got := tc.m.RecordID(pay, tc.at, fb); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+	// A resend of an idempotent producer's record reaches the buffer at
+	// another time: without an event time of its own, its id must still
+	// be the first copy's.
+	resend := Meta{Producer: p, Seq: 5, HasProducer: true}
+	if first, again := resend.RecordID(pay, 5e6, fb), resend.RecordID(pay, 7e9, fb); first != again {
+		t.Fatalf("a producer record received again later gets id %v, first copy %v", again, first)
 	}
 	if ProducerRecordID(p, 5, pay) == ProducerRecordID(p, 6, pay) {
 		t.Fatal("seq does not change the id")

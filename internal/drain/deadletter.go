@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/record"
@@ -92,6 +93,14 @@ func DecodeMeta(b []byte) (record.Meta, error) {
 // record's own metadata (rec.Meta, as it sat in the buffer; dropped when it
 // does not decode, which was logged at delivery), the id and source it was
 // delivered under (srec), and rej.
+//
+// The result fits the buffer's meta slot (wab.MaxMetaBytes), or the dead
+// letter could not be written and the record, refused again on every
+// attempt, would stay in the buffer for good: a record's own metadata
+// leaves record.RejectionRoom free (gates and the wire protocol see to
+// it), and what the rejection needs beyond that is taken from its error
+// text, which is cut to fit (ending in "…"), then, for metadata written
+// by a version that left no room, from its component and stage.
 func deadLetterMeta(rec wab.Record, srec *sink.Record, rej record.Rejection) []byte {
 	m, err := record.Decode(rec.Meta, record.LegacyOrigin)
 	if err != nil {
@@ -100,7 +109,36 @@ func deadLetterMeta(rec wab.Record, srec *sink.Record, rej record.Rejection) []b
 	m.ID, m.HasID = srec.ID, true
 	m.Source = srec.Source
 	m.Reject = &rej
+	b := record.Encode(&m)
+	over := len(b) - wab.MaxMetaBytes
+	if over <= 0 {
+		return b
+	}
+	const ellipsis = "…"
+	e := cutUTF8(rej.Error, record.MaxErrorBytes)
+	// Cutting the text may shorten its length prefix too: a little more
+	// than needed is cut, never less.
+	if keep := len(e) - over - len(ellipsis); keep > 0 {
+		rej.Error = cutUTF8(e, keep) + ellipsis
+	} else {
+		rej.Error = ""
+	}
+	if b = record.Encode(&m); len(b) <= wab.MaxMetaBytes {
+		return b
+	}
+	rej.Error, rej.Component, rej.Stage = "", "", ""
 	return record.Encode(&m)
+}
+
+// cutUTF8 is s cut to at most n bytes at a UTF-8 boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // fileSize is the size of the dead-letter file holding recs, computed

@@ -38,8 +38,9 @@ type GateOptions struct {
 	// MaxRecordBytes must match the buffer's Options.MaxRecordBytes
 	// (default wab.DefaultMaxRecordBytes). Write checks every payload
 	// against it before submitting anything: a larger record, like one
-	// whose key and headers encode to more than wab.MaxMetaBytes, is one
-	// the buffer cannot hold (see Quarantine).
+	// whose key and headers encode to more than wab.MaxMetaBytes less
+	// record.RejectionRoom, is one the buffer cannot hold (see
+	// Quarantine).
 	MaxRecordBytes int
 	// Quarantine is the rejection lane for the records the buffer cannot
 	// hold. Write stores them there — reason code oversize, stage gate,
@@ -242,8 +243,11 @@ func (g *WABGate) tooLarge(r *source.Record, metaLen int) string {
 	if n := len(r.Payload); n > g.opts.MaxRecordBytes {
 		return fmt.Sprintf("payload of %d bytes, limit %d", n, g.opts.MaxRecordBytes)
 	}
-	if metaLen > wab.MaxMetaBytes {
-		return fmt.Sprintf("metadata (key and headers) of %d bytes, limit %d", metaLen, wab.MaxMetaBytes)
+	// The buffer holds wab.MaxMetaBytes; what it keeps must leave room for
+	// a rejection, or a sink's refusal of the record could not be
+	// dead-lettered.
+	if limit := wab.MaxMetaBytes - record.RejectionRoom; metaLen > limit {
+		return fmt.Sprintf("metadata (key and headers) of %d bytes, limit %d", metaLen, limit)
 	}
 	return ""
 }

@@ -148,6 +148,11 @@ func TestWABGateQuarantinesWhatTheBufferCannotHold(t *testing.T) {
 	}{
 		{"payload", map[int]func(*source.Record){3: bigPayload}, []string{"payload of 101 bytes, limit 100"}},
 		{"key and headers", map[int]func(*source.Record){0: bigHeaders}, []string{"metadata (key and headers)"}},
+		// The buffer could hold it, but a dead letter of it could not
+		// add its rejection (record.RejectionRoom).
+		{"key and headers leaving no room for a rejection", map[int]func(*source.Record){2: func(r *source.Record) {
+			r.Headers = []sink.Header{{Key: "big", Value: make([]byte, wab.MaxMetaBytes-record.RejectionRoom/2)}}
+		}}, []string{"metadata (key and headers)"}},
 		{"both, and every record", map[int]func(*source.Record){0: bigPayload, 1: bigHeaders, 2: bigPayload, 3: bigPayload, 4: bigHeaders},
 			[]string{"payload", "metadata", "payload", "payload", "metadata"}},
 	} {

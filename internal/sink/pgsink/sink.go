@@ -519,6 +519,18 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 		return nil, classify("begin", err, closed())
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	// again rolls tx back and begins another on the same connection. tx
+	// is replaced only by a transaction that began: the deferred Rollback
+	// must never meet a nil one.
+	again := func() error {
+		_ = tx.Rollback(ctx)
+		next, err := conn.Begin(ctx)
+		if err != nil {
+			return classify("begin", err, closed())
+		}
+		tx = next
+		return nil
+	}
 
 	pos, err := s.number(ctx, tx, recs, idx)
 	if err == nil {
@@ -526,18 +538,16 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 	}
 	if err != nil && s.replayed(err) && ctx.Err() == nil {
 		// Some row is stored already: again, skipping those.
-		_ = tx.Rollback(ctx)
-		if tx, err = conn.Begin(ctx); err != nil {
-			return nil, classify("begin", err, closed())
+		if err := again(); err != nil {
+			return nil, err
 		}
 		err = s.insertRows(ctx, tx, recs, idx, pos)
 	}
 	var bad []sink.Rejection
 	if err != nil && isDataError(err) && ctx.Err() == nil {
 		s.log.Info("batch refused with a data error; isolating the bad rows", "rows", len(idx), "err", err)
-		_ = tx.Rollback(ctx)
-		if tx, err = conn.Begin(ctx); err != nil {
-			return nil, classify("begin", err, closed())
+		if err := again(); err != nil {
+			return nil, err
 		}
 		if pos, err = s.number(ctx, tx, recs, idx); err == nil {
 			bad, err = s.isolate(ctx, tx, recs, idx, pos)
@@ -545,9 +555,8 @@ func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([
 		if err == nil && s.opts.Positions && len(bad) > 0 {
 			// Raw numbers only what it keeps, contiguously: insert
 			// the good rows again with their own positions.
-			_ = tx.Rollback(ctx)
-			if tx, err = conn.Begin(ctx); err != nil {
-				return nil, classify("begin", err, closed())
+			if err := again(); err != nil {
+				return nil, err
 			}
 			idx = without(idx, bad)
 			if pos, err = s.number(ctx, tx, recs, idx); err == nil && len(idx) > 0 {
