@@ -9,21 +9,32 @@ import (
 	"github.com/weir-io/weir/sink"
 )
 
+// Derivation is how Meta.RecordID derives the id of a record that has
+// none of its own.
+type Derivation struct {
+	// ByPosition returns the hash of the record's buffer position.
+	ByPosition func() sink.RecordID
+	// TimeOrdered lays derived ids out by time: the record's buffer
+	// segment says so (wab.FlagTimeOrderedIDs). A segment written before
+	// ids were time-ordered leaves it false, and its records keep the ids
+	// they always had.
+	TimeOrdered bool
+	// Received is the record's receive time as its buffer stores it (a
+	// replay of the buffer reads it back), Unix nanoseconds.
+	Received int64
+}
+
 // RecordID returns the record's id: the id field, else an id derived from
-// the idempotent producer's (producer, seq, payload), else one derived by
-// byPosition (the buffer position's hash).
+// the idempotent producer's (producer, seq, payload), else d.ByPosition().
 //
-// at, when not 0, is the receive time (Unix nanoseconds) of a record whose
-// buffer segment lays derived ids out by time: a derived id then carries
-// the record's event time in its leading 48 bits (TimeOrdered) — else, for
-// a record whose id comes from its buffer position, at (which a replay of
-// the buffer reads back). An idempotent producer's record without an event
-// time gets ms 0, never at: a resend of it arrives at another time and
-// must get the first copy's id. at is 0 for a segment written before ids
-// were time-ordered, whose records keep the ids they always had. The id
-// field is returned as it is: it was fixed, and laid out, where the record
-// came from.
-func (m *Meta) RecordID(payload []byte, at int64, byPosition func() sink.RecordID) sink.RecordID {
+// With d.TimeOrdered a derived id carries the record's event time in its
+// leading 48 bits (TimeOrdered) — else, for a record whose id comes from
+// its buffer position, d.Received. An idempotent producer's record without
+// an event time gets ms 0, never its receive time: a resend of it arrives
+// at another time and must get the first copy's id. The id field is
+// returned as it is: it was fixed, and laid out, where the record came
+// from.
+func (m *Meta) RecordID(payload []byte, d Derivation) sink.RecordID {
 	var id sink.RecordID
 	switch {
 	case m.HasID:
@@ -31,11 +42,12 @@ func (m *Meta) RecordID(payload []byte, at int64, byPosition func() sink.RecordI
 	case m.HasProducer:
 		id = ProducerRecordID(m.Producer, m.Seq, payload)
 	default:
-		id = byPosition()
+		id = d.ByPosition()
 	}
-	if at == 0 {
+	if !d.TimeOrdered {
 		return id
 	}
+	at := d.Received
 	switch {
 	case m.EventTime != 0:
 		at = m.EventTime

@@ -215,7 +215,7 @@ func TestRecordID(t *testing.T) {
 		{"position, timed by event", Meta{EventTime: 9e6}, 5e6, TimeOrdered(fallback, 9e6)},
 		{"id wins, timed", Meta{ID: sink.RecordID{1}, HasID: true, EventTime: 9e6}, 5e6, sink.RecordID{1}},
 	} {
-		if got := tc.m.RecordID(pay, tc.at, fb); got != tc.want {
+		if got := tc.m.RecordID(pay, Derivation{ByPosition: fb, TimeOrdered: tc.at != 0, Received: tc.at}); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -223,7 +223,7 @@ func TestRecordID(t *testing.T) {
 	// another time: without an event time of its own, its id must still
 	// be the first copy's.
 	resend := Meta{Producer: p, Seq: 5, HasProducer: true}
-	if first, again := resend.RecordID(pay, 5e6, fb), resend.RecordID(pay, 7e9, fb); first != again {
+	if first, again := resend.RecordID(pay, Derivation{ByPosition: fb, TimeOrdered: true, Received: 5e6}), resend.RecordID(pay, Derivation{ByPosition: fb, TimeOrdered: true, Received: 7e9}); first != again {
 		t.Fatalf("a producer record received again later gets id %v, first copy %v", again, first)
 	}
 	if ProducerRecordID(p, 5, pay) == ProducerRecordID(p, 6, pay) {

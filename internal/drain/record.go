@@ -26,18 +26,18 @@ func SinkRecord(h wab.Header, index uint64, rec wab.Record) (sink.Record, error)
 		Received:   time.Unix(0, rec.Received),
 		Source:     RecordSource,
 	}
-	byPosition := func() sink.RecordID { return sink.RecordID(wab.RecordID(h, index, rec.Payload)) }
-	var at int64
-	if h.Flags&wab.FlagTimeOrderedIDs != 0 {
-		at = max(rec.Received, 1)
+	d := record.Derivation{
+		ByPosition:  func() sink.RecordID { return sink.RecordID(wab.RecordID(h, index, rec.Payload)) },
+		TimeOrdered: h.Flags&wab.FlagTimeOrderedIDs != 0,
+		Received:    rec.Received,
 	}
 	m, err := record.Decode(rec.Meta, record.LegacyOrigin)
 	if err != nil {
 		var none record.Meta
-		out.ID = none.RecordID(rec.Payload, at, byPosition)
+		out.ID = none.RecordID(rec.Payload, d)
 		return out, fmt.Errorf("record %d of segment %d (shard %d): %w", index, h.Seq, h.Shard, err)
 	}
-	out.ID = m.RecordID(rec.Payload, at, byPosition)
+	out.ID = m.RecordID(rec.Payload, d)
 	if m.Source != "" {
 		out.Source = m.Source
 	}

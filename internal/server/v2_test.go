@@ -137,7 +137,7 @@ func TestHelloAndIdempotentPush(t *testing.T) {
 		if !m.HasProducer || m.Producer != testProducer || m.Seq != wantSeq[i] || m.EventTime != wantET[i] || m.HasID {
 			t.Fatalf("record %d: meta %+v", i, m)
 		}
-		ids[i] = m.RecordID(r.payload, 0, nil)
+		ids[i] = m.RecordID(r.payload, record.Derivation{})
 		if ids[i] != record.ProducerRecordID(testProducer, wantSeq[i], r.payload) {
 			t.Fatalf("record %d: id %x", i, ids[i])
 		}
@@ -178,7 +178,7 @@ func TestV2RecordMetadataStored(t *testing.T) {
 		t.Fatalf("replayed record stored as %x, want its metadata as sent %x", recs[3].meta, replay)
 	}
 	m = decodeStored(t, recs[3])
-	if m.RecordID(recs[3].payload, 0, nil) != (sink.RecordID{7}) || m.Source != "kafka:orders" || m.HasProducer {
+	if m.RecordID(recs[3].payload, record.Derivation{}) != (sink.RecordID{7}) || m.Source != "kafka:orders" || m.HasProducer {
 		t.Fatalf("replayed record: %+v", m)
 	}
 }
