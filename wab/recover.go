@@ -149,11 +149,6 @@ func checkHeader(info SegmentInfo, id int, seq uint64) error {
 	return nil
 }
 
-// recoverOpen turns an open segment left by a crash into a sealed one: the
-// tail after the last valid record is cut, the file synced, the footer
-// written and synced, and the file renamed. A segment whose creation was
-// interrupted (no complete header and nothing after it) or that holds no
-// record is removed. It reports whether the segment was kept.
 // RecoveryObserver is an optional extension of Observer: an Observer that
 // also implements it is told of every torn tail Open cuts from an open
 // segment.
@@ -167,6 +162,11 @@ type RecoveryObserver interface {
 	TailCut(shard int, kept, validAfter int)
 }
 
+// recoverOpen turns an open segment left by a crash into a sealed one: the
+// tail after the last valid record is cut, the file synced, the footer
+// written and synced, and the file renamed. A segment whose creation was
+// interrupted (no complete header and nothing after it) or that holds no
+// record is removed. It reports whether the segment was kept.
 func (l *Log) recoverOpen(path string, id int, seq uint64) (bool, error) {
 	fsys := l.fs
 	dir := filepath.Dir(path)
