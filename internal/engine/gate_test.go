@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -298,12 +299,30 @@ func TestWABGateSettlesAfterCancel(t *testing.T) {
 	go func() { written <- g.Write(ctx, recs("a", 0, 3)) }()
 	<-syncing // the batch is written; its fdatasync is under way
 	cancel()
-	time.Sleep(50 * time.Millisecond)
+	// Release the sync only once Write has taken the cancel and is waiting
+	// in settle: released earlier, Write might see the ack first and
+	// return without ever settling.
+	waitGoroutineIn(t, "engine.(*WABGate).settle")
 	close(release)
 	if err := <-written; err != nil {
 		t.Fatalf("Write = %v after its records were synced, want nil", err)
 	}
 	if got := w.Records(t); len(got) != 3 {
 		t.Fatalf("%d records in the buffer, want 3", len(got))
+	}
+}
+
+// waitGoroutineIn waits until some goroutine's stack holds fn.
+func waitGoroutineIn(t *testing.T, fn string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if bytes.Contains(buf[:runtime.Stack(buf, true)], []byte(fn)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no goroutine in %s after 10s", fn)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
