@@ -289,11 +289,12 @@ func TestClassify(t *testing.T) {
 
 func TestAuthFailureIsPermanent(t *testing.T) {
 	e := newEnv(t)
-	dsn := strings.Replace(e.dsn, "postgres@", "weir_no_such_user@", 1)
-	if dsn == e.dsn {
-		t.Skip("DSN does not name the user in URL form")
+	cfg, err := pgconn.ParseConfig(e.dsn)
+	if err != nil {
+		t.Fatal(err)
 	}
-	_, err := New(context.Background(), Options{DSN: dsn, Table: e.table, CreateTable: true, Timeout: 5 * time.Second})
+	dsn := fmt.Sprintf("host=%s port=%d dbname=%s user=weir_no_such_user sslmode=disable", cfg.Host, cfg.Port, cfg.Database)
+	_, err = New(context.Background(), Options{DSN: dsn, Table: e.table, CreateTable: true, Timeout: 5 * time.Second})
 	if err == nil || sink.IsTransient(err) {
 		t.Fatalf("New with an unknown role: %v (transient=%v), want permanent", err, sink.IsTransient(err))
 	}
