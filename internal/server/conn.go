@@ -88,14 +88,14 @@ func codeFor(err error) wire.Code {
 	}
 }
 
-func (s *Server) newConn(nc net.Conn) *conn {
+func (s *Server) newConn(nc net.Conn, replay bool) *conn {
 	c := &conn{
 		s:       s,
 		nc:      nc,
 		shard:   s.pickShard(),
 		pending: make(chan *pending, s.opts.ConnMaxInflight),
 		wake:    make(chan struct{}, 1),
-		replay:  replayAllowed(nc),
+		replay:  replay,
 	}
 	c.dr = &deadlineReader{nc: nc, idle: s.opts.IdleTimeout, frame: s.opts.FrameReadTimeout, stopped: &c.stopped}
 	return c

@@ -125,16 +125,20 @@ func (s *Server) ListenUnix(path string) error {
 	if err != nil {
 		return err
 	}
-	s.serve(ln, lock)
+	s.serve(ln, lock, true)
 	s.log.Info("listening", "transport", "unix", "socket", path)
 	return nil
 }
 
 // Serve serves an already-bound listener (any transport) in the background
 // until Shutdown. The server closes it; after Shutdown it is closed at once.
-func (s *Server) Serve(ln net.Listener) { s.serve(ln, nil) }
+// Its connections are never granted replay: only the Unix socket that
+// ListenUnix binds (owner-only) is trusted with it.
+func (s *Server) Serve(ln net.Listener) { s.serve(ln, nil, false) }
 
-func (s *Server) serve(ln net.Listener, extra io.Closer) {
+// serve runs ln's accept loop; replay says whether its connections may be
+// granted replay fields (docs/wire_protocol.md, "Replay fields").
+func (s *Server) serve(ln net.Listener, extra io.Closer, replay bool) {
 	s.mu.Lock()
 	if s.closing.Load() { // Shutdown has closed the listeners already
 		s.mu.Unlock()
@@ -149,7 +153,7 @@ func (s *Server) serve(ln net.Listener, extra io.Closer) {
 	s.acceptWG.Add(1)
 	go func() {
 		defer s.acceptWG.Done()
-		s.acceptLoop(ln)
+		s.acceptLoop(ln, replay)
 	}()
 }
 
@@ -197,7 +201,7 @@ func (s *Server) freeSlot() {
 	s.freed.Add(1)
 }
 
-func (s *Server) acceptLoop(ln net.Listener) {
+func (s *Server) acceptLoop(ln net.Listener, replay bool) {
 	var backoff time.Duration
 	full := ^uint64(0) // freed count when the limit was last found reached
 	for {
@@ -226,7 +230,7 @@ func (s *Server) acceptLoop(ln net.Listener) {
 			nc.Close()
 			continue
 		}
-		c := s.newConn(nc)
+		c := s.newConn(nc, replay)
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()

@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/binary"
-	"net"
 
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/wire"
@@ -38,14 +37,6 @@ func newSession(flags uint8, producer record.ProducerID) *session {
 }
 
 func (s *session) idempotent() bool { return s.flags&wire.FlagIdempotent != 0 }
-
-// replayAllowed reports whether replay fields may be set on nc: only on the
-// Unix socket, whose peers are the daemon's own user (see
-// docs/wire_protocol.md, "Replay fields").
-func replayAllowed(nc net.Conn) bool {
-	_, ok := nc.(*net.UnixConn)
-	return ok
-}
 
 // hello answers a Hello: the first one opens the session, a second one is
 // refused (the producer id of a connection cannot change).

@@ -41,7 +41,7 @@ func (s *Server) ListenTLS(addr string, cfg *tls.Config) (net.Addr, error) {
 		return nil, fmt.Errorf("listen on tcp %s: %w", addr, err)
 	}
 	bound := ln.Addr()
-	s.serve(tls.NewListener(ln, cfg), nil)
+	s.serve(tls.NewListener(ln, cfg), nil, false)
 	s.log.Info("listening", "transport", "tcp+mtls", "addr", bound.String())
 	return bound, nil
 }
