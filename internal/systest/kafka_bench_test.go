@@ -38,7 +38,8 @@ import (
 // WEIR_BENCH_MAX_POLL (the source's max_poll_records, default the
 // product's); WEIR_BENCH_PROFILE=dir runs the daemon with debug_pprof and
 // writes a CPU profile of the live phase's first
-// WEIR_BENCH_PROFILE_SECONDS (default 5) there; WEIR_BENCH_TRACE=1 prints
+// WEIR_BENCH_PROFILE_SECONDS (default 5), after WEIR_BENCH_PROFILE_DELAY
+// (default 0s), there; WEIR_BENCH_TRACE=1 prints
 // a line per poll with the records written by the source, committed to
 // raw and acknowledged by the secondary, and raw's commit and the buffer's
 // fdatasync counts and times.
@@ -152,11 +153,11 @@ func kafkaPostgresOnce(b *testing.B, n int, wait time.Duration, raw string) {
 		if traceStart.IsZero() {
 			traceStart = time.Now()
 		}
-		fmt.Printf("TRACE %6.3fs wab %7.0f raw %7.0f sec %7.0f rawcommits %5.0f rawsum %6.3f syncs %5.0f syncsum %6.3f\n",
+		fmt.Printf("TRACE %6.3fs wab %7.0f raw %7.0f sec %7.0f (recovered %7.0f, dropped %7.0f) rawcommits %5.0f rawsum %6.3f syncs %5.0f syncsum %6.3f\n",
 			time.Since(traceStart).Seconds(), written(m), sum(m, "weir_sink_commit_records_total"),
-			sum(m, "weir_secondary_delivered_records_total"), sum(m, "weir_sink_commit_duration_seconds_count"),
-			sum(m, "weir_sink_commit_duration_seconds_sum"), sum(m, "weir_fdatasync_duration_seconds_count"),
-			sum(m, "weir_fdatasync_duration_seconds_sum"))
+			sum(m, "weir_secondary_delivered_records_total"), recoveredRecords(m), sum(m, "weir_secondary_dropped_records_total"),
+			sum(m, "weir_sink_commit_duration_seconds_count"), sum(m, "weir_sink_commit_duration_seconds_sum"),
+			sum(m, "weir_fdatasync_duration_seconds_count"), sum(m, "weir_fdatasync_duration_seconds_sum"))
 	}
 	waitRaw := func(want int, deadline time.Time) {
 		for {
@@ -380,4 +381,16 @@ func writeConfigTB(b *testing.B, body string) string {
 		b.Fatal(err)
 	}
 	return p
+}
+
+// recoveredRecords is the records the secondaries took from raw by recovery
+// rather than from their live queues.
+func recoveredRecords(m map[string]float64) float64 {
+	var n float64
+	for k, v := range m {
+		if strings.HasPrefix(k, "weir_secondary_delivered_records_total{") && strings.Contains(k, `path="recovery"`) {
+			n += v
+		}
+	}
+	return n
 }

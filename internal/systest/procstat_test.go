@@ -90,18 +90,21 @@ func machineBusy() float64 {
 }
 
 // profile fetches a CPU profile of the daemon (which must run with
-// debug_pprof = true) for WEIR_BENCH_PROFILE_SECONDS (default 5) seconds
-// into dir/cpu-<tag>-<time>.pprof, in the background; the channel gets
-// the outcome.
+// debug_pprof = true) for WEIR_BENCH_PROFILE_SECONDS (default 5) seconds,
+// after WEIR_BENCH_PROFILE_DELAY (a duration, default none), into
+// dir/cpu-<tag>-<time>.pprof, in the background; the channel gets the
+// outcome.
 func (d *daemon) profile(dir, tag string) <-chan error {
 	secs := 5
 	if s := os.Getenv("WEIR_BENCH_PROFILE_SECONDS"); s != "" {
 		secs, _ = strconv.Atoi(s)
 	}
+	delay, _ := time.ParseDuration(os.Getenv("WEIR_BENCH_PROFILE_DELAY"))
 	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", d.metricsPort, secs)
 	path := filepath.Join(dir, fmt.Sprintf("cpu-%s-%s.pprof", tag, time.Now().UTC().Format("150405.000")))
 	done := make(chan error, 1)
 	go func() {
+		time.Sleep(delay)
 		done <- func() error {
 			resp, err := (&http.Client{Timeout: time.Duration(secs)*time.Second + 30*time.Second}).Get(url)
 			if err != nil {
