@@ -139,7 +139,10 @@ func kafkaPostgresOnce(b *testing.B, n int, wait time.Duration, raw string) {
 	if mp == "" {
 		mp = strconv.Itoa(kafkasrc.DefaultMaxPollRecords)
 	}
-	src = strings.Replace(src, "max_poll_records = 200", "max_poll_records = "+mp, 1)
+	if !strings.Contains(src, "max_poll_records = 200\n") {
+		b.Fatalf("kafkaSourceTOML no longer sets max_poll_records = 200; adjust the benchmark:\n%s", src)
+	}
+	src = strings.Replace(src, "max_poll_records = 200\n", "max_poll_records = "+mp+"\n", 1)
 	cfg := writeConfigTB(b, rawTOML+src+pgSecondaryTOML(via, table, "", `timeout = "2s"`))
 	d := newDaemon(b, "--config", cfg, "--log-level", "warn")
 
