@@ -20,7 +20,9 @@ import (
 	"github.com/weir-io/weir/wab"
 )
 
-var httpClient = &http.Client{Timeout: 5 * time.Second}
+// Responses are not compressed: gzip would cost the daemon CPU on every
+// scrape, which the benchmarks poll often.
+var httpClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableCompression: true}}
 
 // httpGet fetches path from the daemon's metrics endpoint.
 func (d *daemon) httpGet(path string) (int, string, error) {

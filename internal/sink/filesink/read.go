@@ -3,10 +3,13 @@ package filesink
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"time"
+	"unicode/utf8"
 
 	"github.com/weir-io/weir/internal/sink/recjson"
 	"github.com/weir-io/weir/internal/vfs"
@@ -110,7 +113,118 @@ func readFile(fs vfs.FS, path string, open bool, out []Line) ([]Line, error) {
 	return out, nil
 }
 
+// parseLine parses one line (without its newline). The Line may hold
+// slices of raw. A line as the sink writes it for a record without a key
+// or headers, whose strings need no escape, is read directly (parseDirect);
+// any other line — or one the direct reading does not recognise — is
+// decoded by encoding/json, which defines the format (parseJSON), so both
+// give the same Line or, for a line the direct reading passes on, the same
+// error.
 func parseLine(raw []byte) (Line, error) {
+	if l, ok := parseDirect(raw); ok {
+		return l, nil
+	}
+	return parseJSON(raw)
+}
+
+// parseDirect reads a line laid out exactly as appendRecord writes it —
+// the fields in its order, no key, no headers, an optional event time —
+// whose strings hold no escape, no control character and only valid UTF-8,
+// so that their bytes are their values. It reports false for anything
+// else, and for values parseJSON would refuse, leaving the line to it.
+func parseDirect(raw []byte) (Line, bool) {
+	d := direct{b: raw}
+	var l Line
+	id, ok := d.field(`{"weir_record_id":"`)
+	if !ok || len(id) != 2*len(l.ID) {
+		return Line{}, false
+	}
+	if _, err := hex.Decode(l.ID[:], id); err != nil {
+		return Line{}, false
+	}
+	dur, ok := d.field(`,"durability":"`)
+	switch {
+	case !ok:
+		return Line{}, false
+	case string(dur) == "durable":
+		l.Durability = sink.Durable
+	case string(dur) == "buffered":
+		l.Durability = sink.Buffered
+	default:
+		return Line{}, false
+	}
+	recv, ok := d.field(`,"received_at":"`)
+	if !ok || l.Received.UnmarshalText(recv) != nil {
+		return Line{}, false
+	}
+	src, ok := d.field(`,"source":"`)
+	if !ok {
+		return Line{}, false
+	}
+	l.Source = string(src)
+	payload, ok := d.field(`,"payload":"`)
+	if !ok {
+		return Line{}, false
+	}
+	enc, ok := d.field(`,"payload_encoding":"`)
+	switch {
+	case !ok:
+		return Line{}, false
+	case string(enc) == recjson.UTF8:
+		l.Payload = payload[:len(payload):len(payload)]
+	case string(enc) == recjson.Base64:
+		l.Payload = make([]byte, base64.StdEncoding.DecodedLen(len(payload)))
+		n, err := base64.StdEncoding.Decode(l.Payload, payload)
+		if err != nil {
+			return Line{}, false
+		}
+		l.Payload = l.Payload[:n]
+	default:
+		return Line{}, false
+	}
+	if ev, ok := d.field(`,"event_time":"`); ok {
+		if l.EventTime.UnmarshalText(ev) != nil {
+			return Line{}, false
+		}
+	}
+	if string(d.b) != "}" {
+		return Line{}, false
+	}
+	return l, true
+}
+
+// direct is parseDirect's place in the line.
+type direct struct{ b []byte }
+
+// field reads prefix, then a string's bytes up to its closing quote; false
+// (and nothing read) unless the line goes on with prefix and the string
+// holds no backslash, no control character and only valid UTF-8.
+func (d *direct) field(prefix string) ([]byte, bool) {
+	if !bytes.HasPrefix(d.b, []byte(prefix)) {
+		return nil, false
+	}
+	rest := d.b[len(prefix):]
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 {
+		return nil, false
+	}
+	v := rest[:end]
+	ascii := true
+	for _, c := range v {
+		if c < 0x20 || c == '\\' {
+			return nil, false
+		}
+		ascii = ascii && c < utf8.RuneSelf
+	}
+	if !ascii && !utf8.Valid(v) {
+		return nil, false
+	}
+	d.b = rest[end+1:]
+	return v, true
+}
+
+// parseJSON decodes a line with encoding/json.
+func parseJSON(raw []byte) (Line, error) {
 	var j lineJSON
 	if err := json.Unmarshal(raw, &j); err != nil {
 		return Line{}, err

@@ -200,7 +200,17 @@ func us(v float64) string {
 	}
 }
 
-// appendHistory adds one row: date, baseline, and the headline figures.
+// historyHeader is the history file's table header. Rows written before a
+// column was added have "–" in it.
+const historyHeader = "| date | fdatasync/s | durable single | durable batch64 | buffered single | buffered batch64 " +
+	"| Kafka → PG e2e ÷ COPY keyed, file raw | Kafka → PG e2e ÷ COPY keyed, Postgres raw " +
+	"| pgsink copy ÷ COPY keyed | mysqlsink ÷ INSERT keyed | kafkasink ÷ bare producer |\n" +
+	"| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+
+// appendHistory adds one row: date, baseline, and the headline figures —
+// ingest rates, the end-to-end Kafka → Postgres ratios to a bare COPY into
+// a table keyed like the secondary's, and the sinks' ratios to their bare
+// clients (time-ordered ids); "–" for a benchmark that did not run.
 func appendHistory(path string, byName map[string]*series) error {
 	_, err := os.Stat(path)
 	newFile := os.IsNotExist(err)
@@ -211,13 +221,31 @@ func appendHistory(path string, byName map[string]*series) error {
 	defer f.Close()
 	if newFile {
 		fmt.Fprint(f, "# Benchmark history\n\nOne row per `scripts/bench.sh` run (medians); records/s with 64 producers, 256-byte records.\n\n")
-		fmt.Fprintln(f, "| date | fdatasync/s | durable single | durable batch64 | buffered single | buffered batch64 |")
-		fmt.Fprintln(f, "| --- | ---: | ---: | ---: | ---: | ---: |")
+		fmt.Fprint(f, historyHeader)
 	}
-	g := func(n string) string { return fmt.Sprintf("%.0f", med(byName[n], "records_per_s")) }
-	_, err = fmt.Fprintf(f, "| %s | %.0f | %s | %s | %s | %s |\n", time.Now().UTC().Format("2006-01-02"),
-		med(byName["disk_baseline"], "fdatasync_per_s"),
-		g("ingest/Durable/single/p64"), g("ingest/Durable/batch64/p64"),
-		g("ingest/Buffered/single/p64"), g("ingest/Buffered/batch64/p64"))
+	_, err = fmt.Fprintln(f, historyRow(time.Now().UTC().Format("2006-01-02"), byName))
 	return err
+}
+
+// historyRow is one row of the history table.
+func historyRow(date string, byName map[string]*series) string {
+	rate := func(n string) string { return cell(byName[n], "records_per_s", "%.0f") }
+	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", date,
+		cell(byName["disk_baseline"], "fdatasync_per_s", "%.0f"),
+		rate("ingest/Durable/single/p64"), rate("ingest/Durable/batch64/p64"),
+		rate("ingest/Buffered/single/p64"), rate("ingest/Buffered/batch64/p64"),
+		cell(byName["e2e/kafka_raw_postgres"], "e2e_vs_copy_pk", "%.2f"),
+		cell(byName["e2e/kafka_postgresraw_postgres"], "e2e_vs_copy_pk", "%.2f"),
+		cell(byName["pgsink/ids=time"], "sink_copy_ratio_pk", "%.2f"),
+		cell(byName["mysqlsink/ids=time"], "sink_ratio_insert_pk", "%.2f"),
+		cell(byName["kafkasink"], "ratio", "%.2f"))
+}
+
+// cell is the median of field k of s in format, or "–" when s did not run
+// or has no such field.
+func cell(s *series, k, format string) string {
+	if s == nil || len(s.fields[k]) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf(format, med(s, k))
 }
