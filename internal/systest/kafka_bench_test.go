@@ -301,9 +301,9 @@ func kafkaPostgresOnce(b *testing.B, n int, wait time.Duration, raw string) {
 // copyRates are the same-run baselines of bareCopyRates, rows/s.
 type copyRates struct {
 	// plain: no index; keyed: the secondary's primary key, time-ordered
-	// ids (testenv.TimeOrderedID), as weir's record ids are becoming;
-	// keyedRandom: the same key with ids that are 16 bytes of a hash, as
-	// weir's record ids were when this was written.
+	// ids (record.TimeOrdered), as weir's record ids are; keyedRandom: the
+	// same key with ids that are 16 bytes of a hash, as weir's record ids
+	// were before.
 	plain, keyed, keyedRandom float64
 }
 
@@ -319,7 +319,6 @@ func bareCopyRates(b *testing.B, table string, n int) copyRates {
 		payload[k] = 'a' + byte(k%26)
 	}
 	now := time.Now().Truncate(time.Microsecond)
-	ms := uint64(now.UnixMilli())
 	const per = 4096
 	var ordered, random [][]sink.Record
 	for i := 0; i < n; i += per {
@@ -329,10 +328,10 @@ func bareCopyRates(b *testing.B, table string, n int) copyRates {
 			var h [8]byte
 			binary.BigEndian.PutUint64(h[:], uint64(i+j))
 			sum := sha256.Sum256(h[:])
-			recs[j] = sink.Record{ID: testenv.TimeOrderedID(ms+uint64(i+j)/testenv.BenchRecordsPerMilli, sum[:]),
+			recs[j] = sink.Record{ID: testenv.BenchID(testenv.IDsTimeOrdered, now, i+j, sum[:]),
 				Payload: payload, Received: now, Source: "kafka:orders"}
 			rnd[j] = recs[j]
-			rnd[j].ID = sink.RecordID(sum[:16])
+			rnd[j].ID = testenv.BenchID(testenv.IDsRandom, now, i+j, sum[:])
 		}
 		ordered = append(ordered, recs)
 		random = append(random, rnd)

@@ -32,10 +32,16 @@ const (
 // millisecond of a time-ordered id: a stream of 100 000 records/s.
 const BenchRecordsPerMilli = 100
 
-// TimeOrderedID is the product's time-ordered id (record.TimeOrdered) of
-// hash at ms milliseconds since 1970.
-func TimeOrderedID(ms uint64, hash []byte) sink.RecordID {
-	return record.TimeOrdered(sink.RecordID(hash[:16]), int64(ms)*int64(time.Millisecond))
+// BenchID is a benchmark record's id: hash laid out as ids says
+// (IDsRandom: as it is; IDsTimeOrdered: record.TimeOrdered at the i-th
+// record of a stream of BenchRecordsPerMilli records a millisecond from
+// start).
+func BenchID(ids string, start time.Time, i int, hash []byte) sink.RecordID {
+	id := sink.RecordID(hash[:16])
+	if ids != IDsTimeOrdered {
+		return id
+	}
+	return record.TimeOrdered(id, start.Add(time.Duration(i/BenchRecordsPerMilli)*time.Millisecond).UnixNano())
 }
 
 // BenchBatches makes the database sink benchmarks' records: batches
@@ -49,17 +55,12 @@ func BenchBatches(ids string, batches, per, payloadBytes int) [][]sink.Record {
 	payload := []byte(strings.Repeat("abcdefghijklmnopqrstuvwxyz", payloadBytes/26+1)[:payloadBytes])
 	now := time.Now().Truncate(time.Microsecond)
 	tag := now.UnixNano()
-	start := uint64(now.UnixMilli())
 	out := make([][]sink.Record, batches)
 	for i := range out {
 		recs := make([]sink.Record, per)
 		for j := range recs {
 			sum := sha256.Sum256(fmt.Appendf(nil, "%d/%d/%d", tag, i, j))
-			id := sink.RecordID(sum[:16])
-			if ids == IDsTimeOrdered {
-				id = TimeOrderedID(start+uint64(i*per+j)/BenchRecordsPerMilli, sum[:])
-			}
-			recs[j] = sink.Record{ID: id, Payload: payload, Received: now, Source: "socket"}
+			recs[j] = sink.Record{ID: BenchID(ids, now, i*per+j, sum[:]), Payload: payload, Received: now, Source: "socket"}
 		}
 		out[i] = recs
 	}
