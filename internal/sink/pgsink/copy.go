@@ -45,7 +45,7 @@ func (s *Sink) insertRows(ctx context.Context, tx pgx.Tx, recs []sink.Record, id
 		return err
 	}
 	s.core.Statements.Add(1)
-	_, err := tx.CopyFrom(ctx, s.ident, s.copyCols, s.rowsOf(recs, idx, pos))
+	_, err := tx.Conn().PgConn().CopyFrom(ctx, newCopyReader(s.rowsOf(recs, idx, pos), s.opts.PayloadType == PayloadJSONB), s.copySQL)
 	return err
 }
 
@@ -65,8 +65,7 @@ func (s *Sink) replayed(err error) bool {
 }
 
 // batchRows is a batch's columns, in the order sent: the unnest
-// statement's array parameters (args) and COPY's rows (a
-// pgx.CopyFromSource).
+// statement's array parameters (args) and COPY's rows (copyReader).
 type batchRows struct {
 	ids      [][16]byte
 	payloads [][]byte
@@ -78,9 +77,6 @@ type batchRows struct {
 	headers  [][]byte
 	events   []pgtype.Timestamptz
 	pos      []int64 // nil unless raw
-
-	next int   // CopyFromSource: 1 + the row Values returns
-	row  []any // Values' reused slice
 }
 
 // rowsOf builds the columns of recs[idx...] in the order they are sent:
@@ -118,37 +114,3 @@ func (r *batchRows) args() []any {
 	}
 	return args
 }
-
-// Next implements pgx.CopyFromSource.
-func (r *batchRows) Next() bool {
-	if r.next >= len(r.ids) {
-		return false
-	}
-	r.next++
-	return true
-}
-
-// Values implements pgx.CopyFromSource: the row in the column order of
-// args. pgx encodes a row before asking for the next, so the slice is
-// reused.
-func (r *batchRows) Values() ([]any, error) {
-	k := r.next - 1
-	r.row = append(r.row[:0], r.ids[k], r.payloads[k], r.sources[k], r.durs[k], r.recv[k])
-	if r.meta {
-		var key, headers any // untyped nil: NULL
-		if r.keys[k] != nil {
-			key = r.keys[k]
-		}
-		if r.headers[k] != nil {
-			headers = r.headers[k]
-		}
-		r.row = append(r.row, key, headers, r.events[k])
-	}
-	if r.pos != nil {
-		r.row = append(r.row, r.pos[k])
-	}
-	return r.row, nil
-}
-
-// Err implements pgx.CopyFromSource.
-func (r *batchRows) Err() error { return nil }

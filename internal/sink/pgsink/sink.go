@@ -273,7 +273,7 @@ type Sink struct {
 	offsets   string // quoted offsets table (raw mode)
 
 	// The copy method's (copy.go).
-	copyCols  []string     // the columns COPY fills
+	copySQL   string       // COPY … FROM STDIN (FORMAT binary) of the columns a batch fills
 	replaying bool         // batches go by unnest: a COPY met a stored row (commitRows is serialised)
 	replays   atomic.Int64 // how often
 
@@ -414,7 +414,11 @@ FROM %s WHERE weir_position >= $1 ORDER BY weir_position LIMIT $2`, s.table)
 	}
 	s.insertSQL = fmt.Sprintf("INSERT INTO %s (%s)\nSELECT * FROM unnest(%s)%s",
 		s.table, strings.Join(cols, ", "), strings.Join(arrays, ", "), conflict)
-	s.copyCols = cols
+	quoted := make([]string, len(cols))
+	for i, c := range cols {
+		quoted[i] = pgx.Identifier{c}.Sanitize()
+	}
+	s.copySQL = fmt.Sprintf("COPY %s (%s) FROM STDIN (FORMAT binary)", s.table, strings.Join(quoted, ", "))
 }
 
 // metadata reports whether the sink writes key, headers and event time:
