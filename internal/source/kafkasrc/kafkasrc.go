@@ -280,7 +280,8 @@ func (s *Source) handle(ctx context.Context, cl *kgo.Client, gate source.Gate, c
 // records turns a batch into source records: the id, the value as
 // payload, the key (nil for a null key), the headers in order and the
 // record's timestamp as event time (none for Kafka's "no timestamp", -1).
-// The headers of the whole batch share one allocation.
+// The headers of the whole batch share one allocation, and so do its
+// origin positions (substrings of one string).
 func (s *Source) records(cluster string, batch []*kgo.Record) []source.Record {
 	nh := 0
 	for _, r := range batch {
@@ -288,15 +289,29 @@ func (s *Source) records(cluster string, batch []*kgo.Record) []source.Record {
 	}
 	hdrs := make([]sink.Header, 0, nh)
 	recs := make([]source.Record, len(batch))
+	var pos []byte
+	if len(batch) > 0 {
+		pos = make([]byte, 0, len(batch)*(len(batch[0].Topic)+24)) // "/p@offset" fits 24 bytes
+	}
+	ends := make([]int, len(batch))
+	for i, r := range batch {
+		pos = AppendOriginPos(pos, r.Topic, r.Partition, r.Offset)
+		ends[i] = len(pos)
+	}
+	allPos := string(pos)
 	for i, r := range batch {
 		rec := &recs[i]
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
 		*rec = source.Record{
 			ID: source.TimedID(recordTime(r), []byte(cluster), []byte(r.Topic), source.Uint64(uint64(r.Partition)),
 				source.Uint64(uint64(r.Offset)), r.Value),
 			Payload:   r.Value,
 			Source:    s.opts.Name,
 			Key:       r.Key,
-			OriginPos: OriginPos(r.Topic, r.Partition, r.Offset),
+			OriginPos: allPos[start:ends[i]],
 		}
 		rec.Time = recordTime(r)
 		if len(r.Headers) > 0 {
@@ -321,7 +336,16 @@ func recordTime(r *kgo.Record) time.Time {
 // OriginPos is how a record's place in Kafka is written in its metadata:
 // "topic/partition@offset".
 func OriginPos(topic string, partition int32, offset int64) string {
-	return PartitionKey(topic, partition) + "@" + strconv.FormatInt(offset, 10)
+	return string(AppendOriginPos(nil, topic, partition, offset))
+}
+
+// AppendOriginPos appends OriginPos(topic, partition, offset) to b.
+func AppendOriginPos(b []byte, topic string, partition int32, offset int64) []byte {
+	b = append(b, topic...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(partition), 10)
+	b = append(b, '@')
+	return strconv.AppendInt(b, offset, 10)
 }
 
 // markDurable adds the batch high water per partition to pending.
