@@ -535,8 +535,11 @@ func TestStorageFaultNackCodes(t *testing.T) {
 		shardFails bool
 	}{
 		{"fdatasync EIO", errorfs.Rule{Op: errorfs.OpSync, Path: "*.wab", Errno: syscall.EIO}, wire.CodeShardFailed, true},
-		{"write ENOSPC, nothing written", errorfs.Rule{Op: errorfs.OpWrite, Path: "*.wab", Errno: syscall.ENOSPC, Once: true}, wire.CodeDiskFull, false},
-		{"write ENOSPC, torn", errorfs.Rule{Op: errorfs.OpWrite, Path: "*.wab", Errno: syscall.ENOSPC, Torn: true, Once: true}, wire.CodeShardFailed, true},
+		// Larger than a sync mark: the mark the flusher writes when it
+		// goes idle after the first push's fdatasync must not take the
+		// fault meant for the second push's record.
+		{"write ENOSPC, nothing written", errorfs.Rule{Op: errorfs.OpWrite, Path: "*.wab", Errno: syscall.ENOSPC, Once: true, Larger: wab.FrameOverhead}, wire.CodeDiskFull, false},
+		{"write ENOSPC, torn", errorfs.Rule{Op: errorfs.OpWrite, Path: "*.wab", Errno: syscall.ENOSPC, Torn: true, Once: true, Larger: wab.FrameOverhead}, wire.CodeShardFailed, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
