@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/weir-io/weir/internal/backoff"
 	"github.com/weir-io/weir/wire"
 )
 
@@ -406,13 +406,7 @@ func (c *Client) run(conn net.Conn, sess session) {
 // backoff is the pause before redial attempt n (0-based): capped
 // exponential with jitter in [d/2, d].
 func (c *Client) backoff(n int) time.Duration {
-	d := c.opts.backoffMin
-	for i := 0; i < n && d < c.opts.backoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, c.opts.backoffMax)
-	half := d / 2
-	return half + rand.N(d-half+1)
+	return backoff.Policy{Min: c.opts.backoffMin, Max: c.opts.backoffMax}.Jittered(n)
 }
 
 // sleep waits d, returning false if the client is killed meanwhile.

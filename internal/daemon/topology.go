@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weir-io/weir/internal/backoff"
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/metrics"
@@ -226,7 +227,7 @@ func startSources(cfg *config.Config, k kinds, gate source.Gate, ingress source.
 // backoff whenever it stops on its own. It returns the error of the run
 // that ctx ended (a shutdown cut short), if any.
 func runSource(ctx context.Context, src source.Source, gate source.Gate, cursors source.CursorStore, topo *metrics.Topology, log *slog.Logger) error {
-	backoff := sourceBackoffFirst
+	pause := backoff.Backoff{Policy: backoff.Policy{Min: sourceBackoffFirst, Max: sourceBackoffMax}}
 	for {
 		topo.SourceStarted(src.Name())
 		log.Info("source started", "regime", src.Regime().String())
@@ -238,21 +239,17 @@ func runSource(ctx context.Context, src source.Source, gate source.Gate, cursors
 			return err
 		}
 		if time.Since(start) >= sourceBackoffReset {
-			backoff = sourceBackoffFirst
+			pause.Reset()
 		}
 		if err == nil {
 			err = errors.New("returned without an error")
 		}
-		log.Error("source stopped; restarting", "err", err, "backoff", backoff)
+		d := pause.Next()
+		log.Error("source stopped; restarting", "err", err, "backoff", d)
 		topo.SourceRestarted(src.Name())
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, d) {
 			return nil
-		case <-t.C:
 		}
-		backoff = min(2*backoff, sourceBackoffMax)
 	}
 }
 

@@ -67,6 +67,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weir-io/weir/internal/backoff"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
@@ -887,15 +888,9 @@ func (d *Drain) blockUntilRoom(ctx context.Context, ref wab.SegmentRef, need int
 	}
 }
 
+// backoff is the pause before the retry-th retry (1 for the first).
 func (d *Drain) backoff(retry int) time.Duration {
-	delay := d.retryBase
-	for i := 1; i < retry; i++ {
-		delay *= 2
-		if delay >= d.retryMax || delay <= 0 {
-			return d.retryMax
-		}
-	}
-	return min(delay, d.retryMax)
+	return backoff.Policy{Min: d.retryBase, Max: d.retryMax}.Delay(retry - 1)
 }
 
 func (d *Drain) setState(s State) {
@@ -953,14 +948,10 @@ func (d *Drain) healthLoop(ctx context.Context) {
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if !backoff.Sleep(ctx, d) {
 		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
+	return nil
 }
 
 func orDuration(v, def time.Duration) time.Duration {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weir-io/weir/internal/backoff"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
@@ -169,7 +170,7 @@ func (s *secondary) commitChunk(ctx context.Context, chunk []sink.Positioned, re
 		recs[i] = chunk[i].Record
 	}
 	b := sink.NewBatch(recs)
-	backoff := s.f.opts.RetryMin
+	pause := backoff.Backoff{Policy: backoff.Policy{Min: s.f.opts.RetryMin, Max: s.f.opts.RetryMax}}
 	for attempts := 1; ; attempts++ {
 		cctx, cancel := ctx, context.CancelFunc(func() {})
 		if recovery {
@@ -197,19 +198,15 @@ func (s *secondary) commitChunk(ctx context.Context, chunk []sink.Positioned, re
 		}
 		s.failures.Add(1)
 		s.f.obs.CommitFailed(s.name, err, recovery)
-		s.f.log.Debug("secondary commit failed; retrying", "sink", s.name, "recovery", recovery, "backoff", backoff, "err", err)
+		d := pause.Next()
+		s.f.log.Debug("secondary commit failed; retrying", "sink", s.name, "recovery", recovery, "backoff", d, "err", err)
 		if recovery && timedOut && len(chunk) > minWindowRecords {
 			// Too big for the window's time: let the caller shrink it.
 			return fmt.Errorf("%w (%d records in %v): %w", errWindowTimeout, len(chunk), s.f.opts.WindowTime, err)
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, d) {
 			return ctx.Err()
-		case <-t.C:
 		}
-		backoff = min(2*backoff, s.f.opts.RetryMax)
 	}
 }
 

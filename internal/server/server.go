@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weir-io/weir/internal/backoff"
 	"github.com/weir-io/weir/wab"
 	"github.com/weir-io/weir/wire"
 )
@@ -202,7 +203,7 @@ func (s *Server) freeSlot() {
 }
 
 func (s *Server) acceptLoop(ln net.Listener, replay bool) {
-	var backoff time.Duration
+	pause := backoff.Backoff{Policy: backoff.Policy{Min: 5 * time.Millisecond, Max: time.Second}}
 	full := ^uint64(0) // freed count when the limit was last found reached
 	for {
 		nc, err := ln.Accept()
@@ -211,12 +212,12 @@ func (s *Server) acceptLoop(ln net.Listener, replay bool) {
 				return
 			}
 			// EMFILE and friends: back off rather than spin.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.log.Warn("accept failed", "err", err, "retry_in", backoff)
-			time.Sleep(backoff)
+			d := pause.Next()
+			s.log.Warn("accept failed", "err", err, "retry_in", d)
+			backoff.Sleep(s.ctx, d) // Shutdown ends the wait; the next Accept fails with ErrClosed
 			continue
 		}
-		backoff = 0
+		pause.Reset()
 		if s.closing.Load() {
 			s.obs.ConnRejected("shutting_down")
 			nc.Close()

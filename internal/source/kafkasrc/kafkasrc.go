@@ -62,6 +62,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/weir-io/weir/internal/backoff"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
@@ -368,7 +369,7 @@ func (s *Source) markDurable(batch []*kgo.Record) {
 // retriable failures. Whatever cannot be committed stays pending, lagging,
 // unless the partition is no longer ours.
 func (s *Source) commit(ctx context.Context, cl *kgo.Client) {
-	backoff := s.opts.CommitRetryBackoff
+	pause := backoff.Backoff{Policy: backoff.Policy{Min: s.opts.CommitRetryBackoff, Max: 5 * time.Second}}
 	for attempt := 0; ; attempt++ {
 		s.mu.Lock()
 		offs := clonePending(s.pending)
@@ -384,14 +385,9 @@ func (s *Source) commit(ctx context.Context, cl *kgo.Client) {
 			s.log.Error("commit retries exhausted; offsets lag (records will be read again)", "attempts", attempt+1)
 			return
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, pause.Next()) {
 			return // the stop-time attempt was made; what is left lags
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

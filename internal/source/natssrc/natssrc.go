@@ -59,6 +59,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weir-io/weir/internal/backoff"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
@@ -337,12 +338,8 @@ func (s *Source) ack(ctx context.Context, m jetstream.Msg, seq uint64) {
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if !backoff.Sleep(ctx, d) {
 		return ctx.Err()
 	}
+	return nil
 }
