@@ -23,13 +23,16 @@ const (
 // and submits them, and a writer goroutine that answers them in the order
 // they arrived. The pending channel between them is the connection's
 // in-flight window: the reader stops reading when it is full, which pushes
-// back on the producer through the socket.
+// back on the producer through the socket. The writer is woken through
+// wake only — by a completion, by an answer the reader decides itself, and
+// when the reader is done — never by a push that is merely submitted: that
+// would be a goroutine wake-up per frame for nothing.
 type conn struct {
 	s       *Server
 	nc      net.Conn
 	shard   int
 	pending chan *pending
-	wake    chan struct{} // cap 1: a pending request was completed
+	wake    chan struct{} // cap 1: a pending request was completed (see wakeWriter)
 	stopped atomic.Bool
 	dr      *deadlineReader
 	replay  bool     // replay fields may be granted (the Unix socket)
@@ -62,8 +65,14 @@ func (p *pending) complete(err error) {
 		p.code, p.msg = codeFor(err), err.Error()
 	}
 	p.done.Store(true)
+	p.c.wakeWriter()
+}
+
+// wakeWriter makes the writer look at its requests again, without
+// blocking.
+func (c *conn) wakeWriter() {
 	select {
-	case p.c.wake <- struct{}{}:
+	case c.wake <- struct{}{}:
 	default: // a wake-up is already due
 	}
 }
@@ -120,6 +129,7 @@ func (c *conn) run() {
 	}()
 	c.readLoop()
 	close(c.pending)
+	c.wakeWriter()
 	<-writerDone
 	c.nc.Close()
 }
@@ -205,6 +215,7 @@ func (c *conn) answer(v uint8, id uint64, records int, code wire.Code, msg strin
 	p := &pending{c: c, id: id, records: records, version: v, code: code, msg: msg}
 	p.done.Store(true)
 	c.pending <- p
+	c.wakeWriter()
 }
 
 // fillRecords sets p.req's Payloads — copies of the decoder's aliased
@@ -294,23 +305,42 @@ func (c *conn) writeLoop() {
 			fail(err)
 		}
 	}
-	for p := range c.pending {
-		if !p.done.Load() {
-			flush()
-			for !p.done.Load() {
-				select {
-				case <-c.wake: // some request completed; maybe this one
-				case <-c.s.ctx.Done():
-					// Shutdown stopped waiting: the requests still in flight
-					// go unanswered (none of them was acked). Close the
-					// connection and let the reader run out.
-					c.nc.Close()
-					for range c.pending {
-					}
+	// The writer sleeps only on c.wake, which every completion signals
+	// (and the reader, for answers it decides itself and when it closes
+	// c.pending): a push that is merely submitted does not wake it. head
+	// is the oldest request not yet answered, taken from c.pending.
+	var head *pending
+	for {
+		if head == nil {
+			select {
+			case p, ok := <-c.pending:
+				if !ok {
+					flush()
 					return
 				}
+				head = p
+			default:
+				head = nil
 			}
 		}
+		if head == nil || !head.done.Load() {
+			// Everything answered so far goes out before the wait.
+			flush()
+			select {
+			case <-c.wake: // some request completed, or a new answer is queued
+			case <-c.s.ctx.Done():
+				// Shutdown stopped waiting: the requests still in flight
+				// go unanswered (none of them was acked). Close the
+				// connection and let the reader run out.
+				c.nc.Close()
+				for range c.pending {
+				}
+				return
+			}
+			continue
+		}
+		p := head
+		head = nil
 		// Done has been called: the flusher is finished with the bytes.
 		if p.buf.b != nil {
 			p.buf.put()
@@ -337,11 +367,7 @@ func (c *conn) writeLoop() {
 				fail(err)
 			}
 		}
-		if len(c.pending) == 0 {
-			flush()
-		}
 	}
-	flush()
 }
 
 // deadlineReader arms the connection's read deadline: the idle timeout
