@@ -25,7 +25,15 @@ type segment struct {
 	last    int64
 	// firstWrite is when the first record was written (age rotation).
 	firstWrite time.Time
+	// written is the offset up to which writeback was started or the
+	// file synced (see startWriteback).
+	written int64
 }
+
+// writebackChunk is how many bytes written without fdatasync (Buffered
+// batches) a segment lets pile up before the flusher starts writing them
+// back (see startWriteback).
+const writebackChunk = 1 << 20
 
 // shard is one flusher: a queue and the goroutine that owns the shard's
 // files. Only the flusher goroutine touches the fields below the line.
@@ -468,7 +476,31 @@ func (s *shard) afterBatch(seg *segment, size int64) {
 		s.rotate(true)
 		return
 	}
+	s.startWriteback(seg)
 	s.preallocAhead()
+}
+
+// startWriteback starts writing back (vfs.StartWriteback: it does not wait,
+// and promises nothing) the whole pages a segment holds beyond the last
+// fdatasync or writeback, once they are writebackChunk or more. Buffered
+// batches are never synced on their own, so without this a segment's
+// seal — on the flusher, ahead of the next batch — would have to write a
+// whole segment age's worth of them in its fdatasync: the Buffered tier's
+// tail latency. Durable batches leave nothing behind.
+func (s *shard) startWriteback(seg *segment) {
+	const page = 4096
+	end := seg.off &^ (page - 1)
+	if seg.synced {
+		seg.written = end
+		return
+	}
+	if end-seg.written < writebackChunk {
+		return
+	}
+	if err := vfs.StartWriteback(seg.f, seg.written, end-seg.written); err != nil {
+		s.l.logger.Debug("start writeback failed", "shard", s.id, "path", seg.path, "err", err)
+	}
+	seg.written = end
 }
 
 // openSegment creates the next segment durably: create (exclusive), header,

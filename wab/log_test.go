@@ -834,3 +834,85 @@ func TestOrphanSidecarRemoved(t *testing.T) {
 		t.Fatalf("kept sidecar: %d %v", n, err)
 	}
 }
+
+// wbFS records the writeback a flusher starts on the files it creates.
+type wbFS struct {
+	vfs.FS
+	mu    sync.Mutex
+	calls []wbCall
+}
+
+type wbCall struct {
+	path   string
+	off, n int64
+}
+
+type wbFile struct {
+	vfs.File
+	fs *wbFS
+}
+
+func (f wbFile) StartWriteback(off, n int64) error {
+	f.fs.mu.Lock()
+	f.fs.calls = append(f.fs.calls, wbCall{f.Name(), off, n})
+	f.fs.mu.Unlock()
+	return vfs.StartWriteback(f.File, off, n)
+}
+
+func (fs *wbFS) Create(name string, perm os.FileMode) (vfs.File, error) {
+	f, err := fs.FS.Create(name, perm)
+	if err != nil {
+		return nil, err
+	}
+	return wbFile{f, fs}, nil
+}
+
+// TestBufferedWriteback: a segment written by Buffered batches has its
+// pages sent to disk in page-aligned steps of at least writebackChunk,
+// each starting where the last ended and never beyond what was written;
+// Durable batches, which are synced, start none.
+func TestBufferedWriteback(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tier Durability
+		want bool
+	}{{"Buffered", Buffered, true}, {"Durable", Durable, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := &wbFS{FS: vfs.OS}
+			o := testOpts(t.TempDir())
+			o.FS = fs
+			o.PreallocateBytes = 8 << 20
+			l := mustOpen(t, o)
+			payload := make([]byte, 32<<10)
+			const n = 160 // 5 MiB
+			for i := range n {
+				if err := submit(t, l, 0, tc.tier, int64(i+1), payload); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// What the segment holds: header, records, and at most a few
+			// sync marks.
+			size := HeaderSize + n*RecordSize(0, len(payload)) + n*FrameOverhead
+			mustClose(t, l)
+			fs.mu.Lock()
+			defer fs.mu.Unlock()
+			if !tc.want {
+				if len(fs.calls) != 0 {
+					t.Fatalf("writeback started on a synced segment: %v", fs.calls)
+				}
+				return
+			}
+			if len(fs.calls) < 4 {
+				t.Fatalf("%d writebacks for %d bytes written without fdatasync, want at least 4: %v", len(fs.calls), size, fs.calls)
+			}
+			next := int64(0)
+			for i, c := range fs.calls {
+				if c.off != next || c.off%4096 != 0 || c.n%4096 != 0 || c.n < writebackChunk || c.off+c.n > size {
+					t.Fatalf("writeback %d: [%d, +%d) after %d, written %d: want page-aligned, contiguous, at least %d, within what was written",
+						i, c.off, c.n, next, size, writebackChunk)
+				}
+				next = c.off + c.n
+			}
+		})
+	}
+}

@@ -504,6 +504,11 @@ func (f *file) Preallocate(off, n int64) error {
 	return err
 }
 
+// StartWriteback passes the call on to the wrapped file, if it can start
+// writeback (vfs.WritebackStarter); no rule applies to it, since it
+// promises nothing.
+func (f *file) StartWriteback(off, n int64) error { return vfs.StartWriteback(f.f, off, n) }
+
 func (f *file) Seek(offset int64, whence int) (int64, error) { return f.f.Seek(offset, whence) }
 func (f *file) Stat() (os.FileInfo, error)                   { return f.f.Stat() }
 func (f *file) Birth() time.Time                             { return f.f.Birth() }
