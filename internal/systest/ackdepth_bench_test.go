@@ -35,8 +35,9 @@ import (
 // Redis is a private redis-server on a spare loopback port with its data in
 // a temporary directory (next to the daemon's); the benchmark is skipped
 // when redis-server or redis-benchmark is missing. 256-byte values and
-// records. Each weir setting runs against a fresh daemon (4 shards, the
-// drain delivering to the file sink as configured by default), driven by
+// records. Each weir setting runs against a fresh daemon with the default
+// configuration (4 shards, segments sealed after 1 s, the drain delivering
+// to the file sink), driven by
 // the client package, one connection per producer; a Redis client is one
 // connection too. Ack latency is from PushAsync (or Push) to the Ack.
 //
@@ -49,7 +50,8 @@ import (
 // WEIR_ACK_PROFILE=dir it instead runs each weir setting for a fixed time
 // against a daemon started with --debug-pprof and saves the daemon's CPU
 // profile (dir/<setting>.cpu.pprof) and a scheduler trace
-// (dir/<setting>.trace) taken under that load.
+// (dir/<setting>.trace) taken under that load. WEIR_ACK_ONLY=substring
+// runs only the settings whose name contains it.
 func BenchmarkAckDepth(b *testing.B) {
 	records := 500_000
 	if s := os.Getenv("WEIR_BENCH_RECORDS"); s != "" {
@@ -69,9 +71,14 @@ func BenchmarkAckDepth(b *testing.B) {
 		benchLine(b, map[string]any{"name": "ack/disk", "fdatasync_per_s": disk.rate,
 			"fdatasync_p50_us": disk.p50, "fdatasync_p99_us": disk.p99,
 			"prealloc_fdatasync_per_s": disk.preRate, "prealloc_fdatasync_p50_us": disk.preP50,
-			"prealloc_fdatasync_p99_us": disk.preP99, "durable_mib_per_s": disk.mib})
+			"prealloc_fdatasync_p99_us": disk.preP99, "record_fdatasync_per_s": disk.recRate,
+			"record_fdatasync_p50_us": disk.recP50, "record_fdatasync_p99_us": disk.recP99,
+			"durable_mib_per_s": disk.mib})
 		rs := startRedis(b, redisServer)
 		for _, set := range ackSettings(records) {
+			if only := os.Getenv("WEIR_ACK_ONLY"); only != "" && !strings.Contains(set.name, only) {
+				continue
+			}
 			var red redisResult
 			if set.redisClients > 0 {
 				red = rs.bench(b, redisBench, set.redisClients, set.redisPipeline, set.records)
@@ -79,9 +86,8 @@ func BenchmarkAckDepth(b *testing.B) {
 					"records_per_s": red.rate, "p50_us": red.p50, "p99_us": red.p99, "records": set.records})
 			}
 			r := ackRun(b, set, nil)
-			line := map[string]any{"name": "ack/weir/" + set.name, "records_per_s": r.rate,
-				"p50_us": r.p50, "p99_us": r.p99, "p999_us": r.p999, "records": r.records,
-				"daemon_cpu_us_per_record": r.daemonCPU, "producer_cpu_us_per_record": r.clientCPU}
+			line := r.fields(map[string]any{"name": "ack/weir/" + set.name, "records_per_s": r.rate,
+				"p50_us": r.p50, "p99_us": r.p99, "p999_us": r.p999, "records": r.records})
 			if set.redisClients > 0 {
 				line["redis_records_per_s"] = red.rate
 				line["redis_p50_us"] = red.p50
@@ -94,6 +100,12 @@ func BenchmarkAckDepth(b *testing.B) {
 				line["prealloc_fdatasync_p50_us"] = disk.preP50
 				line["p50_over_prealloc_fdatasync_us"] = r.p50 - disk.preP50
 				line["p50_over_fdatasync_us"] = r.p50 - disk.p50
+				line["record_fdatasync_p50_us"] = disk.recP50
+				line["p50_over_record_fdatasync_us"] = r.p50 - disk.recP50
+				// What a round trip costs beyond the daemon's own
+				// fdatasync: sockets both ways, the hops inside the daemon
+				// and the client.
+				line["mean_over_wab_fdatasync_us"] = r.mean - r.syncMean
 			}
 			if set.batch > 1 {
 				line["durable_mib_per_s"] = disk.mib
@@ -132,9 +144,12 @@ func ackSettings(records int) []ackSetting {
 }
 
 type ackResult struct {
-	rate, p50, p99, p999 float64
-	daemonCPU, clientCPU float64
-	records              int
+	rate, p50, p99, p999, mean float64
+	daemonCPU, clientCPU       float64
+	records                    int
+	// The daemon's own measurements over the run: fdatasyncs of the
+	// buffer, their mean duration in µs, and records per batch.
+	syncs, syncMean, batchRecords float64
 }
 
 // ackRun runs one weir setting against a fresh daemon. With prof set, the
@@ -142,10 +157,16 @@ type ackResult struct {
 // is given the daemon), and the records count is ignored.
 func ackRun(b *testing.B, set ackSetting, prof func(d *daemon)) ackResult {
 	b.StopTimer()
-	args := []string{"--log-level", "warn"}
+	// The product's defaults for sealing segments and sink files (the
+	// harness shortens both for tests).
+	args := []string{"--log-level", "warn", "--segment-max-age", "1s", "--sink-file-max-age", "1m"}
 	if prof != nil {
 		args = append(args, "--debug-pprof")
 	}
+	// WEIR_ACK_DAEMON_ARGS adds flags, for experiments (e.g. --shards 1, or
+	// --segment-max-age 1h: no segment is sealed, so nothing is drained,
+	// during a run).
+	args = append(args, strings.Fields(os.Getenv("WEIR_ACK_DAEMON_ARGS"))...)
 	d := newDaemon(b, args...)
 	d.start()
 	defer d.stop(30 * time.Second)
@@ -171,7 +192,8 @@ func ackRun(b *testing.B, set ackSetting, prof func(d *daemon)) ackResult {
 	counts := make([]int, set.producers)
 	var failed atomic.Int64
 	var wg sync.WaitGroup
-	daemonCPU0, clientCPU0 := d.scrape()["process_cpu_seconds_total"], cpuSeconds()
+	m0 := d.scrape()
+	daemonCPU0, clientCPU0 := m0["process_cpu_seconds_total"], cpuSeconds()
 	b.StartTimer()
 	start := time.Now()
 	for p := range set.producers {
@@ -224,7 +246,9 @@ func ackRun(b *testing.B, set ackSetting, prof func(d *daemon)) ackResult {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	clientCPU := cpuSeconds() - clientCPU0
-	daemonCPU := d.scrape()["process_cpu_seconds_total"] - daemonCPU0
+	m1 := d.scrape()
+	daemonCPU := m1["process_cpu_seconds_total"] - daemonCPU0
+	delta := func(k string) float64 { return m1[k] - m0[k] }
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%s: %d pushes refused", set.name, n)
 	}
@@ -232,9 +256,36 @@ func ackRun(b *testing.B, set ackSetting, prof func(d *daemon)) ackResult {
 	for _, n := range counts {
 		total += n
 	}
-	qs := quantiles(slices.Concat(lat...))
-	return ackResult{rate: float64(total) / elapsed.Seconds(), p50: qs[0], p99: qs[1], p999: qs[2],
+	all := slices.Concat(lat...)
+	qs := quantiles(all)
+	var sumLat time.Duration
+	for _, l := range all {
+		sumLat += l
+	}
+	r := ackResult{rate: float64(total) / elapsed.Seconds(), p50: qs[0], p99: qs[1], p999: qs[2],
 		daemonCPU: daemonCPU * 1e6 / float64(total), clientCPU: clientCPU * 1e6 / float64(total), records: total}
+	if len(all) > 0 {
+		r.mean = float64(sumLat.Microseconds()) / float64(len(all))
+	}
+	if n := delta("weir_fdatasync_duration_seconds_count"); n > 0 {
+		r.syncs = n
+		r.syncMean = delta("weir_fdatasync_duration_seconds_sum") * 1e6 / n
+	}
+	if n := delta("weir_batch_records_count"); n > 0 {
+		r.batchRecords = delta("weir_batch_records_sum") / n
+	}
+	return r
+}
+
+// fields are the result's BENCH fields besides the rate and quantiles.
+func (r ackResult) fields(line map[string]any) map[string]any {
+	line["mean_us"] = r.mean
+	line["daemon_cpu_us_per_record"] = r.daemonCPU
+	line["producer_cpu_us_per_record"] = r.clientCPU
+	line["wab_fdatasyncs"] = r.syncs
+	line["wab_fdatasync_mean_us"] = r.syncMean
+	line["wab_records_per_batch"] = r.batchRecords
+	return line
 }
 
 // ackProfiles runs each weir setting of BenchmarkAckDepth for a few
@@ -248,7 +299,7 @@ func ackProfiles(b *testing.B, dir string) {
 	if s := os.Getenv("WEIR_ACK_PROFILE_SECONDS"); s != "" {
 		fmt.Sscan(s, &secs)
 	}
-	only := os.Getenv("WEIR_ACK_PROFILE_ONLY")
+	only := os.Getenv("WEIR_ACK_ONLY")
 	long := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
 	fetch := func(d *daemon, path, file string) {
 		resp, err := long.Get(fmt.Sprintf("http://127.0.0.1:%d%s", d.metricsPort, path))
@@ -278,34 +329,41 @@ func ackProfiles(b *testing.B, dir string) {
 				fetch(d, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), base+".cpu.pprof")
 				fetch(d, "/debug/pprof/trace?seconds=1", base+".trace")
 			})
-			benchLine(b, map[string]any{"name": "ack/profile/" + set.name, "records_per_s": r.rate,
-				"p50_us": r.p50, "p99_us": r.p99, "p999_us": r.p999, "records": r.records,
-				"daemon_cpu_us_per_record": r.daemonCPU, "producer_cpu_us_per_record": r.clientCPU})
+			benchLine(b, r.fields(map[string]any{"name": "ack/profile/" + set.name, "records_per_s": r.rate,
+				"p50_us": r.p50, "p99_us": r.p99, "p999_us": r.p999, "records": r.records}))
 		}
 	}
 }
 
 type diskResult struct {
-	rate, p50, p99, preRate, preP50, preP99, mib float64
+	rate, p50, p99, preRate, preP50, preP99, recRate, recP50, recP99, mib float64
 }
+
+// ackRecordFrame is the size of the WAB frame of one 256-byte record
+// from a version-2 producer: frame overhead, 31 bytes of stored metadata,
+// the payload.
+const ackRecordFrame = 20 + 31 + benchRecordBytes
 
 // ackDiskBaseline is BenchmarkDiskBaseline with latencies: 4 KiB
 // append+fdatasync on a growing file and on one preallocated with
-// fallocate(KEEP_SIZE) as the WAB does, and 1 MiB writes each fdatasynced.
+// fallocate(KEEP_SIZE) as the WAB does, appends of one record's WAB frame
+// (ackRecordFrame bytes) + fdatasync on a preallocated file — what a lone
+// producer's round trip makes the disk do — and 1 MiB writes each
+// fdatasynced.
 func ackDiskBaseline(b *testing.B) diskResult {
 	dir := b.TempDir()
-	syncLoop := func(prealloc bool) (float64, [3]float64) {
-		f, err := vfs.OS.Create(filepath.Join(dir, fmt.Sprintf("sync-%v", prealloc)), 0o600)
+	syncLoop := func(size int, prealloc bool) (float64, [3]float64) {
+		f, err := vfs.OS.Create(filepath.Join(dir, fmt.Sprintf("sync-%d-%v", size, prealloc)), 0o600)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer f.Close()
 		const n = 3000
 		if prealloc {
-			f.Preallocate(0, n*4096)
+			f.Preallocate(0, int64(n*size))
 			f.Sync()
 		}
-		buf := make([]byte, 4096)
+		buf := make([]byte, size)
 		lat := make([]time.Duration, 0, n)
 		start := time.Now()
 		for range n {
@@ -320,10 +378,12 @@ func ackDiskBaseline(b *testing.B) diskResult {
 	}
 	var r diskResult
 	var q [3]float64
-	r.rate, q = syncLoop(false)
+	r.rate, q = syncLoop(4096, false)
 	r.p50, r.p99 = q[0], q[1]
-	r.preRate, q = syncLoop(true)
+	r.preRate, q = syncLoop(4096, true)
 	r.preP50, r.preP99 = q[0], q[1]
+	r.recRate, q = syncLoop(ackRecordFrame, true)
+	r.recP50, r.recP99 = q[0], q[1]
 	f, err := vfs.OS.Create(filepath.Join(dir, "bw"), 0o600)
 	if err != nil {
 		b.Fatal(err)

@@ -187,7 +187,8 @@ func childEnv(environ []string) []string {
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "WEIR_KILL_SEED", "WEIR_KILL_CYCLES", "WEIR_BENCH_RECORDS", "WEIR_REQUIRE_SERVICES":
+		case "WEIR_KILL_SEED", "WEIR_KILL_CYCLES", "WEIR_BENCH_RECORDS", "WEIR_REQUIRE_SERVICES",
+			"WEIR_ACK_PROFILE", "WEIR_ACK_PROFILE_SECONDS", "WEIR_ACK_ONLY", "WEIR_ACK_DAEMON_ARGS":
 			continue
 		}
 		out = append(out, kv)
