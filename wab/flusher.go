@@ -3,6 +3,7 @@ package wab
 import (
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,8 +44,11 @@ type shard struct {
 	dir   string
 	queue chan *Request
 
+	// failed is the sticky error (it wraps ErrShardFailed), nil while the
+	// shard is healthy; read without a lock on every Submit and batch, set
+	// once under mu.
+	failed atomic.Pointer[error]
 	mu     sync.Mutex
-	failed error // sticky; wraps ErrShardFailed
 
 	// busySince is when the flusher took up its current batch or seal, in
 	// nanoseconds on the monotonic clock (see monoNow); 0 while it waits
@@ -85,9 +89,10 @@ func newShard(l *Log, id int, nextSeq uint64) *shard {
 }
 
 func (s *shard) err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.failed
+	if p := s.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // fail makes cause the shard's sticky error (the first one wins) and
@@ -95,11 +100,13 @@ func (s *shard) err() error {
 func (s *shard) fail(cause error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.failed == nil {
-		s.failed = fmt.Errorf("%w: shard %d: %w", ErrShardFailed, s.id, classify(cause))
-		s.l.logger.Error("shard failed; it accepts nothing until restart", "shard", s.id, "err", cause)
+	if p := s.failed.Load(); p != nil {
+		return *p
 	}
-	return s.failed
+	err := fmt.Errorf("%w: shard %d: %w", ErrShardFailed, s.id, classify(cause))
+	s.failed.Store(&err)
+	s.l.logger.Error("shard failed; it accepts nothing until restart", "shard", s.id, "err", cause)
+	return err
 }
 
 func (s *shard) run() {
@@ -338,6 +345,13 @@ func (s *shard) process() {
 	syncDur, ok := s.acknowledge(batch)
 	if !ok {
 		return
+	}
+	if len(s.queue) == 0 {
+		// Nothing waits for the flusher: let the goroutines its acks woke
+		// (the connections' writers) write them before the bookkeeping
+		// below, which would otherwise come first on this P — on an idle
+		// daemon, a lone producer's every round trip.
+		runtime.Gosched()
 	}
 	if o := s.l.obs; o != nil {
 		o.Batch(s.id, records, len(s.buf), syncDur)
