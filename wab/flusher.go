@@ -50,6 +50,13 @@ type shard struct {
 	failed atomic.Pointer[error]
 	mu     sync.Mutex
 
+	// submitting counts the Submits between their check of the log's
+	// closed flag and their send (see Log.Submit), kept off the cache
+	// lines the flusher writes.
+	_          [64]byte
+	submitting atomic.Int64
+	_          [64]byte
+
 	// busySince is when the flusher took up its current batch or seal, in
 	// nanoseconds on the monotonic clock (see monoNow); 0 while it waits
 	// for work. Read by FlusherBusy.

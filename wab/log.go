@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weir-io/weir/internal/vfs"
@@ -26,11 +27,11 @@ type Log struct {
 	shards   []*shard
 	notify   chan struct{}
 
-	mu         sync.RWMutex // guards closed against Submit
+	mu         sync.Mutex // serializes Close
 	closed     bool
+	closedFlag atomic.Bool   // set by Close before it waits for Submits
 	closing    chan struct{} // closed when Close begins
 	abort      chan struct{} // closed when Close's context ends
-	submitters sync.WaitGroup
 	flushers   sync.WaitGroup
 }
 
@@ -169,14 +170,17 @@ func (l *Log) Submit(ctx context.Context, shard int, req *Request, wait time.Dur
 	if err := s.err(); err != nil {
 		return err
 	}
-	l.mu.RLock()
-	if l.closed {
-		l.mu.RUnlock()
+	// Announce the send before looking at closedFlag; Close sets the flag
+	// before it waits for the shard's count to reach zero. Either Close
+	// sees this Submit and waits for it, or this Submit sees the flag:
+	// no send on a closed queue, and every queued request is answered.
+	// Per shard, not per log: a log-wide lock or counter here was one
+	// cache line written by every connection on every frame.
+	s.submitting.Add(1)
+	defer s.submitting.Add(-1)
+	if l.closedFlag.Load() {
 		return ErrClosed
 	}
-	l.submitters.Add(1)
-	l.mu.RUnlock()
-	defer l.submitters.Done()
 
 	select {
 	case s.queue <- req:
@@ -309,10 +313,17 @@ func (l *Log) Close(ctx context.Context) error {
 		return nil
 	}
 	l.closed = true
+	l.closedFlag.Store(true)
 	close(l.closing)
 	l.mu.Unlock()
 
-	l.submitters.Wait()
+	// Wait for the Submits already past the flag (see Submit); a blocked
+	// one returns at once now that closing is closed.
+	for _, s := range l.shards {
+		for s.submitting.Load() != 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
 	for _, s := range l.shards {
 		close(s.queue)
 	}

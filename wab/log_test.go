@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -914,5 +915,55 @@ func TestBufferedWriteback(t *testing.T) {
 				next = c.off + c.n
 			}
 		})
+	}
+}
+
+// TestSubmitRacingClose: Submits from many goroutines race Close. Each one
+// either fails at once (and Done is never called) or is answered exactly
+// once; none sends on a closed queue.
+func TestSubmitRacingClose(t *testing.T) {
+	for round := range 20 {
+		o := testOpts(t.TempDir())
+		o.Shards = 2
+		o.QueueCapacity = 4
+		l := mustOpen(t, o)
+		var accepted, answered, doubled atomic.Int64
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					var once atomic.Bool
+					req := &Request{Durability: Durability(i % 2), Payloads: [][]byte{[]byte("x")}, Received: int64(i + 1),
+						Done: func(error) {
+							if once.Swap(true) {
+								doubled.Add(1)
+							}
+							answered.Add(1)
+						}}
+					if err := l.Submit(context.Background(), g%2, req, time.Millisecond); err == nil {
+						accepted.Add(1)
+					} else if errors.Is(err, ErrClosed) {
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(round%5) * time.Millisecond)
+		if err := l.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		close(stop)
+		wg.Wait()
+		if doubled.Load() != 0 || answered.Load() != accepted.Load() {
+			t.Fatalf("round %d: %d Submits accepted, %d answers, %d answered twice", round, accepted.Load(), answered.Load(), doubled.Load())
+		}
 	}
 }
