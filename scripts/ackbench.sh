@@ -16,14 +16,16 @@
 #   PROFILE=/tmp/ackprof scripts/ackbench.sh
 #
 # ONLY=substring limits either mode to the settings whose name contains it;
-# DAEMON_ARGS adds flags to every daemon (experiments: --shards 1, ...).
+# DAEMON_ARGS adds flags to every daemon (experiments: --shards 1, ...);
+# BIN=path runs a prebuilt weir binary instead of this tree's (a version
+# before a change), OUT=file writes the report elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || {
 	echo "redis-server and redis-benchmark are needed" >&2
 	exit 1
 }
-export WEIR_BENCH_RECORDS="${RECORDS:-500000}" WEIR_ACK_ONLY="${ONLY:-}" WEIR_ACK_DAEMON_ARGS="${DAEMON_ARGS:-}"
+export WEIR_BENCH_RECORDS="${RECORDS:-500000}" WEIR_ACK_ONLY="${ONLY:-}" WEIR_ACK_DAEMON_ARGS="${DAEMON_ARGS:-}" WEIR_BIN="${BIN:-}"
 if [[ -n "${PROFILE:-}" ]]; then
 	mkdir -p "$PROFILE"
 	WEIR_ACK_PROFILE="$PROFILE" WEIR_ACK_PROFILE_SECONDS="${SECONDS_PER_PROFILE:-4}" \
@@ -47,11 +49,15 @@ if [[ -n "${PROFILE:-}" ]]; then
 	exit 0
 fi
 RUNS="${RUNS:-5}"
-mkdir -p docs/benchmarks
+OUT="${OUT:-docs/benchmarks/ack_depth.md}"
+mkdir -p "$(dirname "$OUT")"
 out=$(mktemp)
 go test -run '^$' -bench AckDepth -benchtime 1x -count "$RUNS" -timeout 60m ./internal/systest | tee "$out"
-go run ./internal/tools/benchreport -ack -in "$out" -out docs/benchmarks/ack_depth.md \
-	-command "RUNS=$RUNS RECORDS=$WEIR_BENCH_RECORDS scripts/ackbench.sh"
-cp "$out" docs/benchmarks/ack_depth.out
+cmd="RUNS=$RUNS RECORDS=$WEIR_BENCH_RECORDS"
+[[ -n "$WEIR_ACK_ONLY" ]] && cmd+=" ONLY=$WEIR_ACK_ONLY"
+[[ -n "$WEIR_ACK_DAEMON_ARGS" ]] && cmd+=" DAEMON_ARGS='$WEIR_ACK_DAEMON_ARGS'"
+[[ -n "$WEIR_BIN" ]] && cmd+=" BIN=$WEIR_BIN"
+go run ./internal/tools/benchreport -ack -in "$out" -out "$OUT" -command "$cmd scripts/ackbench.sh"
+grep '^BENCH: ' "$out" >"${OUT%.md}.bench"
 rm -f "$out"
-echo "wrote docs/benchmarks/ack_depth.md"
+echo "wrote $OUT"
