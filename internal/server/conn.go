@@ -291,9 +291,17 @@ func (c *conn) writeLoop() {
 		c.s.log.Debug("connection write failed", "err", err)
 		c.nc.Close() // unblocks the reader
 	}
+	// The write deadline gives every write at least WriteTimeout. It is
+	// armed WriteTimeout/16 late and re-armed only once it falls short, not
+	// on every flush (see deadlineReader.idleDeadline).
+	var writeArmed time.Time
 	armWrite := func() {
-		if c.s.opts.WriteTimeout > 0 {
-			c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+		if wt := c.s.opts.WriteTimeout; wt > 0 {
+			now := time.Now()
+			if writeArmed.Before(now.Add(wt)) {
+				writeArmed = now.Add(wt + wt/16)
+				c.nc.SetWriteDeadline(writeArmed)
+			}
 		}
 	}
 	flush := func() {
@@ -384,7 +392,22 @@ type deadlineReader struct {
 	atBoundary  bool         // no byte of the next frame read yet
 	frameStart  time.Time    // zero: not timed yet
 	armed       time.Time    // the read deadline set on nc (zero: none)
+	armedIdle   bool         // armed is an idle deadline (see idleDeadline)
 	stopped     *atomic.Bool // set by stopReading: never extend the deadline again
+}
+
+// idleDeadline is the read deadline while waiting for a frame to start at
+// now: the one armed already if it is an idle deadline at least idle away,
+// else now + idle + idle/16. Re-arming a deadline is a runtime timer update;
+// moving it on every read, as each read wants it idle from now, cost the
+// daemon a few per cent of its CPU under load. Armed a little late, it is
+// re-armed about once per idle/16 instead, and an idle connection is still
+// closed no sooner than idle after its last frame (at most idle/16 later).
+func (r *deadlineReader) idleDeadline(now time.Time) time.Time {
+	if r.armedIdle && !r.armed.Before(now.Add(r.idle)) {
+		return r.armed
+	}
+	return now.Add(r.idle + r.idle/16)
 }
 
 // nextFrame is called before each frame is decoded; buffered reports that
@@ -405,7 +428,7 @@ func (r *deadlineReader) Read(b []byte) (int, error) {
 	var dl time.Time
 	if r.atBoundary {
 		if r.idle > 0 {
-			dl = time.Now().Add(r.idle)
+			dl = r.idleDeadline(time.Now())
 		}
 	} else if r.frame > 0 {
 		if r.frameStart.IsZero() {
@@ -418,6 +441,7 @@ func (r *deadlineReader) Read(b []byte) (int, error) {
 			return 0, err
 		}
 		r.armed = dl
+		r.armedIdle = r.atBoundary && r.idle > 0
 		if r.stopped.Load() { // stopReading raced with the line above
 			return 0, os.ErrDeadlineExceeded
 		}
