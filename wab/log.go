@@ -27,9 +27,8 @@ type Log struct {
 	shards   []*shard
 	notify   chan struct{}
 
-	mu         sync.Mutex // serializes Close; guards submitters
+	mu         sync.Mutex // serializes Close
 	closed     bool
-	submitters map[*Submitter]struct{}
 	closedFlag atomic.Bool   // set by Close before it waits for Submits
 	closing    chan struct{} // closed when Close begins
 	abort      chan struct{} // closed when Close's context ends
@@ -99,16 +98,15 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("wab: lock %s: %w", o.Dir, err)
 	}
 	l := &Log{
-		opts:       o,
-		fs:         o.FS,
-		dir:        o.Dir,
-		logger:     o.Logger.With("component", "wab"),
-		obs:        o.Observer,
-		lock:       lk,
-		notify:     make(chan struct{}, 1),
-		closing:    make(chan struct{}),
-		submitters: make(map[*Submitter]struct{}),
-		abort:      make(chan struct{}),
+		opts:    o,
+		fs:      o.FS,
+		dir:     o.Dir,
+		logger:  o.Logger.With("component", "wab"),
+		obs:     o.Observer,
+		lock:    lk,
+		notify:  make(chan struct{}, 1),
+		closing: make(chan struct{}),
+		abort:   make(chan struct{}),
 	}
 	next, err := l.recoverDir(ctx)
 	if err != nil {
@@ -149,48 +147,6 @@ func (l *Log) Submit(ctx context.Context, shard int, req *Request, wait time.Dur
 	if shard < 0 || shard >= len(l.shards) {
 		return fmt.Errorf("wab: shard %d out of range [0, %d)", shard, len(l.shards))
 	}
-	return l.submit(ctx, shard, req, wait, &l.shards[shard].submitting)
-}
-
-// Submitter submits requests for one long-lived caller, such as a producer
-// connection, exactly as Log.Submit does. Log.Submit counts the Submits in
-// progress on a shard (so that Close never closes a queue under a send): a
-// counter written twice per request by every caller of that shard, whose
-// cache line travels between cores with every request. A Submitter counts
-// its own. Release it after its last Submit has returned.
-type Submitter struct {
-	l          *Log
-	_          [64]byte
-	submitting atomic.Int64
-	_          [64]byte
-}
-
-// NewSubmitter returns a Submitter for l.
-func (l *Log) NewSubmitter() *Submitter {
-	s := &Submitter{l: l}
-	l.mu.Lock()
-	l.submitters[s] = struct{}{}
-	l.mu.Unlock()
-	return s
-}
-
-// Submit is Log.Submit.
-func (s *Submitter) Submit(ctx context.Context, shard int, req *Request, wait time.Duration) error {
-	if shard < 0 || shard >= len(s.l.shards) {
-		return fmt.Errorf("wab: shard %d out of range [0, %d)", shard, len(s.l.shards))
-	}
-	return s.l.submit(ctx, shard, req, wait, &s.submitting)
-}
-
-// Release forgets the Submitter; it must not be used afterwards.
-func (s *Submitter) Release() {
-	s.l.mu.Lock()
-	delete(s.l.submitters, s)
-	s.l.mu.Unlock()
-}
-
-// submit is Submit, counting itself in submitting while it may send.
-func (l *Log) submit(ctx context.Context, shard int, req *Request, wait time.Duration, submitting *atomic.Int64) error {
 	if req == nil || req.Done == nil {
 		return errors.New("wab: request without Done")
 	}
@@ -215,13 +171,13 @@ func (l *Log) submit(ctx context.Context, shard int, req *Request, wait time.Dur
 		return err
 	}
 	// Announce the send before looking at closedFlag; Close sets the flag
-	// before it waits for every count to reach zero. Either Close sees
-	// this Submit and waits for it, or this Submit sees the flag: no send
-	// on a closed queue, and every queued request is answered. (A
-	// log-wide lock or counter here was one cache line written by every
-	// connection on every frame.)
-	submitting.Add(1)
-	defer submitting.Add(-1)
+	// before it waits for the shard's count to reach zero. Either Close
+	// sees this Submit and waits for it, or this Submit sees the flag:
+	// no send on a closed queue, and every queued request is answered.
+	// Per shard, not per log: a log-wide lock or counter here was one
+	// cache line written by every connection on every frame.
+	s.submitting.Add(1)
+	defer s.submitting.Add(-1)
 	if l.closedFlag.Load() {
 		return ErrClosed
 	}
@@ -359,20 +315,12 @@ func (l *Log) Close(ctx context.Context) error {
 	l.closed = true
 	l.closedFlag.Store(true)
 	close(l.closing)
-	counts := make([]*atomic.Int64, 0, len(l.shards)+len(l.submitters))
-	for _, s := range l.shards {
-		counts = append(counts, &s.submitting)
-	}
-	for s := range l.submitters {
-		counts = append(counts, &s.submitting)
-	}
 	l.mu.Unlock()
 
-	// Wait for the Submits already past the flag (see submit); a blocked
-	// one returns at once now that closing is closed. A Submitter made
-	// from now on sees the flag.
-	for _, n := range counts {
-		for n.Load() != 0 {
+	// Wait for the Submits already past the flag (see Submit); a blocked
+	// one returns at once now that closing is closed.
+	for _, s := range l.shards {
+		for s.submitting.Load() != 0 {
 			time.Sleep(50 * time.Microsecond)
 		}
 	}

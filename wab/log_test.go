@@ -918,10 +918,9 @@ func TestBufferedWriteback(t *testing.T) {
 	}
 }
 
-// TestSubmitRacingClose: Submits from many goroutines — through Log.Submit
-// and through Submitters of their own — race Close. Each one either fails
-// at once (and Done is never called) or is answered exactly once; none
-// sends on a closed queue.
+// TestSubmitRacingClose: Submits from many goroutines race Close. Each one
+// either fails at once (and Done is never called) or is answered exactly
+// once; none sends on a closed queue.
 func TestSubmitRacingClose(t *testing.T) {
 	for round := range 20 {
 		o := testOpts(t.TempDir())
@@ -933,12 +932,6 @@ func TestSubmitRacingClose(t *testing.T) {
 		stop := make(chan struct{})
 		for g := range 8 {
 			wg.Add(1)
-			submit := l.Submit
-			if g%2 == 1 {
-				sub := l.NewSubmitter()
-				defer sub.Release()
-				submit = sub.Submit
-			}
 			go func() {
 				defer wg.Done()
 				for i := 0; ; i++ {
@@ -955,7 +948,7 @@ func TestSubmitRacingClose(t *testing.T) {
 							}
 							answered.Add(1)
 						}}
-					if err := submit(context.Background(), g%2, req, time.Millisecond); err == nil {
+					if err := l.Submit(context.Background(), g%2, req, time.Millisecond); err == nil {
 						accepted.Add(1)
 					} else if errors.Is(err, ErrClosed) {
 						return

@@ -133,10 +133,6 @@ func (g *WABGate) Submit(ctx context.Context, shard int, req *wab.Request, wait 
 	return g.log.Submit(ctx, shard, req, wait)
 }
 
-// NewSubmitter returns a wab.Submitter of the buffer, for one producer
-// connection (server.SubmitterSource).
-func (g *WABGate) NewSubmitter() *wab.Submitter { return g.log.NewSubmitter() }
-
 // ShardFor is the shard a source's records are written to.
 func (g *WABGate) ShardFor(sourceName string) int {
 	h := fnv.New32a()

@@ -37,18 +37,6 @@ type conn struct {
 	dr      *deadlineReader
 	replay  bool     // replay fields may be granted (the Unix socket)
 	sess    *session // set by Hello (wire version 2)
-	// sub submits this connection's requests when the backend offers
-	// Submitters (see SubmitterSource); nil: backend.Submit.
-	sub *wab.Submitter
-}
-
-// SubmitterSource is implemented by a Backend that can hand each
-// connection a wab.Submitter of its own: its requests are then submitted
-// without writing a counter shared with every other connection. Such a
-// Backend's own Submit is then not called for producer frames (a wrapper
-// that must see every Submit should not be a SubmitterSource).
-type SubmitterSource interface {
-	NewSubmitter() *wab.Submitter
 }
 
 // pending is one request awaiting its answer, and the wab.Request it was
@@ -134,10 +122,6 @@ func (c *conn) run() {
 		c.nc.Close()
 		return
 	}
-	if src, ok := c.s.backend.(SubmitterSource); ok {
-		c.sub = src.NewSubmitter()
-		defer c.sub.Release() // after the reader, the only submitter, is done
-	}
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -220,13 +204,7 @@ func (c *conn) submit(push *wire.Push) {
 		Done:       p.complete,
 	}
 	c.fillRecords(p, push, size)
-	var err error
-	if c.sub != nil {
-		err = c.sub.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout)
-	} else {
-		err = c.s.backend.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout)
-	}
-	if err != nil {
+	if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout); err != nil {
 		p.complete(err)
 	}
 }
