@@ -147,6 +147,39 @@ func (l *Log) Submit(ctx context.Context, shard int, req *Request, wait time.Dur
 	if shard < 0 || shard >= len(l.shards) {
 		return fmt.Errorf("wab: shard %d out of range [0, %d)", shard, len(l.shards))
 	}
+	if err := l.check(req); err != nil {
+		return err
+	}
+	return l.queue(ctx, l.shards[shard], req, wait)
+}
+
+// SubmitBatch is Submit for several requests to one shard, in order, with
+// a single hand-off to the flusher (one place in the shard's queue, one
+// channel operation, where Submit takes one per request: a producer
+// connection submits every frame it read at once this way). Either every
+// request is queued (nil: each Done will be called) or none is (the error,
+// from the first request Submit would refuse). The flusher takes over
+// reqs: the caller must not change the slice afterwards.
+func (l *Log) SubmitBatch(ctx context.Context, shard int, reqs []*Request, wait time.Duration) error {
+	if shard < 0 || shard >= len(l.shards) {
+		return fmt.Errorf("wab: shard %d out of range [0, %d)", shard, len(l.shards))
+	}
+	switch len(reqs) {
+	case 0:
+		return nil
+	case 1:
+		return l.Submit(ctx, shard, reqs[0], wait)
+	}
+	for _, r := range reqs {
+		if err := l.check(r); err != nil {
+			return err
+		}
+	}
+	return l.queue(ctx, l.shards[shard], &Request{batch: reqs}, wait)
+}
+
+// check refuses a malformed request.
+func (l *Log) check(req *Request) error {
 	if req == nil || req.Done == nil {
 		return errors.New("wab: request without Done")
 	}
@@ -166,7 +199,11 @@ func (l *Log) Submit(ctx context.Context, shard int, req *Request, wait time.Dur
 			return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
 		}
 	}
-	s := l.shards[shard]
+	return nil
+}
+
+// queue hands req (a request or a batch carrier) to s's flusher.
+func (l *Log) queue(ctx context.Context, s *shard, req *Request, wait time.Duration) error {
 	if err := s.err(); err != nil {
 		return err
 	}

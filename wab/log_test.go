@@ -918,9 +918,9 @@ func TestBufferedWriteback(t *testing.T) {
 	}
 }
 
-// TestSubmitRacingClose: Submits from many goroutines race Close. Each one
-// either fails at once (and Done is never called) or is answered exactly
-// once; none sends on a closed queue.
+// TestSubmitRacingClose: Submits and SubmitBatches from many goroutines race
+// Close. Each request either fails at once (and Done is never called) or is
+// answered exactly once; none is sent on a closed queue.
 func TestSubmitRacingClose(t *testing.T) {
 	for round := range 20 {
 		o := testOpts(t.TempDir())
@@ -940,16 +940,26 @@ func TestSubmitRacingClose(t *testing.T) {
 						return
 					default:
 					}
-					var once atomic.Bool
-					req := &Request{Durability: Durability(i % 2), Payloads: [][]byte{[]byte("x")}, Received: int64(i + 1),
-						Done: func(error) {
-							if once.Swap(true) {
-								doubled.Add(1)
-							}
-							answered.Add(1)
-						}}
-					if err := l.Submit(context.Background(), g%2, req, time.Millisecond); err == nil {
-						accepted.Add(1)
+					mk := func() *Request {
+						var once atomic.Bool
+						return &Request{Durability: Durability(i % 2), Payloads: [][]byte{[]byte("x")}, Received: int64(i + 1),
+							Done: func(error) {
+								if once.Swap(true) {
+									doubled.Add(1)
+								}
+								answered.Add(1)
+							}}
+					}
+					var err error
+					n := int64(1)
+					if g%2 == 0 {
+						err = l.Submit(context.Background(), g%4/2, mk(), time.Millisecond)
+					} else { // a batch hand-off of three
+						n = 3
+						err = l.SubmitBatch(context.Background(), g%4/2, []*Request{mk(), mk(), mk()}, time.Millisecond)
+					}
+					if err == nil {
+						accepted.Add(n)
 					} else if errors.Is(err, ErrClosed) {
 						return
 					}
@@ -964,6 +974,70 @@ func TestSubmitRacingClose(t *testing.T) {
 		wg.Wait()
 		if doubled.Load() != 0 || answered.Load() != accepted.Load() {
 			t.Fatalf("round %d: %d Submits accepted, %d answers, %d answered twice", round, accepted.Load(), answered.Load(), doubled.Load())
+		}
+	}
+}
+
+// TestSubmitBatch: requests handed over together with SubmitBatch are
+// written in order with single Submits around them, split across flusher
+// batches when they exceed BatchMaxRecords, each answered exactly once with
+// its tier's promise; a batch with a malformed request is refused whole.
+func TestSubmitBatch(t *testing.T) {
+	rec := &recorder{}
+	o := testOpts(t.TempDir())
+	o.BatchMaxRecords = 5
+	o.Observer = rec
+	l := mustOpen(t, o)
+	var answers sync.WaitGroup
+	var mu sync.Mutex
+	done := map[string]int{}
+	var want []string
+	mk := func(name string, d Durability) *Request {
+		want = append(want, name)
+		answers.Add(1)
+		return &Request{Durability: d, Payloads: [][]byte{[]byte(name)}, Received: int64(len(want)),
+			Done: func(err error) {
+				if err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+				mu.Lock()
+				done[name]++
+				mu.Unlock()
+				answers.Done()
+			}}
+	}
+	ctx := context.Background()
+	for round := range 4 {
+		var batch []*Request
+		for i := range 7 {
+			batch = append(batch, mk(fmt.Sprintf("b%d-%d", round, i), Durability(i%2)))
+		}
+		if err := l.SubmitBatch(ctx, 0, batch, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Submit(ctx, 0, mk(fmt.Sprintf("s%d", round), Durable), time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := []*Request{{Payloads: [][]byte{[]byte("x")}, Done: func(error) { t.Error("refused batch answered") }}, {Payloads: [][]byte{[]byte("y")}}}
+	if err := l.SubmitBatch(ctx, 0, bad, time.Second); err == nil {
+		t.Fatal("a batch with a request without Done was accepted")
+	}
+	answers.Wait()
+	mustClose(t, l)
+	for _, name := range want {
+		if done[name] != 1 {
+			t.Errorf("%s answered %d times", name, done[name])
+		}
+	}
+	if got := payloads(readAllSealed(t, nil, o.Dir)); !slices.Equal(got, want) {
+		t.Fatalf("records on disk:\n%v\nwant, in submission order:\n%v", got, want)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, n := range rec.batches {
+		if n > o.BatchMaxRecords {
+			t.Fatalf("a flusher batch of %d records, BatchMaxRecords %d", n, o.BatchMaxRecords)
 		}
 	}
 }

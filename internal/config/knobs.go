@@ -323,7 +323,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 			func(p *partial) **time.Duration { return &p.WriteTimeout }, func(c *Config) *time.Duration { return &c.WriteTimeout }),
 		intKnob("conn_max_inflight", DefaultConnMaxInflight, 1, 1<<20, "Records one connection may have sent but not yet had acknowledged.",
 			func(p *partial) **int { return &p.ConnMaxInflight }, func(c *Config) *int { return &c.ConnMaxInflight }),
-		intKnob("queue_capacity", DefaultQueueCapacity, 1, 1<<24, "Records queued per shard between the connections and the shard's flusher.",
+		intKnob("queue_capacity", DefaultQueueCapacity, 1, 1<<24, "Hand-offs queued per shard between the connections and the shard's flusher: one frame, or the frames (up to 32) a connection read at once.",
 			func(p *partial) **int { return &p.QueueCapacity }, func(c *Config) *int { return &c.QueueCapacity }),
 		durationKnob("queue_timeout", DefaultQueueTimeout, time.Millisecond, time.Minute, "How long a record waits for room in a full shard queue before the producer gets a busy reply.",
 			func(p *partial) **time.Duration { return &p.QueueTimeout }, func(c *Config) *time.Duration { return &c.QueueTimeout }),

@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -37,6 +38,20 @@ type conn struct {
 	dr      *deadlineReader
 	replay  bool     // replay fields may be granted (the Unix socket)
 	sess    *session // set by Hello (wire version 2)
+	// queued are decoded requests not yet submitted: the reader submits
+	// the frames it finds in its buffer together (see flushSubmits).
+	queued []*pending
+}
+
+// maxQueuedSubmits caps how many decoded frames wait to be submitted
+// together, bounding what the first of them waits for the others.
+const maxQueuedSubmits = 32
+
+// BatchBackend is implemented by a Backend that takes several requests
+// for one shard in one hand-off (wab.Log.SubmitBatch): all are queued or
+// none is.
+type BatchBackend interface {
+	SubmitBatch(ctx context.Context, shard int, reqs []*wab.Request, wait time.Duration) error
 }
 
 // pending is one request awaiting its answer, and the wab.Request it was
@@ -138,7 +153,13 @@ func (c *conn) readLoop() {
 	log := c.s.log
 	br := bufio.NewReaderSize(c.dr, readBufferSize)
 	dec := wire.NewDecoder(br, c.s.opts.MaxFrameBytes)
+	defer c.flushSubmits()
 	for {
+		if len(c.queued) > 0 && !frameBuffered(br) {
+			// The next frame would wait for the socket: submit what is
+			// decoded first.
+			c.flushSubmits()
+		}
 		c.dr.nextFrame(br.Buffered() > 0)
 		f, err := dec.Next()
 		if err != nil {
@@ -197,16 +218,76 @@ func (c *conn) submit(push *wire.Push) {
 		}
 	}
 	p := &pending{c: c, id: push.RequestID, records: n, bytes: size, dur: push.Durability, version: push.Version}
-	c.pending <- p // blocks while the in-flight window is full
+	c.enqueue(p) // blocks while the in-flight window is full
 	p.req = wab.Request{
 		Durability: wab.Durability(push.Durability),
-		Received:   time.Now().UnixNano(),
+		Received:   c.dr.receivedAt().UnixNano(),
 		Done:       p.complete,
 	}
 	c.fillRecords(p, push, size)
-	if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout); err != nil {
-		p.complete(err)
+	c.queued = append(c.queued, p)
+	if len(c.queued) >= maxQueuedSubmits {
+		c.flushSubmits()
 	}
+}
+
+// enqueue puts p in the in-flight window, waiting while it is full — after
+// submitting the requests still queued, which hold places in it.
+func (c *conn) enqueue(p *pending) {
+	select {
+	case c.pending <- p:
+		return
+	default:
+	}
+	c.flushSubmits()
+	c.pending <- p
+}
+
+// flushSubmits submits the queued requests: several in one hand-off when
+// the backend takes batches (one channel operation on the shard's queue
+// instead of one per frame), else one by one. A refusal answers each of
+// them.
+func (c *conn) flushSubmits() {
+	q := c.queued
+	if len(q) == 0 {
+		return
+	}
+	defer func() {
+		clear(c.queued)
+		c.queued = c.queued[:0]
+	}()
+	bb, ok := c.s.backend.(BatchBackend)
+	if !ok || len(q) == 1 {
+		for _, p := range q {
+			if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout); err != nil {
+				p.complete(err)
+			}
+		}
+		return
+	}
+	reqs := make([]*wab.Request, len(q)) // the backend keeps it
+	for i, p := range q {
+		reqs[i] = &p.req
+	}
+	if err := bb.SubmitBatch(c.s.ctx, c.shard, reqs, c.s.opts.QueueTimeout); err != nil {
+		for _, p := range q {
+			p.complete(err)
+		}
+	}
+}
+
+// frameBuffered reports whether br holds a whole frame (its header and
+// the body length the header announces).
+func frameBuffered(br *bufio.Reader) bool {
+	n := br.Buffered()
+	if n < wire.HeaderSize {
+		return false
+	}
+	h, err := br.Peek(wire.HeaderSize)
+	if err != nil {
+		return false
+	}
+	return n-wire.HeaderSize >= int(binary.BigEndian.Uint32(h[4:8]))
 }
 
 // answer queues an immediate response (a Nack decided by the reader) of
@@ -214,7 +295,7 @@ func (c *conn) submit(push *wire.Push) {
 func (c *conn) answer(v uint8, id uint64, records int, code wire.Code, msg string) {
 	p := &pending{c: c, id: id, records: records, version: v, code: code, msg: msg}
 	p.done.Store(true)
-	c.pending <- p
+	c.enqueue(p)
 	c.wakeWriter()
 }
 
@@ -389,11 +470,15 @@ func (c *conn) writeLoop() {
 type deadlineReader struct {
 	nc          net.Conn
 	idle, frame time.Duration
-	atBoundary  bool         // no byte of the next frame read yet
-	frameStart  time.Time    // zero: not timed yet
-	armed       time.Time    // the read deadline set on nc (zero: none)
-	armedIdle   bool         // armed is an idle deadline (see idleDeadline)
-	stopped     *atomic.Bool // set by stopReading: never extend the deadline again
+	atBoundary  bool      // no byte of the next frame read yet
+	frameStart  time.Time // zero: not timed yet
+	armed       time.Time // the read deadline set on nc (zero: none)
+	armedIdle   bool      // armed is an idle deadline (see idleDeadline)
+	// readAt is when the last read that returned bytes returned: the
+	// receive time of every frame completed by those bytes (one clock
+	// reading per read, not per frame).
+	readAt  time.Time
+	stopped *atomic.Bool // set by stopReading: never extend the deadline again
 }
 
 // idleDeadline is the read deadline while waiting for a frame to start at
@@ -408,6 +493,15 @@ func (r *deadlineReader) idleDeadline(now time.Time) time.Time {
 		return r.armed
 	}
 	return now.Add(r.idle + r.idle/16)
+}
+
+// receivedAt is the receive time of the frame just decoded: when the read
+// that completed it returned.
+func (r *deadlineReader) receivedAt() time.Time {
+	if r.readAt.IsZero() {
+		return time.Now()
+	}
+	return r.readAt
 }
 
 // nextFrame is called before each frame is decoded; buffered reports that
@@ -447,9 +541,12 @@ func (r *deadlineReader) Read(b []byte) (int, error) {
 		}
 	}
 	n, err := r.nc.Read(b)
-	if n > 0 && r.atBoundary {
-		r.atBoundary = false
-		r.frameStart = time.Now()
+	if n > 0 {
+		r.readAt = time.Now()
+		if r.atBoundary {
+			r.atBoundary = false
+			r.frameStart = r.readAt
+		}
 	}
 	return n, err
 }

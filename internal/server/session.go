@@ -69,7 +69,7 @@ func (c *conn) hello(h wire.Hello) {
 	}
 	p := &pending{c: c, version: wire.Version2, helloAck: ack}
 	p.done.Store(true)
-	c.pending <- p
+	c.enqueue(p)
 	c.wakeWriter()
 }
 
