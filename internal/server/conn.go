@@ -39,8 +39,36 @@ type conn struct {
 	replay  bool     // replay fields may be granted (the Unix socket)
 	sess    *session // set by Hello (wire version 2)
 	// queued are decoded requests not yet submitted: the reader submits
-	// the frames it finds in its buffer together (see flushSubmits).
-	queued []*pending
+	// the frames it finds in its buffer together (see flushSubmits), and
+	// reports them to the observer together (received).
+	queued   []*pending
+	received tally
+}
+
+// tally adds up frames per tier for one Observer call per tier instead of
+// one per frame.
+type tally [2]struct{ frames, records, bytes int }
+
+func (t *tally) add(d wire.Durability, records, bytes int) bool {
+	if int(d) >= len(t) {
+		return false
+	}
+	t[d].frames++
+	t[d].records += records
+	t[d].bytes += bytes
+	return true
+}
+
+func (t *tally) empty() bool { return t[0].frames == 0 && t[1].frames == 0 }
+
+// report hands the counts to f and clears them.
+func (t *tally) report(f func(d wire.Durability, frames, records, bytes int)) {
+	for d := range t {
+		if c := t[d]; c.frames > 0 {
+			f(wire.Durability(d), c.frames, c.records, c.bytes)
+			t[d] = struct{ frames, records, bytes int }{}
+		}
+	}
 }
 
 // maxQueuedSubmits caps how many decoded frames wait to be submitted
@@ -155,7 +183,7 @@ func (c *conn) readLoop() {
 	dec := wire.NewDecoder(br, c.s.opts.MaxFrameBytes)
 	defer c.flushSubmits()
 	for {
-		if len(c.queued) > 0 && !frameBuffered(br) {
+		if (len(c.queued) > 0 || !c.received.empty()) && !frameBuffered(br) {
 			// The next frame would wait for the socket: submit what is
 			// decoded first.
 			c.flushSubmits()
@@ -206,7 +234,9 @@ func (c *conn) submit(push *wire.Push) {
 	for _, pl := range push.Payloads {
 		size += len(pl)
 	}
-	c.s.obs.Received(push.Durability, n, size)
+	if !c.received.add(push.Durability, n, size) {
+		c.s.obs.Received(push.Durability, 1, n, size)
+	}
 	if c.stopped.Load() || c.s.closing.Load() {
 		c.answer(push.Version, push.RequestID, n, wire.CodeShuttingDown, "daemon is shutting down")
 		return
@@ -248,6 +278,7 @@ func (c *conn) enqueue(p *pending) {
 // instead of one per frame), else one by one. A refusal answers each of
 // them.
 func (c *conn) flushSubmits() {
+	c.received.report(c.s.obs.Received)
 	q := c.queued
 	if len(q) == 0 {
 		return
@@ -385,7 +416,11 @@ func (c *conn) writeLoop() {
 			}
 		}
 	}
+	// acked adds up the acks written since the last flush: one Observer
+	// call per flush, made before the acks go out.
+	var acked tally
 	flush := func() {
+		acked.report(c.s.obs.Acked)
 		if broken || bw.Buffered() == 0 {
 			return
 		}
@@ -440,7 +475,9 @@ func (c *conn) writeLoop() {
 			frame = wire.AppendHelloAck(frame[:0], *p.helloAck)
 		case p.code == 0:
 			frame = wire.AppendAckVersion(frame[:0], p.version, p.id, uint32(p.records))
-			c.s.obs.Acked(p.dur, p.records, p.bytes)
+			if !acked.add(p.dur, p.records, p.bytes) {
+				c.s.obs.Acked(p.dur, 1, p.records, p.bytes)
+			}
 		default:
 			frame = wire.AppendNackVersion(frame[:0], p.version, p.id, p.code, p.msg)
 			c.s.obs.Nacked(p.dur, p.code, p.records)
