@@ -118,6 +118,10 @@ type Request struct {
 	Metas    [][]byte
 	Received int64
 	Done     func(err error)
+
+	// batch, set only on the carrier SubmitBatch queues, holds the
+	// requests handed to the flusher together.
+	batch []*Request
 }
 
 // Observer receives the flusher's measurements. Every method must be cheap

@@ -545,7 +545,7 @@ func (r *dstRun) done(q *dstReq, err error) {
 // hasWork reports whether a parked flusher has something to take.
 func (r *dstRun) hasWork(shard int) bool {
 	s := r.log.shards[shard]
-	return len(s.queue) > 0 || s.pending != nil
+	return len(s.queue) > 0 || s.holding()
 }
 
 func (r *dstRun) stepCrash() {

@@ -3,6 +3,7 @@ package wab
 import (
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +26,15 @@ type segment struct {
 	last    int64
 	// firstWrite is when the first record was written (age rotation).
 	firstWrite time.Time
+	// written is the offset up to which writeback was started or the
+	// file synced (see startWriteback).
+	written int64
 }
+
+// writebackChunk is how many bytes written without fdatasync (Buffered
+// batches) a segment lets pile up before the flusher starts writing them
+// back (see startWriteback).
+const writebackChunk = 1 << 20
 
 // shard is one flusher: a queue and the goroutine that owns the shard's
 // files. Only the flusher goroutine touches the fields below the line.
@@ -35,8 +44,18 @@ type shard struct {
 	dir   string
 	queue chan *Request
 
+	// failed is the sticky error (it wraps ErrShardFailed), nil while the
+	// shard is healthy; read without a lock on every Submit and batch, set
+	// once under mu.
+	failed atomic.Pointer[error]
 	mu     sync.Mutex
-	failed error // sticky; wraps ErrShardFailed
+
+	// submitting counts the Submits between their check of the log's
+	// closed flag and their send (see Log.Submit), kept off the cache
+	// lines the flusher writes.
+	_          [64]byte
+	submitting atomic.Int64
+	_          [64]byte
 
 	// busySince is when the flusher took up its current batch or seal, in
 	// nanoseconds on the monotonic clock (see monoNow); 0 while it waits
@@ -44,12 +63,16 @@ type shard struct {
 	busySince atomic.Int64
 
 	// ---- owned by the flusher goroutine ----
-	nextSeq     uint64
-	seg         *segment
-	batch       []*Request
-	pending     *Request // taken from the queue, did not fit the last batch
-	rotateAfter bool     // the last batch was cut because the segment is full
-	buf         []byte   // batch encoding buffer, reused
+	nextSeq uint64
+	seg     *segment
+	batch   []*Request
+	// held are requests taken from the queue but not yet batched, oldest
+	// first: the rest of a batch hand-off (see Log.SubmitBatch), and one
+	// that did not fit the last batch.
+	held        []*Request
+	heldHead    int    // held[heldHead:] are held
+	rotateAfter bool   // the last batch was cut because the segment is full
+	buf         []byte // batch encoding buffer, reused
 	footBuf     []byte
 	ageTimer    *time.Timer
 	ageArmed    bool
@@ -77,9 +100,10 @@ func newShard(l *Log, id int, nextSeq uint64) *shard {
 }
 
 func (s *shard) err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.failed
+	if p := s.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // fail makes cause the shard's sticky error (the first one wins) and
@@ -87,11 +111,13 @@ func (s *shard) err() error {
 func (s *shard) fail(cause error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.failed == nil {
-		s.failed = fmt.Errorf("%w: shard %d: %w", ErrShardFailed, s.id, classify(cause))
-		s.l.logger.Error("shard failed; it accepts nothing until restart", "shard", s.id, "err", cause)
+	if p := s.failed.Load(); p != nil {
+		return *p
 	}
-	return s.failed
+	err := fmt.Errorf("%w: shard %d: %w", ErrShardFailed, s.id, classify(cause))
+	s.failed.Store(&err)
+	s.l.logger.Error("shard failed; it accepts nothing until restart", "shard", s.id, "err", cause)
+	return err
 }
 
 func (s *shard) run() {
@@ -111,8 +137,7 @@ func (s *shard) run() {
 		if dstBuild {
 			s.dstStep()
 		}
-		first := s.pending
-		s.pending = nil
+		first := s.popHeld()
 		if first == nil {
 			select {
 			case <-s.l.abort:
@@ -131,7 +156,7 @@ func (s *shard) run() {
 					s.shutdown()
 					return
 				}
-				first = r
+				first = s.unpack(r)
 			case <-ageC:
 				s.ageArmed = false
 				if s.seg != nil && s.seg.records > 0 && s.err() == nil {
@@ -174,7 +199,7 @@ func (s *shard) run() {
 // the shard like a batch's.
 func (s *shard) markIdle() {
 	seg := s.seg
-	if seg == nil || !seg.synced || seg.records == 0 || s.pending != nil || len(s.queue) > 0 ||
+	if seg == nil || !seg.synced || seg.records == 0 || s.holding() || len(s.queue) > 0 ||
 		seg.off+FrameOverhead+FooterFrameSize > min(seg.prealloc, s.l.opts.SegmentMaxBytes) {
 		return
 	}
@@ -199,15 +224,58 @@ func (s *shard) markIdle() {
 	seg.synced = false
 }
 
-// abortQueued fails every request still queued (the queue is closed).
+// abortQueued fails every request still held or queued (the queue is
+// closed).
 func (s *shard) abortQueued() {
-	if s.pending != nil {
-		s.pending.Done(ErrClosed)
-		s.pending = nil
-	}
-	for r := range s.queue {
+	for r := s.popHeld(); r != nil; r = s.popHeld() {
 		r.Done(ErrClosed)
 	}
+	for r := range s.queue {
+		for r := s.unpack(r); r != nil; r = s.popHeld() {
+			r.Done(ErrClosed)
+		}
+	}
+}
+
+// unpack returns the first request of what was taken from the queue: r
+// itself, or the first of a batch hand-off, whose others are held behind
+// any already held.
+func (s *shard) unpack(r *Request) *Request {
+	if r.batch == nil {
+		return r
+	}
+	s.held = append(s.held, r.batch[1:]...)
+	return r.batch[0]
+}
+
+// popHeld takes the oldest held request, or returns nil.
+func (s *shard) popHeld() *Request {
+	if s.heldHead == len(s.held) {
+		return nil
+	}
+	r := s.held[s.heldHead]
+	s.held[s.heldHead] = nil
+	s.heldHead++
+	if s.heldHead == len(s.held) {
+		s.held, s.heldHead = s.held[:0], 0
+	}
+	return r
+}
+
+// holding reports whether any request is held.
+func (s *shard) holding() bool { return s.heldHead < len(s.held) }
+
+// unpop puts r, the request popHeld or unpack returned last, back as the
+// oldest held request.
+func (s *shard) unpop(r *Request) {
+	if s.heldHead > 0 {
+		s.heldHead--
+		s.held[s.heldHead] = r
+		return
+	}
+	s.held = append(s.held, nil)
+	copy(s.held[1:], s.held)
+	s.held[0] = r
 }
 
 func requestBytes(r *Request) int64 {
@@ -245,47 +313,60 @@ func (s *shard) collect(first *Request) {
 		}
 	}()
 	for records < maxRecords {
-		var r *Request
-		select {
-		case q, ok := <-s.queue:
-			if !ok {
-				return
-			}
-			r = q
-		default:
-			if deadline <= 0 {
-				return
-			}
-			if !timerRunning {
-				s.batchTimer.Reset(deadline)
-				timerRunning = true
-			}
-			select {
-			case q, ok := <-s.queue:
-				if !ok {
-					return
-				}
-				r = q
-			case <-s.batchTimer.C:
-				timerRunning = false
-				return
-			case <-s.l.abort:
+		r := s.popHeld()
+		if r == nil {
+			var ok bool
+			if r, ok = s.receive(deadline, &timerRunning); !ok {
 				return
 			}
 		}
 		rb := requestBytes(r)
 		if records+len(r.Payloads) > maxRecords {
-			s.pending = r
+			s.unpop(r)
 			return
 		}
 		if bytes+rb > room {
-			s.pending = r
+			s.unpop(r)
 			s.rotateAfter = true
 			return
 		}
 		s.batch = append(s.batch, r)
 		records += len(r.Payloads)
 		bytes += rb
+	}
+}
+
+// receive takes the next request from the queue for collect: what is
+// queued now, or, with a positive deadline, what arrives before the batch
+// timer (started on the first call) fires. ok is false when there is none
+// (or the queue is closed, or the log aborts).
+func (s *shard) receive(deadline time.Duration, timerRunning *bool) (r *Request, ok bool) {
+	select {
+	case q, ok := <-s.queue:
+		if !ok {
+			return nil, false
+		}
+		return s.unpack(q), true
+	default:
+	}
+	if deadline <= 0 {
+		return nil, false
+	}
+	if !*timerRunning {
+		s.batchTimer.Reset(deadline)
+		*timerRunning = true
+	}
+	select {
+	case q, ok := <-s.queue:
+		if !ok {
+			return nil, false
+		}
+		return s.unpack(q), true
+	case <-s.batchTimer.C:
+		*timerRunning = false
+		return nil, false
+	case <-s.l.abort:
+		return nil, false
 	}
 }
 
@@ -330,6 +411,13 @@ func (s *shard) process() {
 	syncDur, ok := s.acknowledge(batch)
 	if !ok {
 		return
+	}
+	if len(s.queue) == 0 && !s.holding() {
+		// Nothing waits for the flusher: let the goroutines its acks woke
+		// (the connections' writers) write them before the bookkeeping
+		// below, which would otherwise come first on this P — on an idle
+		// daemon, a lone producer's every round trip.
+		runtime.Gosched()
 	}
 	if o := s.l.obs; o != nil {
 		o.Batch(s.id, records, len(s.buf), syncDur)
@@ -468,7 +556,31 @@ func (s *shard) afterBatch(seg *segment, size int64) {
 		s.rotate(true)
 		return
 	}
+	s.startWriteback(seg)
 	s.preallocAhead()
+}
+
+// startWriteback starts writing back (vfs.StartWriteback: it does not wait,
+// and promises nothing) the whole pages a segment holds beyond the last
+// fdatasync or writeback, once they are writebackChunk or more. Buffered
+// batches are never synced on their own, so without this a segment's
+// seal — on the flusher, ahead of the next batch — would have to write a
+// whole segment age's worth of them in its fdatasync: the Buffered tier's
+// tail latency. Durable batches leave nothing behind.
+func (s *shard) startWriteback(seg *segment) {
+	const page = 4096
+	end := seg.off &^ (page - 1)
+	if seg.synced {
+		seg.written = end
+		return
+	}
+	if end-seg.written < writebackChunk {
+		return
+	}
+	if err := vfs.StartWriteback(seg.f, seg.written, end-seg.written); err != nil {
+		s.l.logger.Debug("start writeback failed", "shard", s.id, "path", seg.path, "err", err)
+	}
+	seg.written = end
 }
 
 // openSegment creates the next segment durably: create (exclusive), header,

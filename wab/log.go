@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weir-io/weir/internal/vfs"
@@ -26,11 +27,11 @@ type Log struct {
 	shards   []*shard
 	notify   chan struct{}
 
-	mu         sync.RWMutex // guards closed against Submit
+	mu         sync.Mutex // serializes Close
 	closed     bool
+	closedFlag atomic.Bool   // set by Close before it waits for Submits
 	closing    chan struct{} // closed when Close begins
 	abort      chan struct{} // closed when Close's context ends
-	submitters sync.WaitGroup
 	flushers   sync.WaitGroup
 }
 
@@ -146,6 +147,39 @@ func (l *Log) Submit(ctx context.Context, shard int, req *Request, wait time.Dur
 	if shard < 0 || shard >= len(l.shards) {
 		return fmt.Errorf("wab: shard %d out of range [0, %d)", shard, len(l.shards))
 	}
+	if err := l.check(req); err != nil {
+		return err
+	}
+	return l.queue(ctx, l.shards[shard], req, wait)
+}
+
+// SubmitBatch is Submit for several requests to one shard, in order, with
+// a single hand-off to the flusher (one place in the shard's queue, one
+// channel operation, where Submit takes one per request: a producer
+// connection submits every frame it read at once this way). Either every
+// request is queued (nil: each Done will be called) or none is (the error,
+// from the first request Submit would refuse). The flusher takes over
+// reqs: the caller must not change the slice afterwards.
+func (l *Log) SubmitBatch(ctx context.Context, shard int, reqs []*Request, wait time.Duration) error {
+	if shard < 0 || shard >= len(l.shards) {
+		return fmt.Errorf("wab: shard %d out of range [0, %d)", shard, len(l.shards))
+	}
+	switch len(reqs) {
+	case 0:
+		return nil
+	case 1:
+		return l.Submit(ctx, shard, reqs[0], wait)
+	}
+	for _, r := range reqs {
+		if err := l.check(r); err != nil {
+			return err
+		}
+	}
+	return l.queue(ctx, l.shards[shard], &Request{batch: reqs}, wait)
+}
+
+// check refuses a malformed request.
+func (l *Log) check(req *Request) error {
 	if req == nil || req.Done == nil {
 		return errors.New("wab: request without Done")
 	}
@@ -165,18 +199,25 @@ func (l *Log) Submit(ctx context.Context, shard int, req *Request, wait time.Dur
 			return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
 		}
 	}
-	s := l.shards[shard]
+	return nil
+}
+
+// queue hands req (a request or a batch carrier) to s's flusher.
+func (l *Log) queue(ctx context.Context, s *shard, req *Request, wait time.Duration) error {
 	if err := s.err(); err != nil {
 		return err
 	}
-	l.mu.RLock()
-	if l.closed {
-		l.mu.RUnlock()
+	// Announce the send before looking at closedFlag; Close sets the flag
+	// before it waits for the shard's count to reach zero. Either Close
+	// sees this Submit and waits for it, or this Submit sees the flag:
+	// no send on a closed queue, and every queued request is answered.
+	// Per shard, not per log: a log-wide lock or counter here was one
+	// cache line written by every connection on every frame.
+	s.submitting.Add(1)
+	defer s.submitting.Add(-1)
+	if l.closedFlag.Load() {
 		return ErrClosed
 	}
-	l.submitters.Add(1)
-	l.mu.RUnlock()
-	defer l.submitters.Done()
 
 	select {
 	case s.queue <- req:
@@ -309,10 +350,17 @@ func (l *Log) Close(ctx context.Context) error {
 		return nil
 	}
 	l.closed = true
+	l.closedFlag.Store(true)
 	close(l.closing)
 	l.mu.Unlock()
 
-	l.submitters.Wait()
+	// Wait for the Submits already past the flag (see Submit); a blocked
+	// one returns at once now that closing is closed.
+	for _, s := range l.shards {
+		for s.submitting.Load() != 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
 	for _, s := range l.shards {
 		close(s.queue)
 	}

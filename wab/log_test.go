@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -832,5 +833,211 @@ func TestOrphanSidecarRemoved(t *testing.T) {
 	}
 	if n, err := ReadConfirmed(vfs.OS, refs[0].Path); err != nil || n != 1 {
 		t.Fatalf("kept sidecar: %d %v", n, err)
+	}
+}
+
+// wbFS records the writeback a flusher starts on the files it creates.
+type wbFS struct {
+	vfs.FS
+	mu    sync.Mutex
+	calls []wbCall
+}
+
+type wbCall struct {
+	path   string
+	off, n int64
+}
+
+type wbFile struct {
+	vfs.File
+	fs *wbFS
+}
+
+func (f wbFile) StartWriteback(off, n int64) error {
+	f.fs.mu.Lock()
+	f.fs.calls = append(f.fs.calls, wbCall{f.Name(), off, n})
+	f.fs.mu.Unlock()
+	return vfs.StartWriteback(f.File, off, n)
+}
+
+func (fs *wbFS) Create(name string, perm os.FileMode) (vfs.File, error) {
+	f, err := fs.FS.Create(name, perm)
+	if err != nil {
+		return nil, err
+	}
+	return wbFile{f, fs}, nil
+}
+
+// TestBufferedWriteback: a segment written by Buffered batches has its
+// pages sent to disk in page-aligned steps of at least writebackChunk,
+// each starting where the last ended and never beyond what was written;
+// Durable batches, which are synced, start none.
+func TestBufferedWriteback(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tier Durability
+		want bool
+	}{{"Buffered", Buffered, true}, {"Durable", Durable, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := &wbFS{FS: vfs.OS}
+			o := testOpts(t.TempDir())
+			o.FS = fs
+			o.PreallocateBytes = 8 << 20
+			l := mustOpen(t, o)
+			payload := make([]byte, 32<<10)
+			const n = 160 // 5 MiB
+			for i := range n {
+				if err := submit(t, l, 0, tc.tier, int64(i+1), payload); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// What the segment holds: header, records, and at most a few
+			// sync marks.
+			size := HeaderSize + n*RecordSize(0, len(payload)) + n*FrameOverhead
+			mustClose(t, l)
+			fs.mu.Lock()
+			defer fs.mu.Unlock()
+			if !tc.want {
+				if len(fs.calls) != 0 {
+					t.Fatalf("writeback started on a synced segment: %v", fs.calls)
+				}
+				return
+			}
+			if len(fs.calls) < 4 {
+				t.Fatalf("%d writebacks for %d bytes written without fdatasync, want at least 4: %v", len(fs.calls), size, fs.calls)
+			}
+			next := int64(0)
+			for i, c := range fs.calls {
+				if c.off != next || c.off%4096 != 0 || c.n%4096 != 0 || c.n < writebackChunk || c.off+c.n > size {
+					t.Fatalf("writeback %d: [%d, +%d) after %d, written %d: want page-aligned, contiguous, at least %d, within what was written",
+						i, c.off, c.n, next, size, writebackChunk)
+				}
+				next = c.off + c.n
+			}
+		})
+	}
+}
+
+// TestSubmitRacingClose: Submits and SubmitBatches from many goroutines race
+// Close. Each request either fails at once (and Done is never called) or is
+// answered exactly once; none is sent on a closed queue.
+func TestSubmitRacingClose(t *testing.T) {
+	for round := range 20 {
+		o := testOpts(t.TempDir())
+		o.Shards = 2
+		o.QueueCapacity = 4
+		l := mustOpen(t, o)
+		var accepted, answered, doubled atomic.Int64
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					mk := func() *Request {
+						var once atomic.Bool
+						return &Request{Durability: Durability(i % 2), Payloads: [][]byte{[]byte("x")}, Received: int64(i + 1),
+							Done: func(error) {
+								if once.Swap(true) {
+									doubled.Add(1)
+								}
+								answered.Add(1)
+							}}
+					}
+					var err error
+					n := int64(1)
+					if g%2 == 0 {
+						err = l.Submit(context.Background(), g%4/2, mk(), time.Millisecond)
+					} else { // a batch hand-off of three
+						n = 3
+						err = l.SubmitBatch(context.Background(), g%4/2, []*Request{mk(), mk(), mk()}, time.Millisecond)
+					}
+					if err == nil {
+						accepted.Add(n)
+					} else if errors.Is(err, ErrClosed) {
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(round%5) * time.Millisecond)
+		if err := l.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		close(stop)
+		wg.Wait()
+		if doubled.Load() != 0 || answered.Load() != accepted.Load() {
+			t.Fatalf("round %d: %d Submits accepted, %d answers, %d answered twice", round, accepted.Load(), answered.Load(), doubled.Load())
+		}
+	}
+}
+
+// TestSubmitBatch: requests handed over together with SubmitBatch are
+// written in order with single Submits around them, split across flusher
+// batches when they exceed BatchMaxRecords, each answered exactly once with
+// its tier's promise; a batch with a malformed request is refused whole.
+func TestSubmitBatch(t *testing.T) {
+	rec := &recorder{}
+	o := testOpts(t.TempDir())
+	o.BatchMaxRecords = 5
+	o.Observer = rec
+	l := mustOpen(t, o)
+	var answers sync.WaitGroup
+	var mu sync.Mutex
+	done := map[string]int{}
+	var want []string
+	mk := func(name string, d Durability) *Request {
+		want = append(want, name)
+		answers.Add(1)
+		return &Request{Durability: d, Payloads: [][]byte{[]byte(name)}, Received: int64(len(want)),
+			Done: func(err error) {
+				if err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+				mu.Lock()
+				done[name]++
+				mu.Unlock()
+				answers.Done()
+			}}
+	}
+	ctx := context.Background()
+	for round := range 4 {
+		var batch []*Request
+		for i := range 7 {
+			batch = append(batch, mk(fmt.Sprintf("b%d-%d", round, i), Durability(i%2)))
+		}
+		if err := l.SubmitBatch(ctx, 0, batch, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Submit(ctx, 0, mk(fmt.Sprintf("s%d", round), Durable), time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := []*Request{{Payloads: [][]byte{[]byte("x")}, Done: func(error) { t.Error("refused batch answered") }}, {Payloads: [][]byte{[]byte("y")}}}
+	if err := l.SubmitBatch(ctx, 0, bad, time.Second); err == nil {
+		t.Fatal("a batch with a request without Done was accepted")
+	}
+	answers.Wait()
+	mustClose(t, l)
+	for _, name := range want {
+		if done[name] != 1 {
+			t.Errorf("%s answered %d times", name, done[name])
+		}
+	}
+	if got := payloads(readAllSealed(t, nil, o.Dir)); !slices.Equal(got, want) {
+		t.Fatalf("records on disk:\n%v\nwant, in submission order:\n%v", got, want)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, n := range rec.batches {
+		if n > o.BatchMaxRecords {
+			t.Fatalf("a flusher batch of %d records, BatchMaxRecords %d", n, o.BatchMaxRecords)
+		}
 	}
 }

@@ -18,7 +18,8 @@ import (
 const FaultsEnv = "WEIR_FAULTS"
 
 // faultFS wraps fs with the rules in $WEIR_FAULTS. Every injected fault is
-// logged ("fault injected"), and so is any fdatasync of a file whose
+// logged ("fault injected"; a call held by a delay rule, "fault delayed"),
+// and so is any fdatasync of a file whose
 // fdatasync failed before ("fdatasync retried after failure"), so system
 // tests can assert from the outside that weir never retries one.
 func faultFS(fs vfs.FS) (vfs.FS, error) {
@@ -44,8 +45,11 @@ func faultFS(fs vfs.FS) (vfs.FS, error) {
 				failedSync[e.Path] = true
 			}
 		}
-		if e.Injected {
+		switch {
+		case e.Injected:
 			log.Warn("fault injected", "op", e.Op.String(), "path", e.Path, "err", e.Err)
+		case e.Delayed > 0:
+			log.Info("fault delayed", "op", e.Op.String(), "path", e.Path, "delay", e.Delayed, "err", e.Err)
 		}
 	})
 	log.Warn("fault injection active", "spec", spec)

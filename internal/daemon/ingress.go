@@ -47,8 +47,8 @@ type ingressObserver struct {
 	written, commits prometheus.Counter
 }
 
-func (o ingressObserver) Acked(d wire.Durability, records, bytes int) {
-	o.Observer.Acked(d, records, bytes)
+func (o ingressObserver) Acked(d wire.Durability, frames, records, bytes int) {
+	o.Observer.Acked(d, frames, records, bytes)
 	o.written.Add(float64(records))
-	o.commits.Inc()
+	o.commits.Add(float64(frames))
 }

@@ -134,6 +134,12 @@ func (g *WABGate) Submit(ctx context.Context, shard int, req *wab.Request, wait 
 	return g.log.Submit(ctx, shard, req, wait)
 }
 
+// SubmitBatch queues several requests on a shard in one hand-off
+// (wab.Log.SubmitBatch; server.BatchBackend).
+func (g *WABGate) SubmitBatch(ctx context.Context, shard int, reqs []*wab.Request, wait time.Duration) error {
+	return g.log.SubmitBatch(ctx, shard, reqs, wait)
+}
+
 // ShardFor is the shard a source's records are written to.
 func (g *WABGate) ShardFor(sourceName string) int {
 	h := fnv.New32a()

@@ -151,10 +151,10 @@ func TestServerObserver(t *testing.T) {
 	m.ConnRejected("shutting_down")
 	m.ConnRejected("shutting_down")
 	m.ConnRejected("something_new")
-	m.Received(wire.Durable, 10, 1000)
-	m.Received(wire.Buffered, 5, 50)
-	m.Acked(wire.Durable, 8, 800)
-	m.Acked(wire.Buffered, 5, 50)
+	m.Received(wire.Durable, 10, 10, 1000)
+	m.Received(wire.Buffered, 5, 5, 50)
+	m.Acked(wire.Durable, 8, 8, 800)
+	m.Acked(wire.Buffered, 5, 5, 50)
 	m.Nacked(wire.Durable, wire.CodeQueueTimeout, 2)
 	m.Nacked(wire.Buffered, wire.Code(99), 1)
 
@@ -203,8 +203,8 @@ weir_bytes_acked_total{durability="durable"} 800
 func TestHotPathDoesNotAllocate(t *testing.T) {
 	m, _ := New(Config{Shards: 4, Sink: "file"})
 	allocs := testing.AllocsPerRun(1000, func() {
-		m.Received(wire.Durable, 3, 300)
-		m.Acked(wire.Buffered, 3, 300)
+		m.Received(wire.Durable, 3, 3, 300)
+		m.Acked(wire.Buffered, 3, 3, 300)
 		m.Nacked(wire.Durable, wire.CodeDiskFull, 1)
 		m.Batch(2, 100, 4096, time.Millisecond)
 		m.QueueDepth(2, 7)
@@ -523,7 +523,7 @@ func TestServer(t *testing.T) {
 	if code, _ := get(t, base+"/ready"); code != 200 {
 		t.Errorf("/ready after Ready: %d", code)
 	}
-	m.Received(wire.Durable, 7, 70)
+	m.Received(wire.Durable, 7, 7, 70)
 	code, body := get(t, base+"/metrics")
 	if code != 200 || !strings.Contains(body, `weir_records_received_total{durability="durable"} 7`) {
 		t.Errorf("/metrics: %d\n%s", code, body)

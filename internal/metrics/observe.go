@@ -48,7 +48,7 @@ func (m *Metrics) ConnRejected(reason string) {
 }
 
 // Received implements server.Observer.
-func (m *Metrics) Received(d wire.Durability, records, bytes int) {
+func (m *Metrics) Received(d wire.Durability, _, records, bytes int) {
 	if int(d) < len(m.recvRecordsD) {
 		m.recvRecordsD[d].Add(float64(records))
 		m.recvBytesD[d].Add(float64(bytes))
@@ -60,7 +60,7 @@ func (m *Metrics) Received(d wire.Durability, records, bytes int) {
 }
 
 // Acked implements server.Observer.
-func (m *Metrics) Acked(d wire.Durability, records, bytes int) {
+func (m *Metrics) Acked(d wire.Durability, _, records, bytes int) {
 	if int(d) < len(m.ackRecordsD) {
 		m.ackRecordsD[d].Add(float64(records))
 		m.ackBytesD[d].Add(float64(bytes))

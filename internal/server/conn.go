@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -23,17 +24,62 @@ const (
 // and submits them, and a writer goroutine that answers them in the order
 // they arrived. The pending channel between them is the connection's
 // in-flight window: the reader stops reading when it is full, which pushes
-// back on the producer through the socket.
+// back on the producer through the socket. The writer is woken through
+// wake only — by a completion, by an answer the reader decides itself, and
+// when the reader is done — never by a push that is merely submitted: that
+// would be a goroutine wake-up per frame for nothing.
 type conn struct {
 	s       *Server
 	nc      net.Conn
 	shard   int
 	pending chan *pending
-	wake    chan struct{} // cap 1: a pending request was completed
+	wake    chan struct{} // cap 1: a pending request was completed (see wakeWriter)
 	stopped atomic.Bool
 	dr      *deadlineReader
 	replay  bool     // replay fields may be granted (the Unix socket)
 	sess    *session // set by Hello (wire version 2)
+	// queued are decoded requests not yet submitted: the reader submits
+	// the frames it finds in its buffer together (see flushSubmits), and
+	// reports them to the observer together (received).
+	queued   []*pending
+	received tally
+}
+
+// tally adds up frames per tier for one Observer call per tier instead of
+// one per frame.
+type tally [2]struct{ frames, records, bytes int }
+
+func (t *tally) add(d wire.Durability, records, bytes int) bool {
+	if int(d) >= len(t) {
+		return false
+	}
+	t[d].frames++
+	t[d].records += records
+	t[d].bytes += bytes
+	return true
+}
+
+func (t *tally) empty() bool { return t[0].frames == 0 && t[1].frames == 0 }
+
+// report hands the counts to f and clears them.
+func (t *tally) report(f func(d wire.Durability, frames, records, bytes int)) {
+	for d := range t {
+		if c := t[d]; c.frames > 0 {
+			f(wire.Durability(d), c.frames, c.records, c.bytes)
+			t[d] = struct{ frames, records, bytes int }{}
+		}
+	}
+}
+
+// maxQueuedSubmits caps how many decoded frames wait to be submitted
+// together, bounding what the first of them waits for the others.
+const maxQueuedSubmits = 32
+
+// BatchBackend is implemented by a Backend that takes several requests
+// for one shard in one hand-off (wab.Log.SubmitBatch): all are queued or
+// none is.
+type BatchBackend interface {
+	SubmitBatch(ctx context.Context, shard int, reqs []*wab.Request, wait time.Duration) error
 }
 
 // pending is one request awaiting its answer, and the wab.Request it was
@@ -62,8 +108,14 @@ func (p *pending) complete(err error) {
 		p.code, p.msg = codeFor(err), err.Error()
 	}
 	p.done.Store(true)
+	p.c.wakeWriter()
+}
+
+// wakeWriter makes the writer look at its requests again, without
+// blocking.
+func (c *conn) wakeWriter() {
 	select {
-	case p.c.wake <- struct{}{}:
+	case c.wake <- struct{}{}:
 	default: // a wake-up is already due
 	}
 }
@@ -120,6 +172,7 @@ func (c *conn) run() {
 	}()
 	c.readLoop()
 	close(c.pending)
+	c.wakeWriter()
 	<-writerDone
 	c.nc.Close()
 }
@@ -128,7 +181,13 @@ func (c *conn) readLoop() {
 	log := c.s.log
 	br := bufio.NewReaderSize(c.dr, readBufferSize)
 	dec := wire.NewDecoder(br, c.s.opts.MaxFrameBytes)
+	defer c.flushSubmits()
 	for {
+		if (len(c.queued) > 0 || !c.received.empty()) && !frameBuffered(br) {
+			// The next frame would wait for the socket: submit what is
+			// decoded first.
+			c.flushSubmits()
+		}
 		c.dr.nextFrame(br.Buffered() > 0)
 		f, err := dec.Next()
 		if err != nil {
@@ -175,7 +234,9 @@ func (c *conn) submit(push *wire.Push) {
 	for _, pl := range push.Payloads {
 		size += len(pl)
 	}
-	c.s.obs.Received(push.Durability, n, size)
+	if !c.received.add(push.Durability, n, size) {
+		c.s.obs.Received(push.Durability, 1, n, size)
+	}
 	if c.stopped.Load() || c.s.closing.Load() {
 		c.answer(push.Version, push.RequestID, n, wire.CodeShuttingDown, "daemon is shutting down")
 		return
@@ -187,16 +248,77 @@ func (c *conn) submit(push *wire.Push) {
 		}
 	}
 	p := &pending{c: c, id: push.RequestID, records: n, bytes: size, dur: push.Durability, version: push.Version}
-	c.pending <- p // blocks while the in-flight window is full
+	c.enqueue(p) // blocks while the in-flight window is full
 	p.req = wab.Request{
 		Durability: wab.Durability(push.Durability),
-		Received:   time.Now().UnixNano(),
+		Received:   c.dr.receivedAt().UnixNano(),
 		Done:       p.complete,
 	}
 	c.fillRecords(p, push, size)
-	if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout); err != nil {
-		p.complete(err)
+	c.queued = append(c.queued, p)
+	if len(c.queued) >= maxQueuedSubmits {
+		c.flushSubmits()
 	}
+}
+
+// enqueue puts p in the in-flight window, waiting while it is full — after
+// submitting the requests still queued, which hold places in it.
+func (c *conn) enqueue(p *pending) {
+	select {
+	case c.pending <- p:
+		return
+	default:
+	}
+	c.flushSubmits()
+	c.pending <- p
+}
+
+// flushSubmits submits the queued requests: several in one hand-off when
+// the backend takes batches (one channel operation on the shard's queue
+// instead of one per frame), else one by one. A refusal answers each of
+// them.
+func (c *conn) flushSubmits() {
+	c.received.report(c.s.obs.Received)
+	q := c.queued
+	if len(q) == 0 {
+		return
+	}
+	defer func() {
+		clear(c.queued)
+		c.queued = c.queued[:0]
+	}()
+	bb, ok := c.s.backend.(BatchBackend)
+	if !ok || len(q) == 1 {
+		for _, p := range q {
+			if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout); err != nil {
+				p.complete(err)
+			}
+		}
+		return
+	}
+	reqs := make([]*wab.Request, len(q)) // the backend keeps it
+	for i, p := range q {
+		reqs[i] = &p.req
+	}
+	if err := bb.SubmitBatch(c.s.ctx, c.shard, reqs, c.s.opts.QueueTimeout); err != nil {
+		for _, p := range q {
+			p.complete(err)
+		}
+	}
+}
+
+// frameBuffered reports whether br holds a whole frame (its header and
+// the body length the header announces).
+func frameBuffered(br *bufio.Reader) bool {
+	n := br.Buffered()
+	if n < wire.HeaderSize {
+		return false
+	}
+	h, err := br.Peek(wire.HeaderSize)
+	if err != nil {
+		return false
+	}
+	return n-wire.HeaderSize >= int(binary.BigEndian.Uint32(h[4:8]))
 }
 
 // answer queues an immediate response (a Nack decided by the reader) of
@@ -204,7 +326,8 @@ func (c *conn) submit(push *wire.Push) {
 func (c *conn) answer(v uint8, id uint64, records int, code wire.Code, msg string) {
 	p := &pending{c: c, id: id, records: records, version: v, code: code, msg: msg}
 	p.done.Store(true)
-	c.pending <- p
+	c.enqueue(p)
+	c.wakeWriter()
 }
 
 // fillRecords sets p.req's Payloads — copies of the decoder's aliased
@@ -280,12 +403,24 @@ func (c *conn) writeLoop() {
 		c.s.log.Debug("connection write failed", "err", err)
 		c.nc.Close() // unblocks the reader
 	}
+	// The write deadline gives every write at least WriteTimeout. It is
+	// armed WriteTimeout/16 late and re-armed only once it falls short, not
+	// on every flush (see deadlineReader.idleDeadline).
+	var writeArmed time.Time
 	armWrite := func() {
-		if c.s.opts.WriteTimeout > 0 {
-			c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+		if wt := c.s.opts.WriteTimeout; wt > 0 {
+			now := time.Now()
+			if writeArmed.Before(now.Add(wt)) {
+				writeArmed = now.Add(wt + wt/16)
+				c.nc.SetWriteDeadline(writeArmed)
+			}
 		}
 	}
+	// acked adds up the acks written since the last flush: one Observer
+	// call per flush, made before the acks go out.
+	var acked tally
 	flush := func() {
+		acked.report(c.s.obs.Acked)
 		if broken || bw.Buffered() == 0 {
 			return
 		}
@@ -294,23 +429,42 @@ func (c *conn) writeLoop() {
 			fail(err)
 		}
 	}
-	for p := range c.pending {
-		if !p.done.Load() {
-			flush()
-			for !p.done.Load() {
-				select {
-				case <-c.wake: // some request completed; maybe this one
-				case <-c.s.ctx.Done():
-					// Shutdown stopped waiting: the requests still in flight
-					// go unanswered (none of them was acked). Close the
-					// connection and let the reader run out.
-					c.nc.Close()
-					for range c.pending {
-					}
+	// The writer sleeps only on c.wake, which every completion signals
+	// (and the reader, for answers it decides itself and when it closes
+	// c.pending): a push that is merely submitted does not wake it. head
+	// is the oldest request not yet answered, taken from c.pending.
+	var head *pending
+	for {
+		if head == nil {
+			select {
+			case p, ok := <-c.pending:
+				if !ok {
+					flush()
 					return
 				}
+				head = p
+			default:
+				head = nil
 			}
 		}
+		if head == nil || !head.done.Load() {
+			// Everything answered so far goes out before the wait.
+			flush()
+			select {
+			case <-c.wake: // some request completed, or a new answer is queued
+			case <-c.s.ctx.Done():
+				// Shutdown stopped waiting: the requests still in flight
+				// go unanswered (none of them was acked). Close the
+				// connection and let the reader run out.
+				c.nc.Close()
+				for range c.pending {
+				}
+				return
+			}
+			continue
+		}
+		p := head
+		head = nil
 		// Done has been called: the flusher is finished with the bytes.
 		if p.buf.b != nil {
 			p.buf.put()
@@ -321,7 +475,9 @@ func (c *conn) writeLoop() {
 			frame = wire.AppendHelloAck(frame[:0], *p.helloAck)
 		case p.code == 0:
 			frame = wire.AppendAckVersion(frame[:0], p.version, p.id, uint32(p.records))
-			c.s.obs.Acked(p.dur, p.records, p.bytes)
+			if !acked.add(p.dur, p.records, p.bytes) {
+				c.s.obs.Acked(p.dur, 1, p.records, p.bytes)
+			}
 		default:
 			frame = wire.AppendNackVersion(frame[:0], p.version, p.id, p.code, p.msg)
 			c.s.obs.Nacked(p.dur, p.code, p.records)
@@ -337,11 +493,7 @@ func (c *conn) writeLoop() {
 				fail(err)
 			}
 		}
-		if len(c.pending) == 0 {
-			flush()
-		}
 	}
-	flush()
 }
 
 // deadlineReader arms the connection's read deadline: the idle timeout
@@ -355,10 +507,38 @@ func (c *conn) writeLoop() {
 type deadlineReader struct {
 	nc          net.Conn
 	idle, frame time.Duration
-	atBoundary  bool         // no byte of the next frame read yet
-	frameStart  time.Time    // zero: not timed yet
-	armed       time.Time    // the read deadline set on nc (zero: none)
-	stopped     *atomic.Bool // set by stopReading: never extend the deadline again
+	atBoundary  bool      // no byte of the next frame read yet
+	frameStart  time.Time // zero: not timed yet
+	armed       time.Time // the read deadline set on nc (zero: none)
+	armedIdle   bool      // armed is an idle deadline (see idleDeadline)
+	// readAt is when the last read that returned bytes returned: the
+	// receive time of every frame completed by those bytes (one clock
+	// reading per read, not per frame).
+	readAt  time.Time
+	stopped *atomic.Bool // set by stopReading: never extend the deadline again
+}
+
+// idleDeadline is the read deadline while waiting for a frame to start at
+// now: the one armed already if it is an idle deadline at least idle away,
+// else now + idle + idle/16. Re-arming a deadline is a runtime timer update;
+// moving it on every read, as each read wants it idle from now, cost the
+// daemon a few per cent of its CPU under load. Armed a little late, it is
+// re-armed about once per idle/16 instead, and an idle connection is still
+// closed no sooner than idle after its last frame (at most idle/16 later).
+func (r *deadlineReader) idleDeadline(now time.Time) time.Time {
+	if r.armedIdle && !r.armed.Before(now.Add(r.idle)) {
+		return r.armed
+	}
+	return now.Add(r.idle + r.idle/16)
+}
+
+// receivedAt is the receive time of the frame just decoded: when the read
+// that completed it returned.
+func (r *deadlineReader) receivedAt() time.Time {
+	if r.readAt.IsZero() {
+		return time.Now()
+	}
+	return r.readAt
 }
 
 // nextFrame is called before each frame is decoded; buffered reports that
@@ -379,7 +559,7 @@ func (r *deadlineReader) Read(b []byte) (int, error) {
 	var dl time.Time
 	if r.atBoundary {
 		if r.idle > 0 {
-			dl = time.Now().Add(r.idle)
+			dl = r.idleDeadline(time.Now())
 		}
 	} else if r.frame > 0 {
 		if r.frameStart.IsZero() {
@@ -392,14 +572,18 @@ func (r *deadlineReader) Read(b []byte) (int, error) {
 			return 0, err
 		}
 		r.armed = dl
+		r.armedIdle = r.atBoundary && r.idle > 0
 		if r.stopped.Load() { // stopReading raced with the line above
 			return 0, os.ErrDeadlineExceeded
 		}
 	}
 	n, err := r.nc.Read(b)
-	if n > 0 && r.atBoundary {
-		r.atBoundary = false
-		r.frameStart = time.Now()
+	if n > 0 {
+		r.readAt = time.Now()
+		if r.atBoundary {
+			r.atBoundary = false
+			r.frameStart = r.readAt
+		}
 	}
 	return n, err
 }

@@ -145,8 +145,11 @@ func TestMaxConnectionsRefusesBurstAtOnce(t *testing.T) {
 }
 
 // timedBackend records how long each Submit took and what it returned.
+// timedBackend times each Submit. It embeds the Backend interface, not the
+// *wab.Log, so that it is not a BatchBackend: every frame is submitted on
+// its own, through it.
 type timedBackend struct {
-	*wab.Log
+	Backend
 	mu    sync.Mutex
 	calls []submitCall
 }
@@ -158,7 +161,7 @@ type submitCall struct {
 
 func (b *timedBackend) Submit(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
 	t0 := time.Now()
-	err := b.Log.Submit(ctx, shard, req, wait)
+	err := b.Backend.Submit(ctx, shard, req, wait)
 	b.mu.Lock()
 	b.calls = append(b.calls, submitCall{time.Since(t0), err})
 	b.mu.Unlock()
@@ -178,7 +181,7 @@ func TestQueueFullNacksAfterBoundedWait(t *testing.T) {
 		fs:   sfs,
 		opts: Options{QueueTimeout: queueTimeout},
 		wab:  wab.Options{QueueCapacity: 1},
-		wrap: func(l *wab.Log) Backend { tb = &timedBackend{Log: l}; return tb },
+		wrap: func(l *wab.Log) Backend { tb = &timedBackend{Backend: l}; return tb },
 	})
 	c := e.dial()
 	c.push(1000, wire.Durable, []byte("warm-up")) // segment created before syncs slow down
@@ -559,5 +562,54 @@ func TestStorageFaultNackCodes(t *testing.T) {
 				c.expectAck(3, 1)
 			}
 		})
+	}
+}
+
+// batchCounter counts the requests a BatchBackend is handed per call.
+type batchCounter struct {
+	*wab.Log
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (b *batchCounter) SubmitBatch(ctx context.Context, shard int, reqs []*wab.Request, wait time.Duration) error {
+	b.mu.Lock()
+	b.sizes = append(b.sizes, len(reqs))
+	b.mu.Unlock()
+	return b.Log.SubmitBatch(ctx, shard, reqs, wait)
+}
+
+// TestFramesReadTogetherSubmittedTogether: frames that arrive in one write
+// are handed to a BatchBackend together (at most maxQueuedSubmits at a
+// time), and answered in order.
+func TestFramesReadTogetherSubmittedTogether(t *testing.T) {
+	var bc *batchCounter
+	e := newEnv(t, envConfig{wrap: func(l *wab.Log) Backend { bc = &batchCounter{Log: l}; return bc }})
+	c := e.dial()
+	const n = 3*maxQueuedSubmits + 5
+	var frames []byte
+	for i := range n {
+		d := wire.Durable
+		if i%3 == 0 {
+			d = wire.Buffered
+		}
+		frames = pushFrame(frames, uint64(i+1), d, fmt.Appendf(nil, "r%d", i))
+	}
+	c.send(frames)
+	for i := range n {
+		c.expectAck(uint64(i+1), 1)
+	}
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	total, most := 0, 0
+	for _, k := range bc.sizes {
+		total += k
+		most = max(most, k)
+	}
+	if most < 2 || most > maxQueuedSubmits {
+		t.Errorf("batches of %v: want frames read together submitted together, at most %d at a time", bc.sizes, maxQueuedSubmits)
+	}
+	if total > n {
+		t.Errorf("batches of %v hold %d requests for %d frames", bc.sizes, total, n)
 	}
 }

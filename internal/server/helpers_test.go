@@ -131,9 +131,11 @@ func (o *countObserver) rejectedFor(reason string) int {
 	defer o.mu.Unlock()
 	return o.rejected[reason]
 }
-func (o *countObserver) Received(wire.Durability, int, int)     { o.received.Add(1) }
-func (o *countObserver) Acked(wire.Durability, int, int)        { o.acked.Add(1) }
-func (o *countObserver) Nacked(wire.Durability, wire.Code, int) { o.nacked.Add(1) }
+func (o *countObserver) Received(_ wire.Durability, frames, _, _ int) {
+	o.received.Add(int64(frames))
+}
+func (o *countObserver) Acked(_ wire.Durability, frames, _, _ int) { o.acked.Add(int64(frames)) }
+func (o *countObserver) Nacked(wire.Durability, wire.Code, int)    { o.nacked.Add(1) }
 
 // env is a server on a real Unix socket in front of a real wab.Log.
 type env struct {

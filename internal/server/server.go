@@ -37,10 +37,14 @@ type Observer interface {
 	// ConnRejected counts a connection refused at accept (reason:
 	// "max_connections" or "shutting_down").
 	ConnRejected(reason string)
-	// Received counts a decoded push frame.
-	Received(d wire.Durability, records, bytes int)
-	// Acked counts a frame's records acknowledged.
-	Acked(d wire.Durability, records, bytes int)
+	// Received counts decoded push frames of tier d: frames frames holding
+	// records records and bytes payload bytes in all. A connection reports
+	// the frames it read together in one call, not one call per frame (each
+	// call writes counters shared by every connection).
+	Received(d wire.Durability, frames, records, bytes int)
+	// Acked counts acknowledged push frames of tier d, as Received: a
+	// connection reports the acks it writes together in one call.
+	Acked(d wire.Durability, frames, records, bytes int)
 	// Nacked counts a frame refused with code.
 	Nacked(d wire.Durability, code wire.Code, records int)
 }
@@ -315,9 +319,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 type nopObserver struct{}
 
-func (nopObserver) ConnOpened()                            {}
-func (nopObserver) ConnClosed()                            {}
-func (nopObserver) ConnRejected(string)                    {}
-func (nopObserver) Received(wire.Durability, int, int)     {}
-func (nopObserver) Acked(wire.Durability, int, int)        {}
-func (nopObserver) Nacked(wire.Durability, wire.Code, int) {}
+func (nopObserver) ConnOpened()                             {}
+func (nopObserver) ConnClosed()                             {}
+func (nopObserver) ConnRejected(string)                     {}
+func (nopObserver) Received(wire.Durability, int, int, int) {}
+func (nopObserver) Acked(wire.Durability, int, int, int)    {}
+func (nopObserver) Nacked(wire.Durability, wire.Code, int)  {}

@@ -60,7 +60,8 @@ func (c *conn) hello(h wire.Hello) {
 	}
 	p := &pending{c: c, version: wire.Version2, helloAck: ack}
 	p.done.Store(true)
-	c.pending <- p
+	c.enqueue(p)
+	c.wakeWriter()
 }
 
 func producerString(p record.ProducerID) string {

@@ -59,25 +59,25 @@ func TestShutdownRefusesBufferedFrames(t *testing.T) {
 	sfs.setDelay(200 * time.Millisecond)
 
 	// One write, so the five frames arrive together in the reader's buffer.
-	// With a window of one the reader stops with frame 3 decoded (1 is with
-	// the writer, 2 in the window); 4 and 5 stay buffered.
+	// With a window of one the reader stops with frame 2 decoded (1 is in
+	// the window, 2 waits for room); 3 to 5 stay buffered.
 	var frames []byte
 	for i := range 5 {
 		frames = pushFrame(frames, uint64(i+1), wire.Durable, fmt.Appendf(nil, "r%d", i))
 	}
 	c.send(frames)
-	waitFor(t, "the reader to block on a full window", func() bool { return e.obs.received.Load() == 1+3 })
+	waitFor(t, "the reader to block on a full window", func() bool { return e.obs.received.Load() == 1+2 })
 	time.Sleep(20 * time.Millisecond)
-	if got := e.obs.received.Load(); got != 4 {
-		t.Fatalf("reader decoded %d frames, want 3 (window of one)", got-1)
+	if got := e.obs.received.Load(); got != 3 {
+		t.Fatalf("reader decoded %d frames, want 2 (window of one)", got-1)
 	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- e.shutdown(context.Background()) }()
-	for id := uint64(1); id <= 3; id++ {
+	for id := uint64(1); id <= 2; id++ {
 		c.expectAck(id, 1)
 	}
-	for id := uint64(4); id <= 5; id++ {
+	for id := uint64(3); id <= 5; id++ {
 		resp := c.expectNack(id, wire.CodeShuttingDown)
 		if resp.Message == "" {
 			t.Error("ShuttingDown Nack without a message")

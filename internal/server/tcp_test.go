@@ -58,12 +58,12 @@ type handshakeCounter struct {
 	reasons map[string]int
 }
 
-func (h *handshakeCounter) ConnOpened()                            {}
-func (h *handshakeCounter) ConnClosed()                            {}
-func (h *handshakeCounter) ConnRejected(string)                    {}
-func (h *handshakeCounter) Received(wire.Durability, int, int)     {}
-func (h *handshakeCounter) Acked(wire.Durability, int, int)        {}
-func (h *handshakeCounter) Nacked(wire.Durability, wire.Code, int) {}
+func (h *handshakeCounter) ConnOpened()                             {}
+func (h *handshakeCounter) ConnClosed()                             {}
+func (h *handshakeCounter) ConnRejected(string)                     {}
+func (h *handshakeCounter) Received(wire.Durability, int, int, int) {}
+func (h *handshakeCounter) Acked(wire.Durability, int, int, int)    {}
+func (h *handshakeCounter) Nacked(wire.Durability, wire.Code, int)  {}
 func (h *handshakeCounter) HandshakeFailed(reason string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

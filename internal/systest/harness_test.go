@@ -26,6 +26,13 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if bin := os.Getenv("WEIR_BIN"); bin != "" {
+		// A prebuilt binary, for benchmarks of another version (before and
+		// after a change, in one session); tests that inject faults need
+		// one built with -tags faultinject.
+		weirBin = bin
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "weir-systest-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -187,7 +194,8 @@ func childEnv(environ []string) []string {
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "WEIR_KILL_SEED", "WEIR_KILL_CYCLES", "WEIR_BENCH_RECORDS", "WEIR_REQUIRE_SERVICES":
+		case "WEIR_KILL_SEED", "WEIR_KILL_CYCLES", "WEIR_BENCH_RECORDS", "WEIR_REQUIRE_SERVICES",
+			"WEIR_ACK_PROFILE", "WEIR_ACK_PROFILE_SECONDS", "WEIR_ACK_ONLY", "WEIR_ACK_DAEMON_ARGS", "WEIR_BIN":
 			continue
 		}
 		out = append(out, kv)

@@ -69,6 +69,23 @@ func (f osFile) Preallocate(off, n int64) error {
 	}
 }
 
+// StartWriteback implements WritebackStarter.
+func (f osFile) StartWriteback(off, n int64) error {
+	for {
+		err := unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+		switch err {
+		case nil:
+			return nil
+		case unix.EINTR:
+			continue
+		case unix.EOPNOTSUPP, unix.ENOSYS:
+			return nil
+		default:
+			return &os.PathError{Op: "sync_file_range", Path: f.File.Name(), Err: err}
+		}
+	}
+}
+
 func (osFS) Create(name string, perm os.FileMode) (File, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {

@@ -15,6 +15,24 @@ import (
 	"time"
 )
 
+// WritebackStarter is implemented by files that can start writing a range
+// of their dirty pages to disk without waiting for it
+// (sync_file_range(SYNC_FILE_RANGE_WRITE) on Linux). It promises nothing
+// about durability — only Sync does — it only spreads the work of a later
+// Sync out in time. Callers use it where available and skip it elsewhere.
+type WritebackStarter interface {
+	StartWriteback(off, n int64) error
+}
+
+// StartWriteback starts writeback of [off, off+n) of f if f can (see
+// WritebackStarter), else does nothing.
+func StartWriteback(f File, off, n int64) error {
+	if w, ok := f.(WritebackStarter); ok && n > 0 {
+		return w.StartWriteback(off, n)
+	}
+	return nil
+}
+
 // File is an open file. Implementations must keep one descriptor from write
 // to sync: weir never closes and reopens a file between a write and the sync
 // that makes it durable.

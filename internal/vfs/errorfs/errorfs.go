@@ -9,8 +9,11 @@
 // fires a single time and then lets everything through again. A Torn write
 // rule writes a prefix of the buffer to the wrapped file first (half of it,
 // or TornBytes bytes) and then fails, like a write interrupted by a full
-// disk. When several rules match a call, the first one (in the order they
-// were added) that fires decides; every matching rule counts the call.
+// disk. A Delay rule holds the call for its Delay first, and then lets it
+// through (or fails it, if the rule names an errno): a slow disk rather
+// than a broken one. When several rules match a call, the first one (in the
+// order they were added) that fires decides; every matching rule counts the
+// call.
 //
 // The FS counts every call per operation and per (operation, path), so a
 // test can assert for example that fdatasync was not retried on a file, and
@@ -34,12 +37,15 @@
 //	       | "torn=" N      (write) write N bytes (at most the buffer), then fail
 //	       | "larger=" N    (write, preallocate) match only calls of more
 //	                        than N bytes, like a disk with N bytes free
+//	       | "delay=" D     hold the call for D (a Go duration, e.g. 40ms),
+//	                        then let it through unless an errno is given
 //	       | errno          EIO (default), ENOSPC, EDQUOT, EROFS, EACCES, ...
 //
 // Example: "sync:*/shard-000/*.wab:after=3:EIO;write:*:after=10:ENOSPC:torn"
 // fails the fourth and every later fdatasync of open segments of shard 0
 // with EIO, and tears the eleventh and every later write anywhere with
-// ENOSPC. Whitespace around rules is ignored; an empty spec has no rules.
+// ENOSPC; "sync:*.wab:delay=40ms" makes every fdatasync of an open segment
+// take 40 ms longer. Whitespace around rules is ignored; an empty spec has no rules.
 //
 // "open" covers both Open and OpenReadWrite; "read" covers Read and ReadAt;
 // "rename" matches when either the old or the new name matches the glob.
@@ -111,7 +117,14 @@ type Rule struct {
 	// only calls of more than Larger bytes; smaller ones are not even
 	// counted by it.
 	Larger int64
+	// Delay holds a call this rule fires for that long before it goes on.
+	// With Errno 0 a Delay rule then lets the call through (it is not an
+	// injected failure); with an Errno it fails it.
+	Delay time.Duration
 }
+
+// delayOnly reports that the rule slows calls down without failing them.
+func (r Rule) delayOnly() bool { return r.Delay > 0 && r.Errno == 0 }
 
 func (r Rule) errno() syscall.Errno {
 	if r.Errno == 0 {
@@ -139,6 +152,12 @@ func (r Rule) String() string {
 	if r.Larger > 0 {
 		fmt.Fprintf(&b, ":larger=%d", r.Larger)
 	}
+	if r.Delay > 0 {
+		fmt.Fprintf(&b, ":delay=%s", r.Delay)
+		if r.delayOnly() {
+			return b.String()
+		}
+	}
 	if r.Torn {
 		if r.TornBytes > 0 {
 			fmt.Fprintf(&b, ":torn=%d", r.TornBytes)
@@ -165,6 +184,8 @@ type Event struct {
 	Err  error // the call's result, injected or real
 	// Injected reports that the rule engine produced Err.
 	Injected bool
+	// Delayed is how long a delay rule held the call (0: not held).
+	Delayed time.Duration
 }
 
 type ruleState struct {
@@ -187,6 +208,7 @@ type FS struct {
 	calls     [numOps]int
 	pathCalls map[opPath]int
 	injected  int
+	delayed   int
 	hook      func(Event)
 }
 
@@ -254,6 +276,13 @@ func (fs *FS) Injected() int {
 	return fs.injected
 }
 
+// Delayed is how many calls a delay-only rule held and then let through.
+func (fs *FS) Delayed() int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.delayed
+}
+
 // check counts a call and returns the rule that fires for it, if any.
 func (fs *FS) check(op Op, paths ...string) *Rule { return fs.checkSize(op, -1, paths...) }
 
@@ -279,7 +308,11 @@ func (fs *FS) checkSize(op Op, size int64, paths ...string) *Rule {
 		rule := r.Rule
 		hit = &rule
 	}
-	if hit != nil {
+	switch {
+	case hit == nil:
+	case hit.delayOnly():
+		fs.delayed++
+	default:
 		fs.injected++
 	}
 	return hit
@@ -297,13 +330,25 @@ func anyMatch(glob string, paths []string) bool {
 	return false
 }
 
-func (fs *FS) done(op Op, path string, err error, injected bool) {
+func (fs *FS) done(op Op, path string, err error, injected bool, delayed time.Duration) {
 	fs.mu.Lock()
 	h := fs.hook
 	fs.mu.Unlock()
 	if h != nil {
-		h(Event{Op: op, Path: path, Err: err, Injected: injected})
+		h(Event{Op: op, Path: path, Err: err, Injected: injected, Delayed: delayed})
 	}
+}
+
+// hold applies a firing rule's delay and reports whether the call then
+// goes through (a delay-only rule), with the time it was held.
+func hold(r *Rule) (pass bool, delayed time.Duration) {
+	if r == nil {
+		return true, 0
+	}
+	if r.Delay > 0 {
+		time.Sleep(r.Delay)
+	}
+	return r.delayOnly(), r.Delay
 }
 
 func injectErr(op Op, path string, r *Rule) error {
@@ -312,13 +357,15 @@ func injectErr(op Op, path string, r *Rule) error {
 
 // do runs a call that returns only an error through the rules and the hook.
 func (fs *FS) do(op Op, path string, call func() error, extra ...string) error {
-	if r := fs.check(op, append([]string{path}, extra...)...); r != nil {
+	r := fs.check(op, append([]string{path}, extra...)...)
+	pass, delayed := hold(r)
+	if !pass {
 		err := injectErr(op, path, r)
-		fs.done(op, path, err, true)
+		fs.done(op, path, err, true, delayed)
 		return err
 	}
 	err := call()
-	fs.done(op, path, err, false)
+	fs.done(op, path, err, false, delayed)
 	return err
 }
 
@@ -412,7 +459,9 @@ func (f *file) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (f *file) Write(p []byte) (int, error) {
-	if r := f.fs.checkSize(OpWrite, int64(len(p)), f.name); r != nil {
+	r := f.fs.checkSize(OpWrite, int64(len(p)), f.name)
+	pass, delayed := hold(r)
+	if !pass {
 		n := 0
 		if r.Torn && len(p) > 0 {
 			k := len(p) / 2
@@ -422,11 +471,11 @@ func (f *file) Write(p []byte) (int, error) {
 			n, _ = f.f.Write(p[:k])
 		}
 		err := injectErr(OpWrite, f.name, r)
-		f.fs.done(OpWrite, f.name, err, true)
+		f.fs.done(OpWrite, f.name, err, true, delayed)
 		return n, err
 	}
 	n, err := f.f.Write(p)
-	f.fs.done(OpWrite, f.name, err, false)
+	f.fs.done(OpWrite, f.name, err, false, delayed)
 	return n, err
 }
 
@@ -443,15 +492,22 @@ func (f *file) Truncate(size int64) error {
 }
 
 func (f *file) Preallocate(off, n int64) error {
-	if r := f.fs.checkSize(OpPreallocate, n, f.name); r != nil {
+	r := f.fs.checkSize(OpPreallocate, n, f.name)
+	pass, delayed := hold(r)
+	if !pass {
 		err := injectErr(OpPreallocate, f.name, r)
-		f.fs.done(OpPreallocate, f.name, err, true)
+		f.fs.done(OpPreallocate, f.name, err, true, delayed)
 		return err
 	}
 	err := f.f.Preallocate(off, n)
-	f.fs.done(OpPreallocate, f.name, err, false)
+	f.fs.done(OpPreallocate, f.name, err, false, delayed)
 	return err
 }
+
+// StartWriteback passes the call on to the wrapped file, if it can start
+// writeback (vfs.WritebackStarter); no rule applies to it, since it
+// promises nothing.
+func (f *file) StartWriteback(off, n int64) error { return vfs.StartWriteback(f.f, off, n) }
 
 func (f *file) Seek(offset int64, whence int) (int64, error) { return f.f.Seek(offset, whence) }
 func (f *file) Stat() (os.FileInfo, error)                   { return f.f.Stat() }

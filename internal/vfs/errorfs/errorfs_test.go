@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestMatch(t *testing.T) {
@@ -63,6 +64,10 @@ func TestParse(t *testing.T) {
 		{spec: "preallocate:*.wab:larger=1048576:ENOSPC", want: []Rule{{Op: OpPreallocate, Path: "*.wab", Larger: 1 << 20, Errno: syscall.ENOSPC}}},
 		{spec: "write:*:larger=0", wantErr: true},
 		{spec: "sync:*:larger=5", wantErr: true},
+		{spec: "sync:*.wab:delay=40ms", want: []Rule{{Op: OpSync, Path: "*.wab", Delay: 40 * time.Millisecond}}},
+		{spec: "write:*:after=2:delay=1s:ENOSPC", want: []Rule{{Op: OpWrite, Path: "*", After: 2, Delay: time.Second, Errno: syscall.ENOSPC}}},
+		{spec: "sync:*:delay=0s", wantErr: true},
+		{spec: "sync:*:delay=soon", wantErr: true},
 	}
 	for _, c := range cases {
 		got, err := Parse(c.spec)
@@ -85,10 +90,75 @@ func TestParse(t *testing.T) {
 			again, err := Parse(got[i].String())
 			if err != nil || len(again) != 1 || again[0].Op != got[i].Op || again[0].After != got[i].After ||
 				again[0].errno() != got[i].errno() || again[0].Torn != got[i].Torn || again[0].Once != got[i].Once ||
-				again[0].Larger != got[i].Larger {
+				again[0].Larger != got[i].Larger || again[0].Delay != got[i].Delay || again[0].delayOnly() != got[i].delayOnly() {
 				t.Errorf("round trip of %q: %v, %v", got[i].String(), again, err)
 			}
 		}
+	}
+}
+
+// TestDelay: a delay-only rule holds each call it fires for and lets it
+// through; with an errno it fails the call after the delay.
+func TestDelay(t *testing.T) {
+	const d = 30 * time.Millisecond
+	cases := []struct {
+		name     string
+		rule     Rule
+		wantFail []bool // per sync
+		held     []bool // per sync: held at least d
+	}{
+		{"delay only", Rule{Op: OpSync, Path: "*.log", After: 1, Delay: d}, []bool{false, false, false}, []bool{false, true, true}},
+		{"delay then fail", Rule{Op: OpSync, Path: "*.log", Delay: d, Errno: syscall.EIO, Once: true}, []bool{true, false}, []bool{true, false}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fs := New(nil, c.rule)
+			var events []Event
+			fs.SetHook(func(e Event) { events = append(events, e) })
+			f, err := fs.Create(filepath.Join(t.TempDir(), "x.log"), 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			for i := range c.wantFail {
+				t0 := time.Now()
+				err := f.Sync()
+				el := time.Since(t0)
+				if (err != nil) != c.wantFail[i] {
+					t.Errorf("sync %d: err %v, want failure %v", i, err, c.wantFail[i])
+				}
+				if c.held[i] && el < d {
+					t.Errorf("sync %d took %v, want at least %v", i, el, d)
+				}
+				if !c.held[i] && el >= d {
+					t.Errorf("sync %d took %v: held though the rule did not fire", i, el)
+				}
+			}
+			delayed, injected := 0, 0
+			for i, want := range c.held {
+				if want {
+					delayed++
+				}
+				if c.wantFail[i] {
+					injected++
+				}
+			}
+			if fs.Injected() != injected {
+				t.Errorf("Injected() = %d, want %d", fs.Injected(), injected)
+			}
+			if want := delayed - injected; fs.Delayed() != want {
+				t.Errorf("Delayed() = %d, want %d", fs.Delayed(), want)
+			}
+			n := 0
+			for _, e := range events {
+				if e.Op == OpSync && e.Delayed == d {
+					n++
+				}
+			}
+			if n != delayed {
+				t.Errorf("%d sync events report the delay, want %d", n, delayed)
+			}
+		})
 	}
 }
 

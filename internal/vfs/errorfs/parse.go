@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/weir-io/weir/internal/vfs"
 )
@@ -110,6 +111,12 @@ func parseRule(s string) (Rule, error) {
 				return Rule{}, fmt.Errorf("bad %q: want larger=N with N > 0", p)
 			}
 			r.Larger = n
+		case strings.HasPrefix(p, "delay="):
+			d, err := time.ParseDuration(p[len("delay="):])
+			if err != nil || d <= 0 {
+				return Rule{}, fmt.Errorf("bad %q: want delay=D with a positive Go duration", p)
+			}
+			r.Delay = d
 		case p == "torn":
 			r.Torn = true
 		case strings.HasPrefix(p, "torn="):
