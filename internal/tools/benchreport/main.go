@@ -259,7 +259,7 @@ func cell(s *series, k, format string) string {
 
 // ackReport renders BenchmarkAckDepth: weir and Redis (appendfsync always)
 // at the same pipeline depth, each figure the median of the runs, ratios
-// the median of each run's own ratio, and the aims.
+// the median of each run's own ratio, and the aims set for them.
 func ackReport(order []string, byName map[string]*series, command string) string {
 	var b strings.Builder
 	disk := byName["ack/disk"]
