@@ -200,42 +200,11 @@ func ackRun(b *testing.B, set ackSetting, prof func(d *daemon)) ackResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := clients[p]
-			mine := make([]time.Duration, 0, min(perProducer/set.batch+1, 1<<20))
-			var mu sync.Mutex
-			frame := make([][]byte, set.batch)
-			for i := range frame {
-				frame[i] = payload
+			mine, sent, err := pushFrames(ctx, clients[p], payload, set.batch, perProducer, set.tier, set.window == 1, &stop, &failed)
+			if err != nil {
+				b.Error(err)
 			}
-			sent := 0
-			for ; sent < perProducer && !stop.Load(); sent += set.batch {
-				t0 := time.Now()
-				if set.window == 1 {
-					// Wait for each ack before sending the next.
-					if err := c.PushBatch(ctx, frame, set.tier); err != nil {
-						failed.Add(1)
-					}
-					mine = append(mine, time.Since(t0))
-					continue
-				}
-				err := c.PushAsync(ctx, frame, set.tier, func(err error) {
-					if err != nil {
-						failed.Add(1)
-					}
-					mu.Lock()
-					mine = append(mine, time.Since(t0))
-					mu.Unlock()
-				})
-				if err != nil {
-					b.Error(err)
-					return
-				}
-			}
-			c.Close(ctx)
-			mu.Lock()
-			lat[p] = mine
-			counts[p] = sent
-			mu.Unlock()
+			lat[p], counts[p] = mine, sent
 		}()
 	}
 	if prof != nil {

@@ -171,32 +171,11 @@ func ingestOnce(b *testing.B, name string, tier client.Durability, batch, produc
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := clients[p]
-			mine := make([]time.Duration, 0, perProducer/batch+1)
-			var mu sync.Mutex
-			frame := make([][]byte, batch)
-			for i := range frame {
-				frame[i] = payload
+			mine, _, err := pushFrames(ctx, clients[p], payload, batch, perProducer, tier, false, nil, &failed)
+			if err != nil {
+				b.Error(err)
 			}
-			for sent := 0; sent < perProducer; sent += batch {
-				t0 := time.Now()
-				err := c.PushAsync(ctx, frame, tier, func(err error) {
-					if err != nil {
-						failed.Add(1)
-					}
-					mu.Lock()
-					mine = append(mine, time.Since(t0))
-					mu.Unlock()
-				})
-				if err != nil {
-					b.Error(err)
-					return
-				}
-			}
-			c.Close(ctx)
-			mu.Lock()
 			lat[p] = mine
-			mu.Unlock()
 		}()
 	}
 	wg.Wait()
@@ -276,3 +255,45 @@ func BenchmarkWireVersions(b *testing.B) {
 var wirePairs int
 
 func sortDurations(s []time.Duration) { slices.Sort(s) }
+
+// pushFrames pushes frames of batch copies of payload through c until n
+// records are sent (or stop is set), each frame either awaited before the
+// next (await) or pushed asynchronously within the client's window, and
+// closes c. It returns each frame's ack latency and the records sent;
+// refused pushes are counted in failed.
+func pushFrames(ctx context.Context, c *client.Client, payload []byte, batch, n int, tier client.Durability,
+	await bool, stop *atomic.Bool, failed *atomic.Int64) ([]time.Duration, int, error) {
+	mine := make([]time.Duration, 0, min(n/batch+1, 1<<20))
+	var mu sync.Mutex
+	frame := make([][]byte, batch)
+	for i := range frame {
+		frame[i] = payload
+	}
+	sent := 0
+	for ; sent < n && (stop == nil || !stop.Load()); sent += batch {
+		t0 := time.Now()
+		if await {
+			if err := c.PushBatch(ctx, frame, tier); err != nil {
+				failed.Add(1)
+			}
+			mine = append(mine, time.Since(t0))
+			continue
+		}
+		err := c.PushAsync(ctx, frame, tier, func(err error) {
+			if err != nil {
+				failed.Add(1)
+			}
+			mu.Lock()
+			mine = append(mine, time.Since(t0))
+			mu.Unlock()
+		})
+		if err != nil {
+			c.Close(ctx)
+			return nil, sent, err
+		}
+	}
+	c.Close(ctx) // waits for the outstanding acks, so mine is complete
+	mu.Lock()
+	defer mu.Unlock()
+	return mine, sent, nil
+}
