@@ -10,7 +10,7 @@ import (
 // bytes, an integer or a boolean in its text form — and raw_dir is made
 // absolute against the working directory like every path.
 func TestTableKeysAsSettings(t *testing.T) {
-	c, err, warns := loadTOML(t, `
+	c := loadClean(t, `
 [[secondary]]
 name = "pg"
 type = "file"
@@ -35,12 +35,6 @@ raw_dir = "origin-app"
 [source.file]
 glob = "/var/log/app/*.log"
 `)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(warns) != 0 {
-		t.Errorf("warnings: %v", warns)
-	}
 	pg, raw := c.Secondaries[0], c.Secondaries[1]
 	if pg.Sink.Durable || pg.QueueBatches != 8 || pg.QuarantineBuffer != 100 || pg.QuarantineDir != "/srv/weir/q/pg" ||
 		pg.QuarantineMaxBytes != 1<<20 || !pg.StartAtEnd {

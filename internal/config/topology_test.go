@@ -19,8 +19,22 @@ func loadTOML(t *testing.T, body string) (*Config, error, []string) {
 	return c, err, h.warnings()
 }
 
+// loadClean loads body, failing the test on an error and reporting any
+// warning.
+func loadClean(t *testing.T, body string) *Config {
+	t.Helper()
+	c, err, warns := loadTOML(t, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 0 {
+		t.Errorf("warnings: %v", warns)
+	}
+	return c
+}
+
 func TestTopologyTables(t *testing.T) {
-	c, err, warns := loadTOML(t, `
+	c := loadClean(t, `
 role = "ingest"
 recovery_mode = "skip-quarantine"
 recovery_window_records = 100
@@ -71,12 +85,6 @@ type = "file"
 [source.file]
 glob = "logs/*.log"
 `)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(warns) != 0 {
-		t.Errorf("warnings: %v", warns)
-	}
 	if c.Role != "ingest" || c.RecoveryMode != "skip-quarantine" || c.RecoveryWindowRecords != 100 || c.CoverageFlushInterval != 50*time.Millisecond {
 		t.Errorf("scalars: %+v", c)
 	}
@@ -118,7 +126,7 @@ glob = "logs/*.log"
 // TestRecoveryNodeConfig: a recovery node shares the ingest node's raw
 // directory under its own data_dir.
 func TestRecoveryNodeConfig(t *testing.T) {
-	c, err, warns := loadTOML(t, `
+	c := loadClean(t, `
 role = "recovery"
 data_dir = "/srv/weir-recovery"
 [sink.file]
@@ -129,12 +137,6 @@ type = "postgres"
 [secondary.postgres]
 dsn = "postgres://u@h/db"
 `)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(warns) != 0 {
-		t.Errorf("warnings: %v", warns)
-	}
 	if c.Role != "recovery" || fileSink(c.Sink).Dir != "/srv/weir/data/out" || c.WABDir != "/srv/weir-recovery/wab" || len(c.Secondaries) != 1 {
 		t.Errorf("recovery node: %+v", c)
 	}
@@ -143,7 +145,7 @@ dsn = "postgres://u@h/db"
 // TestOwnRawConfig: a file source that is its own raw keeps its index and
 // offset store under data_dir/origin/<name> unless raw_dir says otherwise.
 func TestOwnRawConfig(t *testing.T) {
-	c, err, warns := loadTOML(t, `
+	c := loadClean(t, `
 data_dir = "/srv/weir"
 [[source]]
 name = "app"
@@ -157,12 +159,6 @@ type = "postgres"
 [secondary.postgres]
 dsn = "postgres://u@h/db"
 `)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(warns) != 0 {
-		t.Errorf("warnings: %v", warns)
-	}
 	sc, ok := c.OwnRawSource()
 	if !ok || sc.Name != "app" || sc.RawDir != "/srv/weir/origin/app" {
 		t.Errorf("own raw source: %+v, %v", sc, ok)
@@ -171,7 +167,7 @@ dsn = "postgres://u@h/db"
 
 // TestRawGateConfig: gate = "raw" with a source and a Postgres primary raw.
 func TestRawGateConfig(t *testing.T) {
-	c, err, warns := loadTOML(t, `
+	c := loadClean(t, `
 gate = "raw"
 [sink]
 type = "postgres"
@@ -185,12 +181,6 @@ brokers = ["k:9092"]
 topics = ["orders"]
 group = "weir"
 `)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(warns) != 0 {
-		t.Errorf("warnings: %v", warns)
-	}
 	if c.Gate != "raw" || len(c.Sources) != 1 {
 		t.Errorf("gate %q, %d sources", c.Gate, len(c.Sources))
 	}
@@ -588,7 +578,7 @@ glob = "/x/*"`, []string{`[[source]] "s": table is not allowed with role = "reco
 // list as an array or one comma-separated string, a size with a unit, 0
 // for a kind default — and unset keys take the kind's defaults.
 func TestSourceKeysAsSettings(t *testing.T) {
-	c, err, warns := loadTOML(t, `
+	c := loadClean(t, `
 [[source]]
 name = "k"
 type = "kafka"
@@ -604,12 +594,6 @@ type = "file"
 glob = "/logs/*.log"
 max_line_bytes = "64KiB"
 `)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(warns) != 0 {
-		t.Errorf("warnings: %v", warns)
-	}
 	k := c.Sources[0].Settings.(*kafkasrc.Config)
 	if strings.Join(k.Brokers, ",") != "k1:9092,k2:9092" || strings.Join(k.Topics, ",") != "a,b" || k.MaxPollRecords != 0 ||
 		k.SessionTimeout != kafkasrc.DefaultSessionTimeout {
@@ -623,7 +607,7 @@ max_line_bytes = "64KiB"
 // TestSecondaryNotDurable: durable = false is accepted for a secondary of
 // a kind that can honour it, kept per secondary, and true by default.
 func TestSecondaryNotDurable(t *testing.T) {
-	c, err, warns := loadTOML(t, `
+	c := loadClean(t, `
 [[secondary]]
 name = "files"
 type = "file"
@@ -645,12 +629,6 @@ dsn = "postgres://u@h/db"
 name = "kept"
 type = "file"
 `)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(warns) != 0 {
-		t.Errorf("warnings: %v", warns)
-	}
 	want := map[string]bool{"files": false, "pq": false, "pg": false, "kept": true}
 	for _, sc := range c.Secondaries {
 		if sc.Sink.Durable != want[sc.Name] {
