@@ -353,21 +353,7 @@ func ackDiskBaseline(b *testing.B) diskResult {
 	r.preP50, r.preP99 = q[0], q[1]
 	r.recRate, q = syncLoop(ackRecordFrame, true)
 	r.recP50, r.recP99 = q[0], q[1]
-	f, err := vfs.OS.Create(filepath.Join(dir, "bw"), 0o600)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 1<<20)
-	const n = 256
-	start := time.Now()
-	for range n {
-		f.Write(buf)
-		if err := f.Sync(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	r.mib = n / time.Since(start).Seconds()
+	r.mib = diskBandwidthMiB(b, dir)
 	return r
 }
 
