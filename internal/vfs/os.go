@@ -19,17 +19,30 @@ type osFS struct{}
 
 type osFile struct{ *os.File }
 
-func (f osFile) Sync() error {
+// call makes a system call again for as long as it is interrupted
+// (EINTR); it returns nil, or the error as an *os.PathError naming op and
+// the file, except the errnos in unsupported, which mean "not here" and
+// also return nil.
+func (f osFile) call(op string, fn func() error, unsupported ...unix.Errno) error {
 	for {
-		err := unix.Fdatasync(int(f.Fd()))
-		if err == unix.EINTR {
+		err := fn()
+		switch {
+		case err == nil:
+			return nil
+		case err == unix.EINTR:
 			continue
 		}
-		if err != nil {
-			return &os.PathError{Op: "fdatasync", Path: f.File.Name(), Err: err}
+		for _, u := range unsupported {
+			if err == u {
+				return nil
+			}
 		}
-		return nil
+		return &os.PathError{Op: op, Path: f.File.Name(), Err: err}
 	}
+}
+
+func (f osFile) Sync() error {
+	return f.call("fdatasync", func() error { return unix.Fdatasync(int(f.Fd())) })
 }
 
 func (f osFile) Birth() time.Time { return Birth(f.File) }
@@ -54,36 +67,17 @@ func (f osFile) Preallocate(off, n int64) error {
 	if n <= 0 {
 		return nil
 	}
-	for {
-		err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
-		switch err {
-		case nil:
-			return nil
-		case unix.EINTR:
-			continue
-		case unix.EOPNOTSUPP, unix.ENOSYS:
-			return nil // not supported here: growing on write still works
-		default:
-			return &os.PathError{Op: "fallocate", Path: f.File.Name(), Err: err}
-		}
-	}
+	// Not supported here (EOPNOTSUPP, ENOSYS): growing on write still works.
+	return f.call("fallocate", func() error {
+		return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
+	}, unix.EOPNOTSUPP, unix.ENOSYS)
 }
 
 // StartWriteback implements WritebackStarter.
 func (f osFile) StartWriteback(off, n int64) error {
-	for {
-		err := unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
-		switch err {
-		case nil:
-			return nil
-		case unix.EINTR:
-			continue
-		case unix.EOPNOTSUPP, unix.ENOSYS:
-			return nil
-		default:
-			return &os.PathError{Op: "sync_file_range", Path: f.File.Name(), Err: err}
-		}
-	}
+	return f.call("sync_file_range", func() error {
+		return unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+	}, unix.EOPNOTSUPP, unix.ENOSYS)
 }
 
 func (osFS) Create(name string, perm os.FileMode) (File, error) {
