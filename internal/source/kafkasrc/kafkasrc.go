@@ -302,19 +302,20 @@ func (s *Source) records(cluster string, batch []*kgo.Record) []source.Record {
 	allPos := string(pos)
 	for i, r := range batch {
 		rec := &recs[i]
+		at := recordTime(r)
 		start := 0
 		if i > 0 {
 			start = ends[i-1]
 		}
 		*rec = source.Record{
-			ID: source.TimedID(recordTime(r), []byte(cluster), []byte(r.Topic), source.Uint64(uint64(r.Partition)),
+			ID: source.TimedID(at, []byte(cluster), []byte(r.Topic), source.Uint64(uint64(r.Partition)),
 				source.Uint64(uint64(r.Offset)), r.Value),
 			Payload:   r.Value,
 			Source:    s.opts.Name,
 			Key:       r.Key,
 			OriginPos: allPos[start:ends[i]],
+			Time:      at,
 		}
-		rec.Time = recordTime(r)
 		if len(r.Headers) > 0 {
 			start := len(hdrs)
 			for _, h := range r.Headers {
