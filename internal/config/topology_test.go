@@ -33,6 +33,21 @@ func loadClean(t *testing.T, body string) *Config {
 	return c
 }
 
+// wantLoadError loads body and fails the test unless loading fails with
+// an error holding every text of want.
+func wantLoadError(t *testing.T, body string, want []string) {
+	t.Helper()
+	_, err, _ := loadTOML(t, body)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q:\n%v", w, err)
+		}
+	}
+}
+
 func TestTopologyTables(t *testing.T) {
 	c := loadClean(t, `
 role = "ingest"
@@ -560,17 +575,7 @@ type = "file"
 [source.file]
 glob = "/x/*"`, []string{`[[source]] "s": table is not allowed with role = "recovery"`, `tcp_listen = "127.0.0.1:7000": must be empty with role = "recovery"`}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err, _ := loadTOML(t, tc.body)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error lacks %q:\n%v", w, err)
-				}
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantLoadError(t, tc.body, tc.want) })
 	}
 }
 
