@@ -15,6 +15,7 @@ import (
 
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/daemon"
+	"github.com/weir-io/weir/internal/flow"
 )
 
 const usage = `weir — crash-safe ingestion engine
@@ -91,6 +92,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := daemon.Run(ctx, cfg, log); err != nil {
 		log.Error("weir serve failed", "err", err)
+		if errors.Is(err, flow.ErrStuck) {
+			return flow.ExitStuck
+		}
 		return 1
 	}
 	return 0

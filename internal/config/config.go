@@ -98,6 +98,8 @@ type Config struct {
 	LiveStallTimeout time.Duration // live_stall_timeout
 	DebugPprof       bool          // debug_pprof
 
+	Flow FlowConfig // memory_budget, record_size_estimate, [flow]
+
 	LogLevel  string // log_level: debug|info|warn|error
 	LogFormat string // log_format: text|json
 
@@ -315,6 +317,7 @@ func validate(ks []knob, c *Config, wd string) []error {
 
 	errs = append(errs, validateTLS(ks, c, wd)...)
 	errs = append(errs, validateSinkKind(ks, c, wd)...)
+	errs = append(errs, validateFlow(ks, c)...)
 	if c.DrainRetryMax < c.DrainRetryBase {
 		k := knobByKey(ks, "drain_retry_max")
 		errs = append(errs, invalid(k, formatDuration(c.DrainRetryMax),

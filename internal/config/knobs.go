@@ -301,7 +301,7 @@ func knobsFor(reg *component.Registry) []knob {
 
 // scalarKnobs are the settings declared here, in documentation order.
 func scalarKnobs(reg *component.Registry) []knob {
-	return []knob{
+	ks := []knob{
 		pathKnob("data_dir", DefaultDataDir, "", "Directory for the daemon's state; the other paths default to places under it.",
 			func(p *partial) **string { return &p.DataDir }, func(c *Config) *string { return &c.DataDir }),
 		pathKnob("socket_path", "", "<data_dir>/"+DefaultSocketName, "Unix socket producers connect to.",
@@ -389,7 +389,9 @@ func scalarKnobs(reg *component.Registry) []knob {
 			func(p *partial) **time.Duration { return &p.RecoveryWindowTime }, func(c *Config) *time.Duration { return &c.RecoveryWindowTime }),
 		durationKnob("coverage_flush_interval", DefaultCoverageFlush, 10*time.Millisecond, time.Minute, "How often the secondaries' coverage is written to the offset store in the raw directory (and the recovery gauges are updated).",
 			func(p *partial) **time.Duration { return &p.CoverageFlushInterval }, func(c *Config) *time.Duration { return &c.CoverageFlushInterval }),
-
+	}
+	ks = append(ks, flowKnobs()...)
+	return append(ks,
 		hostKnob("metrics_bind", DefaultMetricsBind, "Address the metrics and health endpoint listens on: an IP address or a host name. The endpoint is unauthenticated; keep it on loopback or a private network.",
 			func(p *partial) **string { return &p.MetricsBind }, func(c *Config) *string { return &c.MetricsBind }),
 		intKnob("metrics_port", DefaultMetricsPort, 0, 65535, "TCP port of the metrics and health endpoint (/metrics, /live, /ready); 0 turns the endpoint off.",
@@ -403,7 +405,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 			func(p *partial) **string { return &p.LogLevel }, func(c *Config) *string { return &c.LogLevel }),
 		enumKnob("log_format", DefaultLogFormat, []string{"text", "json"}, "Log line format.",
 			func(p *partial) **string { return &p.LogFormat }, func(c *Config) *string { return &c.LogFormat }),
-	}
+	)
 }
 
 // partial is one layer's view of the configuration: nil means the layer
@@ -453,6 +455,8 @@ type partial struct {
 	CoverageFlushInterval *time.Duration
 
 	LogLevel, LogFormat *string
+
+	flow flowPartial
 
 	// topology holds the [[secondary]] and [[source]] tables as read from
 	// the file; they have no flag or environment form.

@@ -15,6 +15,7 @@ import (
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/wab"
 )
@@ -26,7 +27,34 @@ import (
 // recovery-only node instead (runRecoveryNode), with a source that is its
 // own raw an origin node (runOriginNode), and with gate = "raw" a node
 // whose sources write straight into the [sink] (runRawGateNode).
+//
+// If flow control's stuck detector reaches its exit stage the daemon shuts
+// down as on SIGTERM and Run returns an error wrapping flow.ErrStuck
+// (`weir serve` exits with flow.ExitStuck).
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ctx = context.WithValue(ctx, stuckKey{}, func() { cancel(flow.ErrStuck) })
+	err := run(ctx, cfg, log)
+	if cause := context.Cause(ctx); errors.Is(cause, flow.ErrStuck) {
+		return errors.Join(fmt.Errorf("daemon stopped by the stuck detector: %w", cause), err)
+	}
+	return err
+}
+
+// stuckKey carries, in Run's context, the function that stops the daemon
+// for the stuck detector.
+type stuckKey struct{}
+
+// stuckFrom returns the function Run put in ctx (a no-op outside Run).
+func stuckFrom(ctx context.Context) func() {
+	if f, ok := ctx.Value(stuckKey{}).(func()); ok {
+		return f
+	}
+	return func() {}
+}
+
+func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	fs, err := faultFS(vfs.OS)
 	if err != nil {
 		return err

@@ -25,6 +25,7 @@ type telemetry struct {
 	h   *metrics.Health
 	srv *metrics.Server
 	log *slog.Logger
+	fc  *flowControl // the memory budget and the flow controller
 }
 
 // startTelemetry makes the metrics and, unless metrics_port is 0, binds
@@ -35,6 +36,8 @@ func startTelemetry(ctx context.Context, cfg *config.Config, log *slog.Logger, n
 	m, reg := metrics.New(metrics.Config{Shards: cfg.Shards, Sink: cfg.Sink.Type, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes})
 	t := &telemetry{m: m, reg: reg, h: metrics.NewHealth(cfg.LiveStallTimeout, log), log: log}
 	t.h.NotReady(notReady)
+	t.fc = startFlow(cfg, m, log, stuckFrom(ctx))
+	t.h.WatchStuck(t.fc.ctl)
 	if cfg.MetricsPort == 0 {
 		log.Info("metrics endpoint disabled (metrics_port = 0)")
 		return t, nil
@@ -47,6 +50,7 @@ func startTelemetry(ctx context.Context, cfg *config.Config, log *slog.Logger, n
 		Pprof:    cfg.DebugPprof,
 	})
 	if err != nil {
+		t.fc.close()
 		return nil, fmt.Errorf("metrics endpoint (metrics_bind, metrics_port): %w", err)
 	}
 	t.srv = srv
@@ -72,6 +76,7 @@ func (t *telemetry) watchDrain(d *drain.Drain) {
 
 // stop closes the endpoint; it is the last thing the daemon does.
 func (t *telemetry) stop() {
+	t.fc.close()
 	if t.srv == nil {
 		return
 	}

@@ -46,6 +46,7 @@ type Health struct {
 	mu       sync.Mutex
 	flushers Flushers
 	drain    Busy
+	stuck    Liveness
 	failing  bool // the last liveness check failed (logged on change)
 }
 
@@ -84,6 +85,20 @@ func (h *Health) WatchDrain(d Busy) {
 	h.mu.Unlock()
 }
 
+// Liveness is a part of the daemon that judges its own liveness: flow
+// control's stuck detector (*flow.Controller).
+type Liveness interface {
+	Liveness() error
+}
+
+// WatchStuck adds the stuck detector to the liveness check. It watches
+// every kind of node, not only those with a buffer and a drain.
+func (h *Health) WatchStuck(l Liveness) {
+	h.mu.Lock()
+	h.stuck = l
+	h.mu.Unlock()
+}
+
 // Readiness is nil when ready, else an error giving the reason.
 func (h *Health) Readiness() error {
 	if r := h.notReady.Load(); r != nil {
@@ -108,6 +123,11 @@ func (h *Health) Liveness() error {
 	if d := h.drain; d != nil {
 		if b := d.Busy(); b > h.stall {
 			errs = append(errs, fmt.Errorf("drain busy without progress for %s (limit %s)", b.Round(time.Millisecond), h.stall))
+		}
+	}
+	if l := h.stuck; l != nil {
+		if err := l.Liveness(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	err := errors.Join(errs...)

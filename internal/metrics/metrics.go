@@ -81,6 +81,8 @@ type Metrics struct {
 
 	topoOnce sync.Once
 	topo     *Topology
+	flowOnce sync.Once
+	flow     *Flow
 
 	// Server.
 	connOpen      prometheus.Gauge

@@ -1,0 +1,39 @@
+package flow
+
+import (
+	"math"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+)
+
+// FallbackLimit is the budget when neither GOMEMLIMIT nor a cgroup memory
+// limit says how much memory the process may use.
+const FallbackLimit = 512 << 20
+
+// cgroupMemoryMax is the cgroup v2 limit of the process's cgroup.
+var cgroupMemoryMax = "/sys/fs/cgroup/memory.max"
+
+// DefaultLimit derives the budget: half of the Go memory limit
+// (GOMEMLIMIT, debug.SetMemoryLimit) or of the cgroup's memory.max,
+// whichever is set and smaller, else FallbackLimit. Half, because the
+// budget counts records, and the runtime, the garbage collector's headroom,
+// encode buffers and goroutine stacks need the rest. from names the
+// source, for the start-up log.
+func DefaultLimit() (limit int64, from string) {
+	limit, from = math.MaxInt64, ""
+	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
+		limit, from = l, "GOMEMLIMIT"
+	}
+	if b, err := os.ReadFile(cgroupMemoryMax); err == nil {
+		s := strings.TrimSpace(string(b))
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 && n < limit {
+			limit, from = n, "cgroup memory.max"
+		}
+	}
+	if from == "" {
+		return FallbackLimit, "fallback"
+	}
+	return limit / 2, "half of " + from
+}
