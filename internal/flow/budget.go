@@ -220,8 +220,13 @@ func (b *Budget) AcquireWithin(n int64, d time.Duration) (bool, error) {
 	case <-t.C:
 		return true, nil
 	case <-timer.C:
-		// Cancel decides under the lock: granted meanwhile, it gives the
-		// bytes back, so nothing is held either way.
+		select {
+		case <-t.C: // granted as the timer fired
+			return true, nil
+		default:
+		}
+		// Cancel decides under the lock: granted since, it gives the bytes
+		// back, so nothing is held either way.
 		t.Cancel()
 		return false, nil
 	}
