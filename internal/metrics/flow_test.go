@@ -212,7 +212,7 @@ func TestHealthWatchesStuckDetector(t *testing.T) {
 		HeapBytes: func() int64 { return 0 }, Now: func() time.Time { return now }})
 	h := NewHealth(time.Minute, quiet)
 	h.WatchStuck(c)
-	b.TryAcquire(800) // held, and nothing moves
+	b.TryAcquire(800)  // held, and nothing moves
 	for i := range 2 { // 0 s: the condition begins; 1 s: warn
 		c.Sample()
 		if err := h.Liveness(); err != nil {
