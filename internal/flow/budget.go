@@ -241,7 +241,7 @@ func (b *Budget) Release(n int64) {
 		return
 	}
 	b.mu.Lock()
-	waits := b.release(n, true, nil)
+	waits := b.release(n, true)
 	b.mu.Unlock()
 	b.observe(waits...)
 }
@@ -256,7 +256,7 @@ func (t *Ticket) Release() {
 		panic("flow: release of a ticket that is not held")
 	}
 	t.done = true
-	waits := b.release(t.n, true, nil)
+	waits := b.release(t.n, true)
 	b.mu.Unlock()
 	b.observe(waits...)
 }
@@ -277,7 +277,7 @@ func (t *Ticket) Cancel() (wasGranted bool) {
 	t.done = true
 	var waits []time.Duration
 	if t.granted {
-		waits = b.release(t.n, false, nil)
+		waits = b.release(t.n, false)
 	} else {
 		for i, w := range b.waiters {
 			if w == t {
@@ -287,7 +287,7 @@ func (t *Ticket) Cancel() (wasGranted bool) {
 			}
 		}
 		// t may have been the head that held the others back.
-		waits = b.wake(nil)
+		waits = b.wake()
 	}
 	b.mu.Unlock()
 	b.observe(waits...)
@@ -297,7 +297,7 @@ func (t *Ticket) Cancel() (wasGranted bool) {
 // release gives back n bytes, counting an acknowledgement if ack, and
 // grants what then fits; b.mu is held (and unlocked before it panics on
 // a release of more than is held). It returns the waits to observe.
-func (b *Budget) release(n int64, ack bool, waits []time.Duration) []time.Duration {
+func (b *Budget) release(n int64, ack bool) []time.Duration {
 	if n > b.used {
 		used := b.used
 		b.mu.Unlock()
@@ -311,7 +311,7 @@ func (b *Budget) release(n int64, ack bool, waits []time.Duration) []time.Durati
 			b.step()
 		}
 	}
-	return b.wake(waits)
+	return b.wake()
 }
 
 // grant gives a waiting t its bytes; b.mu is held.
@@ -321,8 +321,8 @@ func (b *Budget) grant(t *Ticket) {
 	close(t.c)
 }
 
-// wake grants waiters in order while they fit, appending how long each
-// waited to waits (when they are observed); b.mu is held.
+// wake grants waiters in order while they fit and returns how long each
+// waited (when waits are observed); b.mu is held.
 //
 // A waiter larger than all that is grantable — possible only after
 // SetLimit lowered the limit under a reservation already queued — is
@@ -330,7 +330,7 @@ func (b *Budget) grant(t *Ticket) {
 // (its holder waits on C) and leaving it at the head would stall every
 // reservation behind it for good. The overrun is that one record, which
 // fitted the budget when it was reserved.
-func (b *Budget) wake(waits []time.Duration) []time.Duration {
+func (b *Budget) wake() (waits []time.Duration) {
 	i := 0
 	for ; i < len(b.waiters); i++ {
 		t := b.waiters[i]
@@ -391,7 +391,7 @@ func (b *Budget) warmupTimeout(step uint64) {
 	var waits []time.Duration
 	if b.steps == step && b.grantable < b.limit && !b.closed {
 		b.step()
-		waits = b.wake(nil)
+		waits = b.wake()
 	}
 	b.mu.Unlock()
 	b.observe(waits...)
@@ -418,7 +418,7 @@ func (b *Budget) SetLimit(n int64) {
 		b.stepTimer.Stop()
 		b.stepTimer = nil
 	}
-	waits := b.wake(nil)
+	waits := b.wake()
 	b.mu.Unlock()
 	b.observe(waits...)
 }
