@@ -20,21 +20,23 @@ const ingressName = "socket"
 // a position commit and its records as written: the producer keeps its own
 // position, and the Ack is sent only once the records are durable to the
 // tier it asked for.
-func newIngress(cfg *config.Config, tlsMgr *tlsconf.Manager, m *metrics.Metrics, log *slog.Logger) *server.Ingress {
+func newIngress(cfg *config.Config, tlsMgr *tlsconf.Manager, m *metrics.Metrics, fc *flowControl, log *slog.Logger) *server.Ingress {
 	written, commits := m.Topology().SourceCounters(ingressName)
+	opts := server.Options{
+		MaxConnections:   cfg.MaxConnections,
+		MaxFrameBytes:    cfg.MaxFrameBytes,
+		FrameReadTimeout: cfg.FrameReadTimeout,
+		IdleTimeout:      cfg.IdleTimeout,
+		WriteTimeout:     cfg.WriteTimeout,
+		QueueTimeout:     cfg.QueueTimeout,
+		ConnMaxInflight:  cfg.ConnMaxInflight,
+		Logger:           log.With("component", "server"),
+		Observer:         ingressObserver{Observer: m, written: written, commits: commits},
+	}
+	fc.admitProducers(cfg, &opts)
 	return server.NewIngress(server.IngressOptions{
-		Name: ingressName,
-		Server: server.Options{
-			MaxConnections:   cfg.MaxConnections,
-			MaxFrameBytes:    cfg.MaxFrameBytes,
-			FrameReadTimeout: cfg.FrameReadTimeout,
-			IdleTimeout:      cfg.IdleTimeout,
-			WriteTimeout:     cfg.WriteTimeout,
-			QueueTimeout:     cfg.QueueTimeout,
-			ConnMaxInflight:  cfg.ConnMaxInflight,
-			Logger:           log.With("component", "server"),
-			Observer:         ingressObserver{Observer: m, written: written, commits: commits},
-		},
+		Name:        ingressName,
+		Server:      opts,
 		SocketPath:  cfg.SocketPath,
 		Extra:       func(s *server.Server) (func(), error) { return serveTCP(s, tlsMgr, cfg) },
 		StopTimeout: cfg.ShutdownTimeout,
