@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weir-io/weir/internal/config"
+	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/server"
 	"github.com/weir-io/weir/internal/tlsconf"
@@ -31,7 +32,7 @@ func newIngress(cfg *config.Config, tlsMgr *tlsconf.Manager, m *metrics.Metrics,
 		QueueTimeout:     cfg.QueueTimeout,
 		ConnMaxInflight:  cfg.ConnMaxInflight,
 		Logger:           log.With("component", "server"),
-		Observer:         ingressObserver{Observer: m, written: written, commits: commits},
+		Observer:         ingressObserver{Observer: m, written: written, commits: commits, ctl: fc.ctl},
 	}
 	fc.admitProducers(cfg, &opts)
 	return server.NewIngress(server.IngressOptions{
@@ -43,14 +44,19 @@ func newIngress(cfg *config.Config, tlsMgr *tlsconf.Manager, m *metrics.Metrics,
 	})
 }
 
-// ingressObserver adds the source counters to the server's metrics.
+// ingressObserver adds the source counters to the server's metrics, and
+// counts acks as progress for the stuck detector (a connection keeps its
+// memory credit while it is busy, so the budget's releases do not show a
+// busy socket's progress).
 type ingressObserver struct {
 	server.Observer
 	written, commits prometheus.Counter
+	ctl              *flow.Controller
 }
 
 func (o ingressObserver) Acked(d wire.Durability, frames, records, bytes int) {
 	o.Observer.Acked(d, frames, records, bytes)
 	o.written.Add(float64(records))
 	o.commits.Add(float64(frames))
+	o.ctl.Progress(frames)
 }
