@@ -21,11 +21,15 @@ import (
 // The budget is one mutex for the whole node; taking it for every frame
 // would cost more than the rest of the ack path at a million frames a
 // second. So each connection holds credit: bytes taken from the budget in
-// chunks (Server.chunk), which its frames use without a lock — one atomic
-// add when a frame is admitted (the reader), one when it is answered (the
-// writer). The reader takes more credit only when a frame does not fit
-// what the connection holds; the writer gives all of it back as soon as
-// the connection holds no frame and it has nothing to write. The credit
+// chunks (Server.chunk), which its frames use without a lock: one atomic
+// add when a frame is admitted (the reader), and one per batch of answers
+// written (the writer adds up what it answered and gives it back before it
+// flushes, or at once while the reader waits for memory) — the counter is
+// written by the reader alone most of the time, so its cache line does not
+// travel between the two for every frame. The reader takes more credit
+// only when a frame does not fit what the connection holds; the writer
+// gives all of it back as soon as the connection holds no frame and it has
+// nothing to write. The credit
 // is also the connection's byte cap (Options.ConnMaxInflightBytes): a
 // connection never holds more, but a single frame larger than the cap is
 // let in alone.
@@ -90,17 +94,21 @@ func creditChunk(limit, connCap int64) int64 {
 type credit struct {
 	// held is what the connection has taken from the budget; only
 	// holders of mu change it (the reader taking more, the writer or the
-	// connection's end giving it back).
+	// connection's end giving it back). Read for every frame, written
+	// rarely.
 	mu   sync.Mutex
 	held atomic.Int64
-	// used is what the connection's unanswered frames reserved: at most
-	// held, except for the frame being admitted. The reader adds, the
-	// writer subtracts.
-	used atomic.Int64
 	// waiting is set while the reader waits for memory; the writer then
-	// signals freed (cap 1) whenever it gives bytes back.
+	// gives back what it answered at once and signals freed (cap 1).
 	waiting atomic.Bool
 	freed   chan struct{}
+	_       [64]byte
+	// used is what the connection's unanswered frames reserved (less
+	// what the writer answered and has not given back yet): at most
+	// held, except for the frame being admitted. The reader adds, the
+	// writer subtracts. On a cache line of its own.
+	used atomic.Int64
+	_    [56]byte
 }
 
 // admitState is refill's outcome.
@@ -259,8 +267,8 @@ func (s *Server) oversize(n int64) (wire.Code, string) {
 	return s.overloaded(fmt.Sprintf("memory budget warming up: frame needs %d bytes, %d grantable so far", n, st.Grantable))
 }
 
-// release gives back the n bytes of an answered frame. Called by the
-// writer (or, at a forced shutdown, whoever drops the frame).
+// release gives back the n bytes of answered frames. Called by the
+// writer (see writeLoop's answered), or at a forced shutdown.
 func (c *conn) release(n int64) {
 	if n == 0 {
 		return

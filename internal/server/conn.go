@@ -450,7 +450,18 @@ func (c *conn) writeLoop() {
 	// acked adds up the acks written since the last flush: one Observer
 	// call per flush, made before the acks go out.
 	var acked tally
+	// answered adds up the memory of the frames answered since the last
+	// flush: given back to the connection's credit once per flush (or at
+	// once while the reader waits for memory; see admission.go).
+	var answered int64
+	giveBack := func() {
+		if answered != 0 {
+			c.release(answered)
+			answered = 0
+		}
+	}
 	flush := func() {
+		giveBack()
 		acked.report(c.s.obs.Acked)
 		if broken || bw.Buffered() == 0 {
 			return
@@ -494,6 +505,7 @@ func (c *conn) writeLoop() {
 				// connection and let the reader run out. Their memory is
 				// no longer the connection's to account for.
 				c.nc.Close()
+				giveBack()
 				if head != nil {
 					c.release(head.resv)
 				}
@@ -511,7 +523,12 @@ func (c *conn) writeLoop() {
 			p.buf.put()
 			p.buf = frameBuf{}
 		}
-		c.release(p.resv)
+		if p.resv != 0 {
+			answered += p.resv
+			if c.cr.waiting.Load() {
+				giveBack()
+			}
+		}
 		switch {
 		case p.helloAck != nil:
 			frame = wire.AppendHelloAck(frame[:0], *p.helloAck)
