@@ -68,9 +68,11 @@
 // jitter, at most WithOverloadMaxDelay — and then sends it again,
 // unchanged, before anything pushed meanwhile. Callers see only latency;
 // the request keeps its place in the window, so pushes block as the window
-// fills. WithOverloadRetries bounds the resends (then the caller gets the
-// *NackError, ErrOverloaded, with its RetryAfter); OverloadRetried counts
-// them.
+// fills. Requests already on their way when the refusal came may be
+// acknowledged before the resent one, so its records can be stored after
+// records pushed later. WithOverloadRetries bounds the resends (then the
+// caller gets the *NackError, ErrOverloaded, with its RetryAfter);
+// OverloadRetried counts them.
 //
 // # Reconnecting and at-least-once delivery
 //
