@@ -17,6 +17,34 @@ import (
 	"github.com/weir-io/weir/wab"
 )
 
+// serveForPush serves backend on a Unix socket in a fresh directory until
+// the test ends (then shuts the server down and calls after, if set) and
+// returns the socket's path.
+func serveForPush(t *testing.T, opts server.Options, backend server.Backend, after func()) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "wpush")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "s.sock")
+	srv := server.New(opts, backend)
+	if err := srv.ListenUnix(sock); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		if after != nil {
+			after()
+		}
+	})
+	return sock
+}
+
 // storeBackend acks every request at once and keeps what it would have
 // stored.
 type storeBackend struct {
@@ -49,24 +77,8 @@ func (b *storeBackend) Submit(_ context.Context, _ int, req *wab.Request, _ time
 // its own sequence number, never shared with a record of another
 // connection.
 func TestPushOneProducerManyConnections(t *testing.T) {
-	dir, err := os.MkdirTemp("", "wpush")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "s.sock")
 	b := &storeBackend{metas: map[string][]record.Meta{}}
-	srv := server.New(server.Options{}, b)
-	if err := srv.ListenUnix(sock); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	sock := serveForPush(t, server.Options{}, b, nil)
 	const lines = 1000
 	var in strings.Builder
 	for i := range lines {
@@ -115,27 +127,10 @@ func (b *slowBackend) Submit(_ context.Context, _ int, req *wab.Request, _ time.
 // every line: the frames refused Overloaded are sent again after the
 // daemon's retry-after pause, and it says how many.
 func TestPushUnderOverload(t *testing.T) {
-	dir, err := os.MkdirTemp("", "wpush")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "s.sock")
 	budget := flow.NewBudget(flow.BudgetOptions{Limit: 128 << 10, WarmupFraction: 1})
 	defer budget.Close()
 	b := &slowBackend{}
-	srv := server.New(server.Options{Budget: budget, AdmissionWait: time.Millisecond, RetryAfter: 2 * time.Millisecond}, b)
-	if err := srv.ListenUnix(sock); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-		b.wg.Wait()
-	}()
+	sock := serveForPush(t, server.Options{Budget: budget, AdmissionWait: time.Millisecond, RetryAfter: 2 * time.Millisecond}, b, b.wg.Wait)
 	const lines = 400
 	var in strings.Builder
 	for i := range lines {
