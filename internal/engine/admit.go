@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/source"
@@ -103,6 +104,9 @@ func (g *admitGate) Write(ctx context.Context, recs []source.Record) error {
 // refuseOversize stores the records whose estimate alone exceeds
 // grantable in the rejection lane and returns the others.
 func (g *admitGate) refuseOversize(ctx context.Context, recs []source.Record, sizes []int64, grantable int64) ([]source.Record, []int64, error) {
+	if g.a.Estimator.Estimate(slices.Max(sizes)) <= grantable {
+		return recs, sizes, nil // the common case, at the cost of one estimate
+	}
 	var over []oversized
 	for i, n := range sizes {
 		if est := g.a.Estimator.Estimate(n); est > grantable {
@@ -140,6 +144,13 @@ func (g *admitGate) refuseOversize(ctx context.Context, recs []source.Record, si
 // least one record: each fits alone), and that estimate.
 func (g *admitGate) part(recs []source.Record, sizes []int64, grantable int64) (n int, est int64) {
 	var total int64
+	for _, sz := range sizes {
+		total += sz
+	}
+	if est := g.a.Estimator.EstimateBatch(len(recs), total); est <= grantable {
+		return len(recs), est // the common case: the whole batch
+	}
+	total = 0
 	for n < len(recs) {
 		e := g.a.Estimator.EstimateBatch(n+1, total+sizes[n])
 		if n > 0 && e > grantable {

@@ -301,3 +301,41 @@ func TestAdmissionHold(t *testing.T) {
 		}
 	}
 }
+
+// nopSink takes every commit at once.
+type nopSink struct{}
+
+func (nopSink) Name() string                       { return "nop" }
+func (nopSink) MaxBatchSize() int                  { return 0 }
+func (nopSink) Close() error                       { return nil }
+func (nopSink) Health(context.Context) sink.Health { return sink.Health{State: sink.Healthy} }
+func (nopSink) Commit(context.Context, sink.Batch) (sink.CommitResult, error) {
+	return sink.CommitResult{}, nil
+}
+
+// BenchmarkAdmission is what admission adds to a gate write of 1000
+// records of 200 bytes: one reservation and its release, and an estimate
+// of the largest record and of the batch.
+func BenchmarkAdmission(b *testing.B) {
+	batch := sized(1000, 200)
+	budget := flow.NewBudget(flow.BudgetOptions{Limit: 64 << 20, WarmupFraction: 1})
+	defer budget.Close()
+	for _, tc := range []struct {
+		name string
+		on   bool
+	}{{"off", false}, {"on", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var g source.Gate = engine.NewSinkGate(nopSink{}, engine.SinkGateOptions{})
+			if tc.on {
+				g = engine.NewSinkGate(nopSink{}, engine.SinkGateOptions{}).WithAdmission(engine.Admission{Budget: budget, Estimator: flow.NewEstimator(256)})
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := g.Write(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
