@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -152,7 +153,7 @@ func TestAdmission(t *testing.T) {
 				parts = append(parts, len(c))
 				written = append(written, c...)
 			}
-			if !equalInts(parts, tc.wantParts) {
+			if !slices.Equal(parts, tc.wantParts) {
 				t.Fatalf("commits of %v records, want %v", parts, tc.wantParts)
 			}
 			for i := range written {
@@ -164,7 +165,7 @@ func TestAdmission(t *testing.T) {
 			if want == nil && len(wantWritten) > 0 {
 				want = []int64{est.EstimateBatch(len(wantWritten), dataSize(wantWritten))}
 			}
-			if !equalInts(probe.inUse, want) {
+			if !slices.Equal(probe.inUse, want) {
 				t.Fatalf("held %v during the commits, want %v", probe.inUse, want)
 			}
 			grantable := budget.Stats().Grantable
@@ -187,18 +188,6 @@ func TestAdmission(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equalInts[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestAdmissionWABGate: through the write-ahead buffer's gate an
