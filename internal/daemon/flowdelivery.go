@@ -53,7 +53,7 @@ func (f *flowControl) fanoutOptions(cfg *config.Config, o *engine.FanoutOptions)
 	}
 	o.Budget = f.admission()
 	o.RecordSizeEstimate = int64(cfg.Flow.RecordSizeEstimate)
-	o.Pacer = f.pacer(cfg)
+	o.Pacer = secondaryPacer{f.pacer(cfg), f.ctl}
 	if n := int64(len(o.Secondaries)); n > 0 {
 		share := max(f.budget.Stats().Limit/4/n, minQueueBytes)
 		for i := range o.Secondaries {
@@ -64,17 +64,31 @@ func (f *flowControl) fanoutOptions(cfg *config.Config, o *engine.FanoutOptions)
 	}
 }
 
+// secondaryPacer is the pacer the secondaries see: their batch sizes follow
+// the state, but their commits count only as progress, not as failures or
+// successes of the pipeline's writes — a secondary that is down is
+// relieved by recovery and must not degrade the path through raw (nor a
+// secondary's success end a run of failures writing raw).
+type secondaryPacer struct {
+	flow.Pacer
+	ctl *flow.Controller
+}
+
+func (p secondaryPacer) WriteFailed()    { p.ctl.Progress(1) }
+func (p secondaryPacer) WriteSucceeded() { p.ctl.Progress(1) }
+
 // minQueueBytes is the smallest derived queue_max_bytes (the key's
 // smallest value).
 const minQueueBytes = 64 << 10
 
-// watchQueues has the controller watch every secondary's live queue, as
-// secondary-<name>.
+// watchQueues has the controller report every secondary's live queue, as
+// secondary-<name> — not as pressure: a full one drops to recovery, and a
+// lagging secondary must not throttle live ingest.
 func (f *flowControl) watchQueues(fan *engine.Fanout) {
 	if f == nil {
 		return
 	}
 	for name, fill := range fan.QueueFills() {
-		f.ctl.AddQueue("secondary-"+name, fill)
+		f.ctl.WatchQueue("secondary-"+name, fill)
 	}
 }

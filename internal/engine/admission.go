@@ -23,9 +23,10 @@ import (
 type liveBatch struct {
 	first  uint64
 	recs   []sink.Positioned
-	bytes  int64        // what the batch holds in memory
-	refs   atomic.Int32 // holders
-	budget *flow.Budget // the bytes are reserved from it; nil when not
+	bytes  int64         // what the batch holds in memory
+	refs   atomic.Int32  // holders
+	budget *flow.Budget  // the bytes are reserved from it; nil when not
+	held   *atomic.Int64 // the fan-out's total held, when reserved
 }
 
 // positionedSize is what a sink.Positioned adds to its record.
@@ -52,28 +53,49 @@ func (lb *liveBatch) hold() { lb.refs.Add(1) }
 // done lets go of the batch; the last holder releases its bytes.
 func (lb *liveBatch) done() {
 	if lb.refs.Add(-1) == 0 && lb.budget != nil {
+		lb.held.Add(-lb.bytes)
 		lb.budget.Release(lb.bytes)
 	}
 }
 
+// liveShare bounds what live batches hold, together, to 1/liveShare of
+// what the budget can grant: a secondary that is down keeps its queue
+// full, and what it holds must neither starve the stages in front of raw
+// nor read as pressure that throttles live ingest (the coupling raw-first
+// exists to break).
+const liveShare = 4
+
 // offer reserves the batch's bytes and offers it to every secondary, then
 // lets go of it. The live path never waits for the budget: a batch it
-// cannot grant at once (or ever: larger than what is grantable) is dropped
-// to recovery for every secondary, as if their queues were full.
+// cannot grant at once (or ever: larger than what is grantable), or that
+// would take live batches past their share, is dropped to recovery for
+// every secondary, as if their queues were full.
 func (f *Fanout) offer(lb *liveBatch) {
 	defer lb.done()
 	if b := f.opts.Budget; b != nil {
-		if ok, _ := b.TryAcquire(lb.bytes); !ok {
+		if !f.reserveLive(b, lb) {
 			for _, s := range f.secs {
 				s.drop(len(lb.recs))
 			}
 			return
 		}
-		lb.budget = b
 	}
 	for _, s := range f.secs {
 		s.offer(lb)
 	}
+}
+
+// reserveLive reserves lb's bytes within the live batches' share.
+func (f *Fanout) reserveLive(b *flow.Budget, lb *liveBatch) bool {
+	if f.held.Load()+lb.bytes > b.Stats().Grantable/liveShare {
+		return false
+	}
+	if ok, _ := b.TryAcquire(lb.bytes); !ok {
+		return false
+	}
+	f.held.Add(lb.bytes)
+	lb.budget, lb.held = b, &f.held
+	return true
 }
 
 // discardQueue lets go of the batches left in the queue once the worker

@@ -365,3 +365,37 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// Live batches together hold at most a quarter of what the budget grants:
+// a secondary that never commits keeps its queue full, and what it holds
+// must not grow to starve the stages in front of raw; the rest drops to
+// recovery.
+func TestFanoutLiveBatchesKeepToTheirShare(t *testing.T) {
+	rawDir := t.TempDir()
+	raw := openRaw(t, rawDir)
+	stuck := newMemSink("stuck")
+	stuck.hold = make(chan struct{})
+	defer close(stuck.hold)
+	one := heldBytes(mkBatch(10).Records)
+	budget := newBudget(t, 4*(3*one+one/2)) // a quarter holds three batches
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Raw: raw, Store: openStore(t, rawDir), Role: engine.RoleIngest, Budget: budget,
+		Secondaries: []engine.SecondaryConfig{{Sink: stuck, QueueBytes: 1 << 30}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for range 10 {
+		if _, err := f.Commit(context.Background(), mkBatch(10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quarter := budget.Stats().Limit / 4
+	if in := budget.Stats().InUse; in > quarter || in < 2*one {
+		t.Fatalf("live batches hold %d bytes, want at most a quarter of the budget (%d) and at least two batches", in, quarter)
+	}
+	if st := f.Stats().Sinks[0]; st.LiveDropped < 60 || st.LiveDropped > 80 {
+		t.Fatalf("dropped %d records to recovery, want about 70 (the batches past the share)", st.LiveDropped)
+	}
+}

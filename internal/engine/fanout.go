@@ -126,6 +126,7 @@ type Fanout struct {
 	secs   []*secondary
 
 	end    atomic.Uint64 // raw end acknowledged to this process
+	held   atomic.Int64  // bytes live batches hold from the budget
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool

@@ -98,7 +98,7 @@ type Controller struct {
 	exited   bool
 
 	mu        sync.Mutex
-	queues    map[string]func() float64
+	queues    map[string]queue
 	pausables map[string]Pausable
 	paused    bool
 	pauseGen  uint64    // changes of paused; see AddPausable
@@ -122,7 +122,7 @@ func NewController(o Options) *Controller {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	c := &Controller{opts: o, log: o.Log, queues: map[string]func() float64{}, pausables: map[string]Pausable{}}
+	c := &Controller{opts: o, log: o.Log, queues: map[string]queue{}, pausables: map[string]Pausable{}}
 	c.machine = Machine{State: Normal, Since: o.Now()}
 	return c
 }
@@ -130,12 +130,29 @@ func NewController(o Options) *Controller {
 // Budget is the controller's budget.
 func (c *Controller) Budget() *Budget { return c.opts.Budget }
 
+// queue is a watched queue: its fill, and whether it is pressure.
+type queue struct {
+	fill     func() float64
+	pressure bool
+}
+
 // AddQueue adds a bounded queue whose fill (0–1) is read at each sample
-// (a second AddQueue of the same name replaces the first).
+// and counts as pressure (a second AddQueue or WatchQueue of the same name
+// replaces the first).
 func (c *Controller) AddQueue(name string, fill func() float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.queues[name] = fill
+	c.queues[name] = queue{fill, true}
+}
+
+// WatchQueue adds a bounded queue whose fill is read and reported at each
+// sample but is not pressure: a queue whose overflow is relieved otherwise
+// — a secondary's live queue drops to recovery when full, and a lagging
+// secondary must never throttle live ingest (docs/flow_control.md).
+func (c *Controller) WatchQueue(name string, fill func() float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.queues[name] = queue{fill, false}
 }
 
 // RemoveQueue forgets a queue (its stage stopped).
@@ -235,8 +252,9 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 type namedFill struct {
-	name string
-	fill func() float64
+	name     string
+	fill     func() float64
+	pressure bool
 }
 
 // Sample takes one sample now (Run calls it on each tick; tests call it
@@ -249,8 +267,8 @@ func (c *Controller) Sample() Sample {
 	heap := c.opts.HeapBytes()
 	c.mu.Lock()
 	queues := make([]namedFill, 0, len(c.queues))
-	for name, fill := range c.queues {
-		queues = append(queues, namedFill{name, fill})
+	for name, q := range c.queues {
+		queues = append(queues, namedFill{name, q.fill, q.pressure})
 	}
 	c.mu.Unlock()
 
@@ -265,7 +283,9 @@ func (c *Controller) Sample() Sample {
 	for _, q := range queues {
 		f := q.fill()
 		s.Queues[q.name] = f
-		sig.Queue = max(sig.Queue, f)
+		if q.pressure {
+			sig.Queue = max(sig.Queue, f)
+		}
 	}
 	s.Signals = sig
 	if c.opts.Estimator != nil {

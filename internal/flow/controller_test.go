@@ -514,3 +514,25 @@ func TestControllerScale(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerWatchedQueueIsNotPressure: a queue added with WatchQueue
+// (a secondary's live queue, relieved by recovery) is reported but never
+// moves the state, however full; the same fill through AddQueue does.
+func TestControllerWatchedQueueIsNotPressure(t *testing.T) {
+	r := newRig(t)
+	r.set(0, 0)
+	r.c.WatchQueue("secondary-x", func() float64 { return 1 })
+	for range 5 {
+		s := r.step(time.Second)
+		if s.State != flow.Normal {
+			t.Fatalf("a watched full queue moved the state to %s", s.State)
+		}
+		if s.Queues["secondary-x"] != 1 {
+			t.Fatalf("watched queue not reported: %v", s.Queues)
+		}
+	}
+	r.c.AddQueue("secondary-x", func() float64 { return 1 })
+	if s := r.step(time.Second); s.State != flow.Critical {
+		t.Fatalf("the same fill as pressure: %s, want critical", s.State)
+	}
+}
