@@ -28,7 +28,7 @@ const (
 	stuckShutdown = time.Second
 	// stuckSlack covers a segment's sealing (segment_max_age 200ms), the
 	// drain's pickup, the sampling interval and a loaded machine.
-	stuckSlack = 5 * time.Second
+	stuckSlack  = 5 * time.Second
 	stuckBudget = 32 << 20
 )
 
