@@ -186,7 +186,7 @@ type rateSeries struct {
 	stop, done chan struct{}
 	mu         sync.Mutex
 	rates      []float64
-	counts     []float64 // the counter at each sample
+	values     []float64 // the counter at each sample
 }
 
 func (d *daemon) sampleRate(every time.Duration, family string, filters ...string) *rateSeries {
@@ -217,7 +217,7 @@ func (d *daemon) sampleRate(every time.Duration, family string, filters ...strin
 			if ok && vok {
 				r.mu.Lock()
 				r.rates = append(r.rates, (v-prev)/now.Sub(last).Seconds())
-				r.counts = append(r.counts, v)
+				r.values = append(r.values, v)
 				r.mu.Unlock()
 			}
 			prev, ok, last = v, vok, now
@@ -236,6 +236,14 @@ func (r *rateSeries) finish() []float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.rates)
+}
+
+// counts are the values read at each sample after the first (for a gauge:
+// the gauge itself). Call after finish.
+func (r *rateSeries) counts() []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.values)
 }
 
 // sumWhere adds the samples of family whose labels contain every filter.

@@ -65,10 +65,10 @@ func bigRecords(prefix string, n, size int) [][]byte {
 
 // pushAcked pushes recs Durable, one per frame, and fails unless each is
 // acked.
-func pushAcked(t *testing.T, socket string, recs [][]byte) {
+func pushAcked(t *testing.T, socket string, recs [][]byte, opts ...client.Option) {
 	t.Helper()
 	ctx := ctxTimeout(t, 60*time.Second)
-	c, err := client.Dial(ctx, socket)
+	c, err := client.Dial(ctx, socket, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
