@@ -153,9 +153,13 @@ func tableHeaders(ctx context.Context, conn *pgx.Conn, table string) (headers ma
 // overloadArgs are the daemon flags of the overload scenario besides its
 // config: the budget, and a slow write-ahead buffer so that the producers
 // outrun it whatever the machine's disk.
-func overloadArgs(cfg string, budget int64) []string {
-	return []string{"--config", cfg, "--memory-budget", fmt.Sprint(budget), "--shards", "2", "--batch-max-records", "8",
+func overloadArgs(cfg string, budget int64, flow bool) []string {
+	args := []string{"--config", cfg, "--shards", "2", "--batch-max-records", "8",
 		"--coverage-flush-interval", "100ms", "--live-stall-timeout", "1h"}
+	if flow {
+		args = append(args, "--memory-budget", fmt.Sprint(budget))
+	}
+	return args
 }
 
 // overloadFaults slows the scenario's disks: every fdatasync of the
@@ -171,15 +175,24 @@ func overloadFaults(wabDelay time.Duration) string {
 // primary sink — a Postgres raw table behind a proxy — is stalled (the
 // connection open, no byte moving) and a file secondary is slow; then the
 // proxy resumes and every acked record must reach the table.
-func runOverload(t testing.TB, budget int64, dur time.Duration, window int, wabDelay time.Duration) overloadRun {
+// overloadOpts size one overload run.
+type overloadOpts struct {
+	budget   int64
+	dur      time.Duration
+	window   int           // each producer's records in flight
+	wabDelay time.Duration // added to every fdatasync of the buffer
+	// bin runs another weir binary ("": this tree's) — one from before
+	// flow control, which has no flow flags (noFlow).
+	bin    string
+	noFlow bool
+}
+
+func runOverload(t testing.TB, o overloadOpts) overloadRun {
 	t.Helper()
-	tt, ok := t.(*testing.T)
-	if !ok {
-		t.Fatal("runOverload needs a *testing.T (a Postgres table)")
-	}
-	db := newPGTable(tt, "weir_ovl")
-	raw := pgRaw(tt, db.conn)
-	cfg := writeConfig(tt, fmt.Sprintf(`
+	budget, dur, window := o.budget, o.dur, o.window
+	db := newPGTable(t, "weir_ovl")
+	raw := pgRaw(t, db.conn)
+	cfg := writeConfig(t, fmt.Sprintf(`
 [sink]
 type = "postgres"
 [sink.postgres]
@@ -192,13 +205,13 @@ timeout = "10m"
 name = "slow"
 type = "file"
 `, db.via, raw))
-	args := overloadArgs(cfg, budget)
-	faults := "WEIR_FAULTS=" + overloadFaults(wabDelay)
+	args := overloadArgs(cfg, budget, !o.noFlow)
+	faults := "WEIR_FAULTS=" + overloadFaults(o.wabDelay)
 
-	idle := idleHWM(t, func(d *daemon) { d.env = []string{faults}; d.start() }, args...)
+	idle := idleHWM(t, func(d *daemon) { d.bin, d.env = o.bin, []string{faults}; d.start() }, args...)
 	// The idle daemon created the table; this one starts on it.
 	d := newDaemon(t, args...)
-	d.env = []string{faults}
+	d.bin, d.env = o.bin, []string{faults}
 	d.start()
 	mem := d.sampleMemory(100*time.Millisecond, true)
 
@@ -290,7 +303,7 @@ func TestOverloadMemoryBound(t *testing.T) {
 	const budget = 64 << 20
 	const answerBound = 30 * time.Second
 	dur := envDuration(t, "WEIR_OVERLOAD_SECONDS", 10*time.Second)
-	r := runOverload(t, budget, dur, 256, 40*time.Millisecond)
+	r := runOverload(t, overloadOpts{budget: budget, dur: dur, window: 256, wabDelay: 40 * time.Millisecond})
 	bound := r.idle + int64(overloadHeadroom()*budget)
 	t.Logf("overload %v: pushed %d, answers %v; longest answer %v; peak RSS %s (idle %s, budget %s, bound %s); drained %d acked records in %v after the sink returned",
 		r.duration.Round(time.Millisecond), r.pushed, r.answers, r.maxWait.Round(time.Millisecond), mib(float64(r.peak)),

@@ -185,7 +185,7 @@ func (d *daemon) exitCode(timeout time.Duration) int {
 type rateSeries struct {
 	stop, done chan struct{}
 	mu         sync.Mutex
-	rates      []float64
+	perSec     []float64
 	values     []float64 // the counter at each sample
 }
 
@@ -216,7 +216,7 @@ func (d *daemon) sampleRate(every time.Duration, family string, filters ...strin
 			now := time.Now()
 			if ok && vok {
 				r.mu.Lock()
-				r.rates = append(r.rates, (v-prev)/now.Sub(last).Seconds())
+				r.perSec = append(r.perSec, (v-prev)/now.Sub(last).Seconds())
 				r.values = append(r.values, v)
 				r.mu.Unlock()
 			}
@@ -235,7 +235,14 @@ func (r *rateSeries) finish() []float64 {
 	<-r.done
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.rates)
+	return slices.Clone(r.perSec)
+}
+
+// rates are the rates so far (the sampler keeps running).
+func (r *rateSeries) rates() []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.perSec)
 }
 
 // counts are the values read at each sample after the first (for a gauge:

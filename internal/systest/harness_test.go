@@ -86,6 +86,8 @@ type daemon struct {
 
 	// metricsPort is the daemon's --metrics-port on 127.0.0.1.
 	metricsPort int
+	// bin is the binary to run; "" runs weirBin.
+	bin string
 }
 
 // newDaemon prepares a daemon in its own temporary data directory; start it
@@ -164,7 +166,11 @@ func (d *daemon) startNoSocket() {
 
 func (d *daemon) launch() error {
 	d.log = &syncBuffer{}
-	d.cmd = exec.Command(weirBin, d.args...)
+	bin := weirBin
+	if d.bin != "" {
+		bin = d.bin
+	}
+	d.cmd = exec.Command(bin, d.args...)
 	d.cmd.Env = append(childEnv(os.Environ()), d.env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
