@@ -121,7 +121,7 @@ func flowKnobs() []knob {
 			func(p *flowPartial) **time.Duration { return &p.RecoveryTime }, func(c *FlowConfig) *time.Duration { return &c.RecoveryTime }),
 		durKnob("flow.sample_interval", flow.DefaultInterval, 10*time.Millisecond, time.Minute, "How often memory, queue fill and failures are sampled.",
 			func(p *flowPartial) **time.Duration { return &p.SampleInterval }, func(c *FlowConfig) *time.Duration { return &c.SampleInterval }),
-		pctKnob("flow.stuck_memory_percent", pct(flow.DefaultStuckMemory), "Held memory (the larger of live heap and budget in use, as shares of memory_budget) at or above which the stuck detector counts memory as high.",
+		pctKnob("flow.stuck_memory_percent", pct(flow.DefaultStuckMemory), "Records held at or above which the stuck detector counts memory as high: the budget in use, as a share of what is grantable, or the live heap, as a share of memory_budget, while some of the budget is in use.",
 			func(p *flowPartial) **int { return &p.StuckMemoryPercent }, func(c *FlowConfig) *int { return &c.StuckMemoryPercent }),
 		durKnob("flow.stuck_warn_after", flow.DefaultStuckWarnAfter, 0, 24*time.Hour, "Memory held high, every queue empty and no progress for this long: a warning.",
 			func(p *flowPartial) **time.Duration { return &p.StuckWarnAfter }, func(c *FlowConfig) *time.Duration { return &c.StuckWarnAfter }),

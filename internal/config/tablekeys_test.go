@@ -13,6 +13,7 @@ name = "pg"
 type = "file"
 durable = false
 queue_batches = "8"
+queue_max_bytes = "2 MiB"
 quarantine_buffer = 100
 quarantine_dir = "q/pg"
 quarantine_max_bytes = "1 MiB"
@@ -33,11 +34,11 @@ raw_dir = "origin-app"
 glob = "/var/log/app/*.log"
 `)
 	pg, raw := c.Secondaries[0], c.Secondaries[1]
-	if pg.Sink.Durable || pg.QueueBatches != 8 || pg.QuarantineBuffer != 100 || pg.QuarantineDir != "/srv/weir/q/pg" ||
+	if pg.Sink.Durable || pg.QueueBatches != 8 || pg.QueueMaxBytes != 2<<20 || pg.QuarantineBuffer != 100 || pg.QuarantineDir != "/srv/weir/q/pg" ||
 		pg.QuarantineMaxBytes != 1<<20 || !pg.StartAtEnd {
 		t.Errorf("pg: %+v", pg)
 	}
-	if !raw.Sink.Durable || raw.QuarantineMaxBytes != 4096 || raw.QuarantineDir != "/srv/weir/q/raw" || raw.QueueBatches != DefaultQueueBatches {
+	if !raw.Sink.Durable || raw.QuarantineMaxBytes != 4096 || raw.QuarantineDir != "/srv/weir/q/raw" || raw.QueueBatches != DefaultQueueBatches || raw.QueueMaxBytes != 0 {
 		t.Errorf("raw: %+v", raw)
 	}
 	if sc := c.Sources[0]; !sc.OwnRaw || sc.RawDir != "/srv/weir/origin-app" {

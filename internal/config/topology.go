@@ -37,6 +37,9 @@ const DefaultQuarantineMaxBytes = 256 << 20
 type SecondaryConfig struct {
 	Name         string // name: keys its coverage in the offset store
 	QueueBatches int    // queue_batches
+	// QueueMaxBytes bounds the live queue in bytes too (queue_max_bytes);
+	// 0 derives it from the memory budget (see the key's help).
+	QueueMaxBytes int64
 	// QuarantineBuffer bounds the secondary's quarantine lane, in records
 	// (quarantine_buffer).
 	QuarantineBuffer int
@@ -106,6 +109,9 @@ func secondaryFields(reg *component.Registry) []component.Field {
 			func(s *S) *bool { return &s.Sink.Durable }),
 		component.Key("queue_batches", setting.Int(1, 65536), DefaultQueueBatches, "Live queue bound, in batches; when it is full the secondary falls behind and recovery catches it up from raw.",
 			func(s *S) *int { return &s.QueueBatches }),
+		component.Key("queue_max_bytes", setting.OrZero(setting.Size(64<<10, 1<<40), "derived"), int64(0),
+			"Live queue bound in bytes (what its batches hold in memory, reserved from memory_budget), besides queue_batches. 0 derives it: a quarter of the memory budget, shared among the secondaries.",
+			func(s *S) *int64 { return &s.QueueMaxBytes }),
 		component.Key("quarantine_buffer", setting.Int(1, 1<<24), DefaultQuarantineBuffer, "Quarantine lane bound, in records: what waits for the quarantine writer.",
 			func(s *S) *int { return &s.QuarantineBuffer }),
 		component.Key("quarantine_dir", setting.OptionalPath("a directory no other quarantine lane uses"), "", "Where the secondary's refused records are kept with their reasons, as NDJSON.",

@@ -163,7 +163,7 @@ func startBuffer(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.L
 	if err != nil {
 		return nil, errors.Join(err, b.closeWAB(context.Background()))
 	}
-	dr, err := drain.New(drain.Options{
+	opts := drain.Options{
 		FS:                      fs,
 		WABDir:                  cfg.WABDir,
 		Source:                  wlog,
@@ -176,7 +176,9 @@ func startBuffer(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.L
 		DeadLetterCheckInterval: cfg.DeadLetterCheckInterval,
 		HealthInterval:          cfg.SinkHealthInterval,
 		Observer:                tel.m,
-	})
+	}
+	tel.fc.drainOptions(cfg, &opts) // admission, batch sizes, write results
+	dr, err := drain.New(opts)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("start drain: %w", err), b.close(context.Background()))
 	}

@@ -24,10 +24,11 @@ type kinds struct {
 	cfg     *config.Config
 	fs      vfs.FS
 	metrics prometheus.Registerer
+	fc      *flowControl // the node's flow control; nil in tests without telemetry
 }
 
 func newKinds(cfg *config.Config, fs vfs.FS, tel *telemetry) kinds {
-	return kinds{cfg: cfg, fs: fs, metrics: tel.reg}
+	return kinds{cfg: cfg, fs: fs, metrics: tel.reg, fc: tel.fc}
 }
 
 func (k kinds) env(name string, log *slog.Logger) component.Env {

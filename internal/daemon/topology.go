@@ -85,10 +85,12 @@ func startFanout(ctx context.Context, cfg *config.Config, k kinds, log *slog.Log
 		Observer:      topo,
 		Logger:        log,
 	}
+	k.fc.fanoutOptions(cfg, &opts) // admission, queue bytes, batch sizes, write results
 	fan, err := engine.NewFanout(ctx, opts)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("start fan-out: %w", err), closeSecondaries(secs))
 	}
+	k.fc.watchQueues(fan)
 	log.Info("raw-first topology", "offset_store", opts.Store.Where(), "secondaries", len(secs), "role", role.String())
 	return fan, nil
 }
@@ -114,7 +116,7 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 				return k.openSink(ctx, sc.Sink, sc.Name, secLog)
 			}}
 		}
-		secCfg := engine.SecondaryConfig{Sink: s, Name: sc.Name, QueueBatches: sc.QueueBatches,
+		secCfg := engine.SecondaryConfig{Sink: s, Name: sc.Name, QueueBatches: sc.QueueBatches, QueueBytes: sc.QueueMaxBytes,
 			QuarantineBuffer: sc.QuarantineBuffer, StartAtEnd: sc.StartAtEnd}
 		if sc.QuarantineMaxBytes > 0 && sc.QuarantineDir != "" {
 			q, err := quarantine.Open(quarantine.Options{FS: k.fs, Dir: sc.QuarantineDir, MaxBytes: sc.QuarantineMaxBytes})

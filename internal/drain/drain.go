@@ -68,6 +68,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/backoff"
+	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
@@ -227,6 +228,23 @@ type Options struct {
 
 	// Observer receives measurements; nil is allowed.
 	Observer Observer
+
+	// Budget is the node's memory budget (flow control): each sub-batch's
+	// estimated in-memory size is reserved from it before the records are
+	// read into memory and released once the sub-batch is confirmed or
+	// abandoned. A record larger than the budget can grant goes to the
+	// dead-letter lane with code oversize. nil: no admission.
+	Budget *flow.Budget
+	// Estimator estimates a record's in-memory size from its size in the
+	// segment, and learns from what the records read occupy; nil makes one
+	// with flow.DefaultRecordSizeEstimate as its floor. Used with Budget.
+	Estimator *flow.Estimator
+	// Pacer scales every sub-batch by flow control's state and profile, and
+	// is told how every Commit went; nil: full sub-batches, nothing told.
+	Pacer flow.Pacer
+	// Oversize, if set, is called for every record dead-lettered as larger
+	// than the budget can grant (a metric).
+	Oversize func()
 }
 
 // Drain delivers sealed segments to a sink. Create it with New and run it
@@ -248,6 +266,10 @@ type Drain struct {
 	pollInterval time.Duration
 
 	dl *deadLetters
+
+	adm      admission
+	pacer    flow.Pacer // nil: none
+	oversize func()     // never nil
 
 	state   atomic.Int32
 	running atomic.Bool
@@ -306,6 +328,17 @@ func New(opts Options) (*Drain, error) {
 	if d.obs == nil {
 		d.obs = NopObserver{}
 	}
+	d.pacer, d.oversize = opts.Pacer, opts.Oversize
+	if d.oversize == nil {
+		d.oversize = func() {}
+	}
+	d.adm = newAdmission(opts.Budget, opts.Estimator, func(waiting bool) {
+		if waiting {
+			d.markIdle()
+		} else {
+			d.markBusy()
+		}
+	})
 	if d.now == nil {
 		d.now = time.Now
 	}
@@ -531,23 +564,19 @@ func (d *Drain) drainSegment(ctx context.Context, ref wab.SegmentRef) error {
 	}
 	defer r.Close()
 	h := r.Header()
+	sr := &segReader{r: r}
 	for {
-		limit := d.sink.MaxBatchSize()
-		if limit < 1 {
-			limit = 1
+		b, readErr := readBatch(ctx, sr, d.batchLimit(), &d.adm)
+		n, err := d.account(ctx, ref, h, sr, idx, &b)
+		if err != nil {
+			return err
 		}
-		recs, readErr := readBatch(r, limit)
-		if len(recs) > 0 {
-			if err := d.deliver(ctx, ref, h, idx, recs); err != nil {
-				return err
-			}
-			idx += uint64(len(recs))
-			if err := wab.WriteProgress(d.fs, ref.Path, wab.Progress{Records: idx, Offset: r.Offset()}); err != nil {
-				return fmt.Errorf("confirm %d records of %s: %w", idx, ref.Path, err)
-			}
-		}
+		idx += n
 		if readErr == nil {
 			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		if !errors.Is(readErr, io.EOF) {
 			return fmt.Errorf("read segment %s after record %d: %w", ref.Path, idx, readErr)
@@ -566,6 +595,44 @@ func (d *Drain) drainSegment(ctx context.Context, ref wab.SegmentRef) error {
 	d.log.Debug("segment delivered", "segment", ref.Path, "shard", ref.Shard, "seq", ref.Seq, "records", idx)
 	d.obs.SegmentDelivered(ref, idx)
 	return nil
+}
+
+// batchLimit is the size of the next sub-batch: the sink's MaxBatchSize,
+// scaled by flow control (asked at every sub-batch).
+func (d *Drain) batchLimit() int {
+	limit := d.sink.MaxBatchSize()
+	if d.pacer != nil {
+		limit = d.pacer.Scale(limit)
+	}
+	return max(limit, 1)
+}
+
+// account delivers the sub-batch b, records idx.. of the segment — or
+// dead-letters the oversize record that stands in its place — and
+// confirms it. It returns how many records it confirmed. Whatever happens,
+// b's reservation is released when it returns: after the sink's Commit has
+// returned and the sub-batch is confirmed, or once it is abandoned.
+func (d *Drain) account(ctx context.Context, ref wab.SegmentRef, h wab.Header, sr *segReader, idx uint64, b *subBatch) (uint64, error) {
+	defer d.adm.release(&b.rv)
+	var n uint64
+	switch {
+	case b.overErr != nil:
+		if err := d.deadLetterOversize(ctx, ref, h, idx, b.over, b.overErr); err != nil {
+			return 0, err
+		}
+		n = 1
+	case len(b.recs) > 0:
+		if err := d.deliver(ctx, ref, h, idx, b.recs); err != nil {
+			return 0, err
+		}
+		n = uint64(len(b.recs))
+	default:
+		return 0, nil
+	}
+	if err := wab.WriteProgress(d.fs, ref.Path, wab.Progress{Records: idx + n, Offset: sr.offset()}); err != nil {
+		return 0, fmt.Errorf("confirm %d records of %s: %w", idx+n, ref.Path, err)
+	}
+	return n, nil
 }
 
 // openAtProgress opens a segment positioned at its first record not yet
@@ -603,52 +670,6 @@ func (d *Drain) openAtProgress(ref wab.SegmentRef) (*wab.Reader, uint64, error) 
 	return r, p.Records, nil
 }
 
-// readBatch reads up to limit records, copying them out of the reader's
-// buffer. It returns the records read and the error that stopped it early
-// (io.EOF at the end of the segment), if any.
-//
-// The copies share chunks of batchChunkBytes (a record larger than that
-// gets a chunk of its own): one allocation per chunk, not one for each
-// record's payload and another for its metadata. The records of a batch
-// are dropped together, so a chunk is not held for long by any of them.
-func readBatch(r *wab.Reader, limit int) ([]wab.Record, error) {
-	recs := make([]wab.Record, 0, limit)
-	var chunk []byte
-	for len(recs) < limit {
-		rec, err := r.Next()
-		if err != nil {
-			return recs, err
-		}
-		if need := len(rec.Meta) + len(rec.Payload); cap(chunk)-len(chunk) < need {
-			chunk = make([]byte, 0, max(need, batchChunkBytes))
-		}
-		var meta, payload []byte
-		meta, chunk = carve(chunk, rec.Meta)
-		payload, chunk = carve(chunk, rec.Payload)
-		recs = append(recs, wab.Record{
-			Durability: rec.Durability,
-			Received:   rec.Received,
-			Meta:       meta,
-			Payload:    payload,
-		})
-	}
-	return recs, nil
-}
-
-// batchChunkBytes is the size of readBatch's chunks.
-const batchChunkBytes = 64 << 10
-
-// carve copies b into chunk, which has room for it, and returns the copy
-// (nil for an empty b, capped at its length) and the rest of chunk.
-func carve(chunk, b []byte) (cp, rest []byte) {
-	if len(b) == 0 {
-		return nil, chunk
-	}
-	n := len(chunk)
-	chunk = append(chunk, b...)
-	return chunk[n:len(chunk):len(chunk)], chunk
-}
-
 func cloneBytes(b []byte) []byte {
 	if len(b) == 0 {
 		return nil
@@ -667,6 +688,7 @@ var errRetriesExhausted = errors.New("retries exhausted")
 // letter could not be written.
 func (d *Drain) deliver(ctx context.Context, ref wab.SegmentRef, h wab.Header, start uint64, recs []wab.Record) error {
 	srecs := d.sinkRecords(ref, h, start, recs)
+	d.adm.observe(recs, srecs)
 	batch := sink.NewBatch(srecs)
 	retries, attempts := 0, 0
 	for {
@@ -730,6 +752,7 @@ func (d *Drain) commitOnce(ctx context.Context, ref wab.SegmentRef, start uint64
 	res, err := d.sink.Commit(ctx, batch)
 	d.markBusy()
 	elapsed := d.now().Sub(t0)
+	d.wrote(ctx, err)
 	switch {
 	case ctx.Err() != nil:
 		// Whatever the sink said, a cancelled commit proves nothing:
@@ -752,6 +775,18 @@ func (d *Drain) commitOnce(ctx context.Context, ref wab.SegmentRef, start uint64
 			rejected[i] = rejection{index: i, reason: err.Error(), code: record.CodeSinkRefused}
 		}
 		return rejected, nil
+	}
+}
+
+// wrote tells flow control how a Commit went; one cut short by the end of
+// ctx says nothing about the sink.
+func (d *Drain) wrote(ctx context.Context, err error) {
+	switch {
+	case d.pacer == nil || ctx.Err() != nil:
+	case err == nil:
+		d.pacer.WriteSucceeded()
+	default:
+		d.pacer.WriteFailed()
 	}
 }
 

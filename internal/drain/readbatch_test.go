@@ -2,6 +2,7 @@ package drain
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -37,9 +38,10 @@ func TestReadBatch(t *testing.T) {
 	}
 	defer r.Close()
 	var got []wab.Record
+	sr := &segReader{r: r}
 	for {
-		recs, err := readBatch(r, 1000)
-		got = append(got, recs...)
+		b, err := readBatch(context.Background(), sr, 1000, &admission{})
+		got = append(got, b.recs...)
 		if err == io.EOF {
 			break
 		}
@@ -71,7 +73,7 @@ func TestReadBatch(t *testing.T) {
 	}
 	defer r2.Close()
 	allocs := testing.AllocsPerRun(1, func() {
-		if _, err := readBatch(r2, 1000); err != nil {
+		if _, err := readBatch(context.Background(), &segReader{r: r2}, 1000, &admission{}); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -12,6 +12,7 @@
 //	fanout.go       Fanout: FanoutOptions, SecondaryConfig, NewFanout, Commit / Appended (raw first, then offered to the secondaries), Close
 //	secondary.go    a secondary's worker: bounded live queue, run loop, deliver / commitChunk with retry, cover after the ack
 //	recovery.go     recovery windows over coverage gaps, window halving, stepping over positions raw no longer keeps
+//	admission.go    flow control: live batches and recovery windows reserved from the memory budget, queue fill, batch sizes and write results for the pacer
 //	quarantine.go   Quarantine, QuarantinedRecord, each secondary's quarantine lane (own goroutine and buffer; sheds when full)
 //	reject.go       a sink's rejections turned into quarantine records; counts by reason code
 //	coverage.go     the flusher: writes coverage to the offset store and reports the gauges every FlushInterval
@@ -76,8 +77,19 @@
 //
 // No secondary slows the source. Fanout.Commit (fanout.go) returns raw's
 // result; the records are then offered to each secondary's bounded queue
-// without waiting (secondary.offer in secondary.go), and a full queue
-// drops the batch for that secondary, counted, for recovery to fill in.
+// without waiting (secondary.offer in secondary.go), and a full queue —
+// in batches or in bytes — drops the batch for that secondary, counted,
+// for recovery to fill in. The batch's memory is reserved from the budget
+// without waiting too (Fanout.offer in admission.go): a batch the budget
+// cannot grant at once is dropped for every secondary.
+//
+// Memory held is reserved. A live batch holds its size (sink.Record.
+// MemSize) from the budget from when it is offered until the last
+// secondary that queued it has committed or dropped it (liveBatch.done); a
+// recovery window reserves its estimated size before it reads raw, waiting
+// in a select beside the live queue so that live batches go on releasing
+// meanwhile, and releases it once committed (reserveWindow, fitWindow in
+// admission.go).
 //
 // Quarantine never backpressures the clean path. A secondary hands its
 // rejected records to its quarantine lane without blocking

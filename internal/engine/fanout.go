@@ -10,12 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/sink"
 )
 
 // Defaults for zero FanoutOptions and SecondaryConfig fields.
 const (
 	DefaultQueueBatches      = 64
+	DefaultQueueBytes        = 64 << 20
 	DefaultQuarantineBuffer  = 4096
 	DefaultWindowRecords     = 4096
 	DefaultWindowTime        = 10 * time.Second
@@ -35,6 +37,11 @@ type SecondaryConfig struct {
 	// QueueBatches bounds the live queue, in batches. Zero means
 	// DefaultQueueBatches.
 	QueueBatches int
+	// QueueBytes bounds the live queue in bytes too: what its batches hold
+	// in memory (sink.Record.MemSize). A batch that would take the queue
+	// past it is dropped to recovery, unless the queue is empty. Zero
+	// means DefaultQueueBytes.
+	QueueBytes int64
 	// Quarantine receives rejected records; nil logs and counts them.
 	Quarantine Quarantine
 	// QuarantineBuffer bounds the quarantine lane, in records. Zero means
@@ -78,6 +85,23 @@ type FanoutOptions struct {
 	RetryMin, RetryMax time.Duration
 	Observer           Observer
 	Logger             *slog.Logger
+
+	// Budget is the node's memory budget (flow control). A batch offered
+	// to the secondaries reserves what it holds once, without waiting, and
+	// releases it when every secondary that queued it has committed it or
+	// dropped it; a batch the budget cannot grant at once is dropped to
+	// recovery, like one that finds a queue full, so raw is never held
+	// back. A recovery window reserves its estimated size before it is
+	// read from raw and releases it once committed. nil: no admission.
+	Budget *flow.Budget
+	// RecordSizeEstimate seeds (and floors) the estimate of a record's
+	// size that sizes a recovery window's reservation; it then follows
+	// what the windows read. Zero means flow.DefaultRecordSizeEstimate.
+	RecordSizeEstimate int64
+	// Pacer scales the batches committed to secondaries and the recovery
+	// windows by flow control's state and profile, and is told how every
+	// commit to a secondary went. nil: unscaled, nothing told.
+	Pacer flow.Pacer
 }
 
 // Fanout is the raw-first topology's delivery side. To the drain it is one
@@ -192,6 +216,9 @@ func (o FanoutOptions) withDefaults() FanoutOptions {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.RecordSizeEstimate <= 0 {
+		o.RecordSizeEstimate = flow.DefaultRecordSizeEstimate
+	}
 	return o
 }
 
@@ -286,6 +313,12 @@ func (f *Fanout) appended(first uint64, records []sink.Record, res sink.CommitRe
 	if !f.opts.Role.live() || len(f.secs) == 0 {
 		return
 	}
+	f.offer(newLiveBatch(first, positioned(first, records, res, n)))
+}
+
+// positioned numbers the n records of a batch that raw committed from
+// first on, leaving out those it rejected.
+func positioned(first uint64, records []sink.Record, res sink.CommitResult, n int) []sink.Positioned {
 	recs := make([]sink.Positioned, 0, n)
 	var rejected []bool
 	if len(res.Rejected) > 0 {
@@ -304,10 +337,7 @@ func (f *Fanout) appended(first uint64, records []sink.Record, res sink.CommitRe
 		recs = append(recs, sink.Positioned{Pos: pos, Record: records[i]})
 		pos++
 	}
-	lb := liveBatch{first: first, recs: recs}
-	for _, s := range f.secs {
-		s.offer(lb)
-	}
+	return recs
 }
 
 // Close stops the workers (records queued for live delivery and not yet
@@ -322,6 +352,9 @@ func (f *Fanout) Close() error {
 	}
 	f.cancel()
 	f.wg.Wait()
+	for _, s := range f.secs {
+		s.discardQueue() // left to recovery at the next start
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultCloseFlushTimeout)
 	defer cancel()
 	var errs []error

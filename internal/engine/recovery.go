@@ -29,7 +29,11 @@ func (s *secondary) recoverWindow(ctx context.Context) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	want := int(min(uint64(s.window), gap.Len()))
+	held, want, err := s.reserveWindow(ctx, int(min(uint64(s.f.scale(s.window)), gap.Len())))
+	if err != nil {
+		return false, err
+	}
+	defer func() { s.releaseWindow(held) }() // once the window is committed, or given up
 	rctx, cancel := context.WithTimeout(ctx, s.f.opts.WindowTime)
 	recs, err := s.f.reader.ReadFrom(rctx, gap.Lo, want)
 	cancel()
@@ -41,6 +45,8 @@ func (s *secondary) recoverWindow(ctx context.Context) (bool, error) {
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
+		s.releaseWindow(held) // nothing is held while it waits
+		held = 0
 		s.sleep(ctx, s.f.opts.RetryMax)
 		return true, fmt.Errorf("read raw from %d: %w", gap.Lo, err)
 	}
@@ -58,6 +64,7 @@ func (s *secondary) recoverWindow(ctx context.Context) (bool, error) {
 		// guess that the gap is empty; look again later.
 		return false, fmt.Errorf("raw returned nothing from %d below its end %d", gap.Lo, end)
 	}
+	s.fitWindow(&held, recs)
 	err = s.deliver(ctx, gap.Lo, recs[:keep], true)
 	switch {
 	case errors.Is(err, errWindowTimeout):

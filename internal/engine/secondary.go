@@ -12,20 +12,18 @@ import (
 	"github.com/weir-io/weir/sink"
 )
 
-type liveBatch struct {
-	first uint64
-	recs  []sink.Positioned
-}
-
 type secondary struct {
 	f    *Fanout
 	cfg  SecondaryConfig
 	name string
 	snk  sink.Sink
 
-	queue chan liveBatch
-	qmu   sync.Mutex
-	inQ   SpanSet // positions queued or being delivered live
+	queue  chan *liveBatch
+	qmu    sync.Mutex
+	inQ    SpanSet      // positions queued or being delivered live
+	qbytes atomic.Int64 // bytes of the batches queued or being delivered live; changed under qmu
+
+	perRecord int64 // estimated bytes per record, for recovery windows' reservations
 
 	quar     chan QuarantinedRecord
 	lastShed atomic.Int64 // unix nanos of the last shed log line
@@ -61,9 +59,12 @@ func (f *Fanout) newSecondary(i int, c SecondaryConfig, end uint64, seen map[str
 	if c.QuarantineBuffer <= 0 {
 		c.QuarantineBuffer = DefaultQuarantineBuffer
 	}
+	if c.QueueBytes <= 0 {
+		c.QueueBytes = DefaultQueueBytes
+	}
 	s := &secondary{f: f, cfg: c, name: name, snk: c.Sink,
-		queue: make(chan liveBatch, c.QueueBatches), quar: make(chan QuarantinedRecord, c.QuarantineBuffer),
-		window: f.opts.WindowRecords}
+		queue: make(chan *liveBatch, c.QueueBatches), quar: make(chan QuarantinedRecord, c.QuarantineBuffer),
+		window: f.opts.WindowRecords, perRecord: f.opts.RecordSizeEstimate}
 	if !f.store.Known(name) && c.StartAtEnd {
 		f.store.Cover(name, 0, end)
 	} else {
@@ -76,25 +77,42 @@ func (f *Fanout) newSecondary(i int, c SecondaryConfig, end uint64, seen map[str
 	return s, nil
 }
 
-// offer enqueues without blocking, or drops and counts.
-func (s *secondary) offer(lb liveBatch) {
+// offer enqueues without blocking, or drops and counts: a queue full in
+// batches or in bytes (unless empty) drops the batch to recovery.
+func (s *secondary) offer(lb *liveBatch) {
 	hi := lb.first + uint64(len(lb.recs))
 	s.qmu.Lock()
+	if q := s.qbytes.Load(); q > 0 && q+lb.bytes > s.cfg.QueueBytes {
+		s.qmu.Unlock()
+		s.drop(len(lb.recs))
+		return
+	}
+	lb.hold()
 	select {
 	case s.queue <- lb:
 		s.inQ.Add(lb.first, hi)
+		s.qbytes.Add(lb.bytes)
 		s.qmu.Unlock()
 	default:
 		s.qmu.Unlock()
-		s.dropped.Add(int64(len(lb.recs)))
-		s.f.obs.LiveDropped(s.name, len(lb.recs))
+		lb.done() // the offerer still holds it: never the last
+		s.drop(len(lb.recs))
 	}
 }
 
-func (s *secondary) unqueue(lo, hi uint64) {
+// drop counts n records of a live batch left to recovery.
+func (s *secondary) drop(n int) {
+	s.dropped.Add(int64(n))
+	s.f.obs.LiveDropped(s.name, n)
+}
+
+// unqueue forgets a live batch the worker is done with, and lets go of it.
+func (s *secondary) unqueue(lb *liveBatch) {
 	s.qmu.Lock()
-	s.inQ.Remove(lo, hi)
+	s.inQ.Remove(lb.first, lb.first+uint64(len(lb.recs)))
+	s.qbytes.Add(-lb.bytes)
 	s.qmu.Unlock()
+	lb.done()
 }
 
 // run is the secondary's worker: live batches first, recovery windows in
@@ -137,9 +155,8 @@ func (s *secondary) run(ctx context.Context) {
 	}
 }
 
-func (s *secondary) deliverLive(ctx context.Context, lb liveBatch) {
-	hi := lb.first + uint64(len(lb.recs))
-	defer s.unqueue(lb.first, hi)
+func (s *secondary) deliverLive(ctx context.Context, lb *liveBatch) {
+	defer s.unqueue(lb)
 	_ = s.deliver(ctx, lb.first, lb.recs, false)
 }
 
@@ -147,12 +164,8 @@ func (s *secondary) deliverLive(ctx context.Context, lb liveBatch) {
 // record hold nothing) in chunks of the sink's MaxBatchSize, retrying each
 // until it is accounted for, and covers each chunk after its ack.
 func (s *secondary) deliver(ctx context.Context, lo uint64, recs []sink.Positioned, recovery bool) error {
-	max := s.snk.MaxBatchSize()
-	if max <= 0 {
-		max = len(recs)
-	}
 	for len(recs) > 0 {
-		chunk := recs[:min(max, len(recs))]
+		chunk := recs[:min(s.chunkSize(len(recs)), len(recs))]
 		recs = recs[len(chunk):]
 		if err := s.commitChunk(ctx, chunk, recovery); err != nil {
 			return err
@@ -179,6 +192,7 @@ func (s *secondary) commitChunk(ctx context.Context, chunk []sink.Positioned, re
 		res, err := s.snk.Commit(cctx, b)
 		timedOut := cctx.Err() != nil && ctx.Err() == nil
 		cancel()
+		s.f.wrote(ctx, err)
 		if err == nil {
 			s.accounted(chunk, res.Rejected, recovery, attempts)
 			return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"runtime/metrics"
 	"sync"
@@ -73,6 +74,12 @@ type Options struct {
 // interval, steps the backpressure machine and the stuck detector, and
 // pauses or resumes what reads from upstream. Its methods are safe for
 // concurrent use; Run is its one goroutine.
+//
+// The fill funcs, Pause and Resume, the Observer and Exit are called
+// without the controller's lock, so they may call any of its methods
+// (Sample excepted, which they are called from). They should still be
+// quick: a fill func is a channel's len against its cap or an atomic
+// load, a Pause sets the source's flag; a sample waits for them all.
 type Controller struct {
 	opts Options
 	log  *slog.Logger
@@ -82,14 +89,20 @@ type Controller struct {
 	progress atomic.Uint64
 	failures atomic.Int64
 
+	// sampleMu serialises samples (Sample and Run's final resume); it
+	// guards the fields below it.
+	sampleMu sync.Mutex
+	machine  Machine
+	detector Stuck
+	lastProg uint64
+	exited   bool
+
 	mu        sync.Mutex
 	queues    map[string]func() float64
 	pausables map[string]Pausable
 	paused    bool
-	machine   Machine
-	detector  Stuck
-	lastProg  uint64
-	exited    bool
+	pauseGen  uint64    // changes of paused; see AddPausable
+	stuckAt   time.Time // when the condition behind the raised stage began
 }
 
 // NewController makes a controller; nothing runs until Run.
@@ -117,21 +130,47 @@ func NewController(o Options) *Controller {
 // Budget is the controller's budget.
 func (c *Controller) Budget() *Budget { return c.opts.Budget }
 
-// AddQueue adds a bounded queue whose fill (0–1) is read at each sample.
+// AddQueue adds a bounded queue whose fill (0–1) is read at each sample
+// (a second AddQueue of the same name replaces the first).
 func (c *Controller) AddQueue(name string, fill func() float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.queues[name] = fill
 }
 
-// AddPausable adds something the Critical state pauses; it is paused at
-// once if the controller is throttling.
-func (c *Controller) AddPausable(name string, p Pausable) {
+// RemoveQueue forgets a queue (its stage stopped).
+func (c *Controller) RemoveQueue(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.queues, name)
+}
+
+// AddPausable adds something the Critical state pauses; it is paused
+// before AddPausable returns if the controller is throttling.
+func (c *Controller) AddPausable(name string, p Pausable) {
+	c.mu.Lock()
 	c.pausables[name] = p
-	if c.paused {
-		p.Pause()
+	paused, gen := c.paused, c.pauseGen
+	c.mu.Unlock()
+	if !paused {
+		return // a later change sees p in the map and applies itself
+	}
+	// Pause is called without the lock, so a sample may resume p (it is
+	// in the map) before this Pause lands; the generation tells, and the
+	// state then in force is applied again until none changed it meanwhile.
+	for {
+		if paused {
+			p.Pause()
+		} else {
+			p.Resume()
+		}
+		c.mu.Lock()
+		now, g := c.paused, c.pauseGen
+		c.mu.Unlock()
+		if g == gen {
+			return
+		}
+		paused, gen = now, g
 	}
 }
 
@@ -148,7 +187,7 @@ func (c *Controller) RemovePausable(name string) {
 func (c *Controller) Progress(n int) { c.progress.Add(uint64(n)) }
 
 // WriteFailed counts a failed sink write; WriteSucceeded ends the run of
-// failures.
+// failures. Both are progress.
 func (c *Controller) WriteFailed()    { c.failures.Add(1); c.Progress(1) }
 func (c *Controller) WriteSucceeded() { c.failures.Store(0); c.Progress(1) }
 
@@ -172,7 +211,7 @@ var ErrStuck = errors.New("flow: stuck: memory held, queues empty and no progres
 func (c *Controller) Liveness() error {
 	if st := StuckStage(c.stuck.Load()); st >= StuckUnhealthy {
 		c.mu.Lock()
-		since := c.detector.Since
+		since := c.stuckAt
 		c.mu.Unlock()
 		return fmt.Errorf("%w since %s (stuck detector stage %s)", ErrStuck, since.Format(time.RFC3339), st)
 	}
@@ -195,15 +234,27 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
+type namedFill struct {
+	name string
+	fill func() float64
+}
+
 // Sample takes one sample now (Run calls it on each tick; tests call it
 // directly).
 func (c *Controller) Sample() Sample {
+	c.sampleMu.Lock()
+	defer c.sampleMu.Unlock()
 	now := c.opts.Now()
 	b := c.opts.Budget.Stats()
 	heap := c.opts.HeapBytes()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := Sample{At: now, Budget: b, Heap: heap, Queues: make(map[string]float64, len(c.queues))}
+	queues := make([]namedFill, 0, len(c.queues))
+	for name, fill := range c.queues {
+		queues = append(queues, namedFill{name, fill})
+	}
+	c.mu.Unlock()
+
+	s := Sample{At: now, Budget: b, Heap: heap, Queues: make(map[string]float64, len(queues))}
 	sig := Signals{Failures: int(c.failures.Load())}
 	if b.Limit > 0 {
 		sig.Memory = float64(heap) / float64(b.Limit)
@@ -211,9 +262,9 @@ func (c *Controller) Sample() Sample {
 	if b.Grantable > 0 {
 		sig.Held = float64(b.InUse+b.WaitBytes) / float64(b.Grantable)
 	}
-	for name, fill := range c.queues {
-		f := fill()
-		s.Queues[name] = f
+	for _, q := range queues {
+		f := q.fill()
+		s.Queues[q.name] = f
 		sig.Queue = max(sig.Queue, f)
 	}
 	s.Signals = sig
@@ -231,8 +282,8 @@ func (c *Controller) Sample() Sample {
 			c.opts.Observer.Transition(prev, st)
 		}
 	}
-	c.setPaused(c.machine.State.Throttled())
-	s.State, s.Paused = c.machine.State, c.paused
+	s.State, s.Paused = c.machine.State, c.machine.State.Throttled()
+	c.setPaused(s.Paused)
 
 	p := c.progress.Load() + b.Releases // a release is an acknowledgement
 	progressed := p != c.lastProg
@@ -240,6 +291,11 @@ func (c *Controller) Sample() Sample {
 	prevStuck := c.detector.Stage
 	c.detector = c.detector.Step(now, sig, progressed, c.opts.Stuck)
 	if st := c.detector.Stage; st != prevStuck {
+		if st >= StuckUnhealthy && prevStuck < StuckUnhealthy {
+			c.mu.Lock()
+			c.stuckAt = c.detector.Since
+			c.mu.Unlock()
+		}
 		c.stuck.Store(int32(st))
 		c.logStuck(prevStuck, st, sig)
 		if c.opts.Observer != nil {
@@ -271,13 +327,20 @@ func (c *Controller) logStuck(from, to StuckStage, sig Signals) {
 	}
 }
 
-// setPaused pauses or resumes every pausable; c.mu is held.
+// setPaused pauses or resumes every pausable when p changes; sampleMu is
+// held, c.mu is not (Pause and Resume are called without it).
 func (c *Controller) setPaused(p bool) {
+	c.mu.Lock()
 	if p == c.paused {
+		c.mu.Unlock()
 		return
 	}
 	c.paused = p
-	for name, s := range c.pausables {
+	c.pauseGen++
+	ps := make(map[string]Pausable, len(c.pausables))
+	maps.Copy(ps, c.pausables)
+	c.mu.Unlock()
+	for name, s := range ps {
 		if p {
 			s.Pause()
 		} else {
@@ -288,8 +351,8 @@ func (c *Controller) setPaused(p bool) {
 }
 
 func (c *Controller) resumeAll() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.sampleMu.Lock()
+	defer c.sampleMu.Unlock()
 	c.setPaused(false)
 }
 

@@ -39,7 +39,6 @@ type Estimator struct {
 	mu      sync.Mutex
 	ring    []float64
 	next    int
-	filled  bool
 	pending int     // samples since the last recompute
 	p95     float64 // 0 until MinSamples
 }

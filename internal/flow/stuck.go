@@ -50,8 +50,10 @@ const (
 
 // StuckThresholds configure the stuck detector (each a knob).
 type StuckThresholds struct {
-	// Memory: held memory (the larger of the live heap and the budget in
-	// use, as shares of the budget) at or above this counts as high.
+	// Memory: held memory at or above this counts as high — the budget in
+	// use as a share of what is grantable (Signals.Held), or the live heap
+	// as a share of the budget (Signals.Memory) while some of the budget
+	// is in use (see Condition).
 	Memory float64
 	// IdleQueue: every queue below this fill counts as empty.
 	IdleQueue float64
@@ -92,9 +94,20 @@ type Stuck struct {
 }
 
 // Condition reports whether the signals, and whether anything progressed
-// since the last sample, show the stuck condition.
+// since the last sample, show the stuck condition: no progress, every
+// queue below IdleQueue, and memory held at or above Memory — the budget
+// in use, or the live heap while the budget holds at least IdleQueue.
+//
+// The live heap alone does not count, for the machine's working-set
+// reason: with the budget and every queue empty, no records are held, and
+// a high heap is caches, garbage or fragmentation. An idle node whose heap
+// is large against a small budget is not stuck, and must not be made to
+// exit.
 func (t StuckThresholds) Condition(s Signals, progressed bool) bool {
-	return !progressed && max(s.Memory, s.Held) >= t.Memory && s.Queue < t.IdleQueue
+	if progressed || s.Queue >= t.IdleQueue {
+		return false
+	}
+	return s.Held >= t.Memory || (s.Memory >= t.Memory && s.Held >= t.IdleQueue)
 }
 
 // Step returns the detector after one sample at now.

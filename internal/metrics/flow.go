@@ -54,6 +54,13 @@ func newFlow(f factory, th flow.Thresholds) *Flow {
 	}
 	x.stateS[flow.Normal].Set(1)
 	x.transitions = f.counterVec("weir_flow_transitions_total", "Backpressure state changes, by the state left and the state entered.", "from", "to")
+	for _, from := range flow.States {
+		for _, to := range flow.States {
+			if from != to {
+				x.transitions.WithLabelValues(from.String(), to.String())
+			}
+		}
+	}
 	x.limit = f.gauge("weir_memory_budget_bytes", "The memory budget (memory_budget, or derived; scaled by the quorum profile).")
 	x.grantable = f.gauge("weir_memory_budget_grantable_bytes", "What the budget grants now: below weir_memory_budget_bytes during warm-up.")
 	x.inUse = f.gauge("weir_memory_budget_in_use_bytes", "Bytes reserved by records held in memory now.")

@@ -42,7 +42,7 @@ func (m *Metrics) Topology() *Topology {
 		f := factory{m.reg}
 		t := &Topology{}
 		t.backlog = f.gauge("weir_recovery_backlog", "Raw positions the furthest-behind secondary has not durably received, queued or missing (0 when every secondary holds all of raw); updated every coverage_flush_interval.")
-		t.dropped = f.counterVec("weir_secondary_dropped_batches_total", "Live batches not queued for a secondary because its queue was full; recovery replays them from raw.", "sink")
+		t.dropped = f.counterVec("weir_secondary_dropped_batches_total", "Live batches not queued for a secondary because its queue was full (in batches or bytes) or the memory budget could not hold them at once; recovery replays them from raw.", "sink")
 		t.droppedRecs = f.counterVec("weir_secondary_dropped_records_total", "Records of the live batches dropped for a secondary (queue full).", "sink")
 		t.delivered = f.counterVec("weir_secondary_delivered_records_total", "Records a secondary durably committed or refused, by path (live or recovery).", "sink", "path")
 		t.failed = f.counterVec("weir_secondary_commit_failures_total", "Failed commits to a secondary (retried with backoff), by path.", "sink", "path")

@@ -1,0 +1,25 @@
+package sink
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// MemSize counts the struct and every byte the record points to.
+func TestMemSize(t *testing.T) {
+	base := int64(unsafe.Sizeof(Record{}))
+	hdr := int64(unsafe.Sizeof(Header{}))
+	for _, tc := range []struct {
+		name string
+		r    Record
+		want int64
+	}{
+		{"empty", Record{}, base},
+		{"payload, key and source", Record{Payload: make([]byte, 100), Key: []byte("k1"), Source: "socket"}, base + 100 + 2 + 6},
+		{"headers", Record{Headers: []Header{{Key: "a", Value: []byte("12")}, {Key: "bc"}}}, base + 2*hdr + 1 + 2 + 2},
+	} {
+		if got := tc.r.MemSize(); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
