@@ -50,7 +50,7 @@ func TestOversizeDuringWarmup(t *testing.T) {
 		}
 	}
 	m := d.waitScrape("the big record dead-lettered", 30*time.Second, func(m map[string]float64) bool {
-		return m[`weir_dead_letter_records_total{code="oversize"}`] >= 1
+		return m[`weir_dead_letter_records_total{code="oversize"}`] >= 1 && m["weir_memory_budget_bytes"] > 0 // sampled
 	})
 	if n := m[`weir_dead_letter_records_total{code="oversize"}`]; n != 1 {
 		t.Errorf("%v records dead-lettered oversize, want 1", n)
