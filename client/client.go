@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
@@ -41,6 +42,8 @@ type request struct {
 	weight  int // window slots held
 	done    func(error)
 	sentGen uint64 // connection generation it was last written on; 0 = not yet
+	// overloads counts the Overloaded answers it got in a row.
+	overloads int
 }
 
 // Client is a connection to a weir daemon that pushes records and matches
@@ -54,6 +57,9 @@ type Client struct {
 	sess atomic.Pointer[session] // what the current (or last) connection negotiated
 	// resent counts the records sent again after a reconnect.
 	resent atomic.Uint64
+	// overloadRetried counts the requests sent again after an Overloaded
+	// Nack.
+	overloadRetried atomic.Uint64
 
 	wake chan struct{} // cap 1: the send queue has work
 	kill chan struct{} // closed to stop the connection loop at once
@@ -65,9 +71,13 @@ type Client struct {
 	nextID  uint64
 	pending map[uint64]*request // sent or queued, not yet answered
 	queue   []*request          // not yet written on the current connection
-	gen     uint64              // current connection generation
-	closing bool
-	drained chan struct{} // closed when closing and pending is empty
+	// held are requests refused Overloaded, waiting for pauseUntil to be
+	// sent again; the writer writes nothing before pauseUntil.
+	held       []*request
+	pauseUntil time.Time
+	gen        uint64 // current connection generation
+	closing    bool
+	drained    chan struct{} // closed when closing and pending is empty
 }
 
 // Dial connects to the daemon at addr and returns a Client. addr is
@@ -132,6 +142,10 @@ func (c *Client) Producer() *Producer { return c.prod }
 // record id, so the copies the daemon may have stored already are the same
 // record to every sink.
 func (c *Client) Resent() uint64 { return c.resent.Load() }
+
+// OverloadRetried is how many requests this client has sent again after
+// the daemon refused them with Overloaded (see WithOverloadRetries).
+func (c *Client) OverloadRetried() uint64 { return c.overloadRetried.Load() }
 
 // ProtocolVersion is the wire version the client's current (or last)
 // connection negotiated: 2, or 1 with a daemon that speaks only that.
@@ -324,7 +338,7 @@ func (c *Client) failAll(err error) int {
 		reqs = append(reqs, r)
 		delete(c.pending, id)
 	}
-	c.queue = nil
+	c.queue, c.held = nil, nil
 	c.noteDrainedLocked()
 	c.mu.Unlock()
 	slices.SortFunc(reqs, func(a, b *request) int { return compareID(a.id, b.id) })
@@ -431,8 +445,9 @@ func (c *Client) serve(conn net.Conn, sess session) bool {
 	c.mu.Lock()
 	c.gen++
 	gen := c.gen
-	// Everything unanswered goes out again, oldest first.
-	c.queue = c.queue[:0]
+	// Everything unanswered goes out again, oldest first (what waits after
+	// an Overloaded Nack among it, still after the pause).
+	c.queue, c.held = c.queue[:0], nil
 	for _, r := range c.pending {
 		c.queue = append(c.queue, r)
 	}
@@ -518,6 +533,25 @@ func (c *Client) writeLoop(conn net.Conn, gen uint64, connDone <-chan struct{}) 
 	var bufs net.Buffers
 	for {
 		c.mu.Lock()
+		if wait := time.Until(c.pauseUntil); wait > 0 {
+			// The daemon asked for a pause (Overloaded): write nothing
+			// until it has passed.
+			c.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+				continue
+			case <-connDone:
+				t.Stop()
+				return nil
+			}
+		}
+		if len(c.held) > 0 {
+			// The requests refused Overloaded go first, oldest first.
+			slices.SortFunc(c.held, func(a, b *request) int { return compareID(a.id, b.id) })
+			c.queue = append(c.held, c.queue...)
+			c.held = nil
+		}
 		batch = append(batch[:0], c.queue...)
 		clear(c.queue)
 		c.queue = c.queue[:0]
@@ -574,7 +608,11 @@ func (c *Client) readLoop(conn net.Conn, gen uint64) (answered bool, err error) 
 		var result error
 		switch resp.Type {
 		case wire.TypeNack:
-			result = &NackError{Code: resp.Code, Message: resp.Message}
+			ne := newNackError(resp.Code, resp.Message)
+			if ne.Code == wire.CodeOverloaded && c.hold(id, ne.RetryAfter) {
+				continue
+			}
+			result = ne
 		case wire.TypeHelloAck:
 			c.log.Warn("weir client: unexpected HelloAck")
 			continue
@@ -583,6 +621,39 @@ func (c *Client) readLoop(conn net.Conn, gen uint64) (answered bool, err error) 
 			c.log.Warn("weir client: response for an unknown request", "id", resp.RequestID, "type", resp.Type)
 		}
 	}
+}
+
+// hold keeps the request with id, refused Overloaded with the retry-after
+// hint d, to be sent again after a pause, unless its retries are used up.
+// It reports whether it did.
+func (c *Client) hold(id uint64, d time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.pending[id]
+	if !ok || c.opts.overloadRetries >= 0 && r.overloads >= c.opts.overloadRetries {
+		return false
+	}
+	r.overloads++
+	r.sentGen = 0 // no answer is due on this connection
+	c.held = append(c.held, r)
+	if until := time.Now().Add(c.overloadDelay(d, r.overloads)); until.After(c.pauseUntil) {
+		c.pauseUntil = until
+	}
+	c.overloadRetried.Add(1)
+	c.signal()
+	return true
+}
+
+// overloadDelay is the pause after the n-th Overloaded answer (from 1) in
+// a row to one request with the retry-after hint d: d, doubled for each
+// further one, plus up to half again of jitter, capped by
+// WithOverloadMaxDelay.
+func (c *Client) overloadDelay(d time.Duration, n int) time.Duration {
+	if d <= 0 {
+		d = c.opts.backoffMin
+	}
+	base := backoff.Policy{Min: d, Max: c.opts.overloadMax}.Delay(n - 1)
+	return min(base+rand.N(base/2+1), c.opts.overloadMax)
 }
 
 // oldestSent is the id of the oldest pending request written on

@@ -262,7 +262,7 @@ func TestNackCodes(t *testing.T) {
 		code, _ := strconv.Atoi(string(r.payloads[0]))
 		return action{kind: actNack, code: wire.Code(code), msg: "because " + wire.Code(code).String()}
 	})
-	c := dialT(t, s)
+	c := dialT(t, s, WithOverloadRetries(0))
 	ctx := ctxT(t, 5*time.Second)
 	tests := []struct {
 		code      wire.Code
@@ -281,10 +281,11 @@ func TestNackCodes(t *testing.T) {
 		{wire.CodeNoHello, ErrNoHello, false},
 		{wire.CodeBadMeta, ErrBadMeta, false},
 		{wire.CodeNotPermitted, ErrNotPermitted, false},
+		{wire.CodeOverloaded, ErrOverloaded, true},
 		{42, nil, false},
 	}
 	all := []error{ErrFrameTooLarge, ErrBadVersion, ErrBadDurability, ErrBadFrame, ErrQueueTimeout,
-		ErrDiskFull, ErrShardFailed, ErrShuttingDown, ErrInternal, ErrNoHello, ErrBadMeta, ErrNotPermitted}
+		ErrDiskFull, ErrShardFailed, ErrShuttingDown, ErrInternal, ErrNoHello, ErrBadMeta, ErrNotPermitted, ErrOverloaded}
 	for _, tt := range tests {
 		err := c.Push(ctx, []byte(strconv.Itoa(int(tt.code))), Durable)
 		var ne *NackError

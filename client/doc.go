@@ -52,8 +52,27 @@
 // A refusal from the daemon is a *NackError with the Nack code and message;
 // errors.Is matches it against the sentinel of its code (ErrQueueTimeout,
 // ErrDiskFull, ...). A Nack is final for its request: the client never
-// resends it. Retryable tells whether pushing the same records again later
-// (or elsewhere) can succeed; doing so is up to the caller.
+// resends it (Overloaded aside, below). Retryable tells whether pushing the
+// same records again later (or elsewhere) can succeed; doing so is up to
+// the caller.
+//
+// # Overload
+//
+// A daemon that holds as much in memory as its budget allows, or whose
+// flow control is throttling producers, refuses a request with Overloaded
+// before it takes any of its records, and names a pause in the Nack
+// (retry_after_ms, see docs/wire_protocol.md). The client does not hand
+// that refusal to the caller: it keeps the request, writes nothing on the
+// connection for the pause — the daemon's hint, doubled for each further
+// Overloaded answer to the same request, plus up to half again of random
+// jitter, at most WithOverloadMaxDelay — and then sends it again,
+// unchanged, before anything pushed meanwhile. Callers see only latency;
+// the request keeps its place in the window, so pushes block as the window
+// fills. Requests already on their way when the refusal came may be
+// acknowledged before the resent one, so its records can be stored after
+// records pushed later. WithOverloadRetries bounds the resends (then the
+// caller gets the *NackError, ErrOverloaded, with its RetryAfter);
+// OverloadRetried counts them.
 //
 // # Reconnecting and at-least-once delivery
 //

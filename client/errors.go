@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/weir-io/weir/wire"
 )
@@ -22,6 +23,7 @@ var (
 	ErrNoHello       = errors.New("weir: version-2 push without a Hello")
 	ErrBadMeta       = errors.New("weir: bad record metadata")
 	ErrNotPermitted  = errors.New("weir: not permitted on this connection")
+	ErrOverloaded    = errors.New("weir: daemon overloaded")
 )
 
 // ErrClosed is returned for requests made after Close, and delivered to
@@ -32,10 +34,24 @@ var ErrClosed = errors.New("weir: client closed")
 var ErrEmptyBatch = errors.New("weir: empty batch")
 
 // NackError is a request the daemon refused. It is final: the client does
-// not send the request again.
+// not send the request again. (Overloaded is the exception: the client
+// sends such a request again itself, after the pause the daemon asks for,
+// and a caller sees an Overloaded NackError only with
+// WithOverloadRetries limiting that; see the package documentation.)
 type NackError struct {
 	Code    wire.Code
 	Message string
+	// RetryAfter is the pause the daemon asked for before a retry (the
+	// hint at the start of an Overloaded Nack's message; see
+	// wire.ParseRetryAfter), 0 when the Nack carries none. Message is
+	// the whole message, hint included.
+	RetryAfter time.Duration
+}
+
+// newNackError is the error of a Nack with code and msg.
+func newNackError(code wire.Code, msg string) *NackError {
+	d, _, _ := wire.ParseRetryAfter(msg)
+	return &NackError{Code: code, Message: msg, RetryAfter: d}
 }
 
 func (e *NackError) Error() string {
@@ -77,20 +93,24 @@ func sentinel(c wire.Code) error {
 		return ErrBadMeta
 	case wire.CodeNotPermitted:
 		return ErrNotPermitted
+	case wire.CodeOverloaded:
+		return ErrOverloaded
 	}
 	return nil
 }
 
 // Retryable reports whether err is a refusal that may succeed if the same
 // records are pushed again later or to another daemon: a Nack with code
-// QueueTimeout, ShuttingDown or ShardFailed, or DiskFull (which needs a
-// longer pause). Nacks about the request itself (FrameTooLarge, BadVersion,
-// BadDurability, BadFrame, NoHello, BadMeta, NotPermitted), Internal,
-// ErrClosed, context errors and anything else are not retryable.
+// QueueTimeout, ShuttingDown, ShardFailed or Overloaded (after its
+// RetryAfter), or DiskFull (which needs a longer pause). Nacks about the
+// request itself (FrameTooLarge, BadVersion, BadDurability, BadFrame,
+// NoHello, BadMeta, NotPermitted), Internal, ErrClosed, context errors and
+// anything else are not retryable.
 //
 // Retrying is the caller's decision; the client never resends a Nacked
-// request on its own. A retried record may be stored twice (see the package
-// documentation on at-least-once delivery).
+// request on its own, except an Overloaded one (see WithOverloadRetries).
+// A retried record may be stored twice (see the package documentation on
+// at-least-once delivery).
 func Retryable(err error) bool {
 	var ne *NackError
 	return errors.As(err, &ne) && ne.Code.Retryable()

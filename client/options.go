@@ -22,6 +22,11 @@ const (
 	// DefaultMaxFrameBytes is the largest frame body the client sends; it
 	// matches the daemon's default cap.
 	DefaultMaxFrameBytes = wire.DefaultMaxFrameBytes
+	// DefaultOverloadMaxDelay caps the pause after an Overloaded Nack.
+	DefaultOverloadMaxDelay = 5 * time.Second
+	// DefaultOverloadRetries is how often a request refused Overloaded is
+	// sent again: without limit (until Close gives up on it).
+	DefaultOverloadRetries = -1
 )
 
 type options struct {
@@ -34,6 +39,10 @@ type options struct {
 	logger      *slog.Logger
 	maxVersion  uint8
 	producer    *Producer
+	// Overloaded Nacks: the longest pause, and how often one request is
+	// sent again (< 0: without limit).
+	overloadMax     time.Duration
+	overloadRetries int
 }
 
 func defaultOptions() options {
@@ -44,6 +53,9 @@ func defaultOptions() options {
 		backoffMax:  DefaultBackoffMax,
 		maxFrame:    DefaultMaxFrameBytes,
 		maxVersion:  wire.MaxVersion,
+
+		overloadMax:     DefaultOverloadMaxDelay,
+		overloadRetries: DefaultOverloadRetries,
 	}
 }
 
@@ -137,6 +149,33 @@ func WithProtocolVersion(v uint8) Option {
 	return func(o *options) {
 		if v >= wire.Version && v <= wire.MaxVersion {
 			o.maxVersion = v
+		}
+	}
+}
+
+// WithOverloadRetries sets how many times the client sends a request again
+// after the daemon refused it with Overloaded (default
+// DefaultOverloadRetries, -1: without limit, until Close gives up on it).
+// The daemon refuses Overloaded before it takes any of the request's
+// records, so the client keeps the request, pauses its connection for the
+// retry-after the daemon names and sends it again unchanged — same
+// sequence numbers, so even a copy stored meanwhile would be the same
+// record. With 0, or once the retries are used up, the request fails with
+// a *NackError (ErrOverloaded) carrying the hint in its RetryAfter.
+func WithOverloadRetries(n int) Option {
+	return func(o *options) { o.overloadRetries = n }
+}
+
+// WithOverloadMaxDelay caps the pause after an Overloaded Nack (default
+// DefaultOverloadMaxDelay, 5s). The pause is the daemon's retry-after hint
+// (or the redial backoff's minimum when the Nack carries none), doubled
+// for each further Overloaded answer to the same request, plus up to half
+// again of random jitter, and never more than d. Values of zero or less
+// are ignored.
+func WithOverloadMaxDelay(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.overloadMax = d
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/weir-io/weir/wire"
 )
@@ -39,6 +40,7 @@ type received struct {
 	eventTime  int64
 	payloads   [][]byte
 	metas      [][]byte
+	at         time.Time // when the server decoded it
 }
 
 // testServer is a minimal daemon stand-in built on the wire package: it
@@ -242,7 +244,7 @@ func (s *testServer) serve(idx int, c net.Conn) {
 			it.hello = &h
 		case pe == nil:
 			r := received{conn: idx, version: p.Version, id: p.RequestID, durability: p.Durability,
-				firstSeq: p.FirstSeq, eventTime: p.EventTime}
+				firstSeq: p.FirstSeq, eventTime: p.EventTime, at: time.Now()}
 			for i, pl := range p.Payloads {
 				r.payloads = append(r.payloads, append([]byte(nil), pl...))
 				if p.Metas != nil {

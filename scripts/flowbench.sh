@@ -2,7 +2,7 @@
 # Flow control's benchmarks (docs/benchmarks.md, "Flow control"), RUNS times
 # each, with their medians written by internal/tools/benchreport to OUT
 # (default docs/benchmarks/flow_control.md):
-#   - BenchmarkFlowAdmission: ingest with admission on and off, same run;
+#   - BenchmarkAdmission: ingest with admission on and off, same run;
 #   - BenchmarkFlowOverloadRSS: peak RSS under the overload scenario, this
 #     tree's binary and one built at BASE (default 87456d6, main before flow
 #     control) in a temporary git worktree with -tags faultinject;
@@ -10,7 +10,7 @@
 #     throughput, with and without hysteresis.
 #
 #   RUNS=5 RECORDS=200000 OVERLOAD_SECONDS=10 scripts/flowbench.sh
-#   ONLY=FlowAdmission RUNS=9 scripts/flowbench.sh
+#   ONLY=Admission RUNS=9 scripts/flowbench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${RUNS:-5}"
@@ -24,7 +24,7 @@ if [[ "${ONLY:-}" == "" || "${ONLY:-}" == *OverloadRSS* ]]; then
 	(cd "$tmp/src" && go build -tags faultinject -o "$tmp/weir-base" ./cmd/weir)
 	export WEIR_BASE_BIN="$tmp/weir-base"
 fi
-go test -run '^$' -bench "${ONLY:-Flow(Admission|OverloadRSS|SinkRecovery)}" -benchtime 1x -count "$RUNS" -timeout 90m \
+go test -run '^$' -bench "${ONLY:-^Benchmark(Admission|FlowOverloadRSS|FlowSinkRecovery)\$}" -benchtime 1x -count "$RUNS" -timeout 90m \
 	./internal/systest | tee "$tmp/bench.out"
 mkdir -p "$(dirname "$OUT")"
 go run ./internal/tools/benchreport -in "$tmp/bench.out" -out "$OUT" \

@@ -38,6 +38,9 @@ const (
 	DefaultMaxRecordBytes         = 64 << 20
 )
 
+// DefaultQueueCapacityBytes is Options.QueueCapacityBytes' default.
+const DefaultQueueCapacityBytes int64 = 64 << 20
+
 // Record is one record as stored in a segment.
 type Record struct {
 	Durability Durability
@@ -91,7 +94,8 @@ var (
 	// EDQUOT). If nothing had been written the shard keeps serving and later
 	// requests may succeed; if a write was torn the shard has failed too.
 	ErrDiskFull = errors.New("wab: disk full")
-	// ErrQueueTimeout: the shard's queue stayed full for the whole wait.
+	// ErrQueueTimeout: the shard's queue stayed full (of requests, or of
+	// bytes) for the whole wait.
 	ErrQueueTimeout = errors.New("wab: queue full")
 	// ErrClosed: the log is shutting down.
 	ErrClosed = errors.New("wab: closed")
@@ -122,6 +126,9 @@ type Request struct {
 	// batch, set only on the carrier SubmitBatch queues, holds the
 	// requests handed to the flusher together.
 	batch []*Request
+	// queued is the payload and meta bytes the request (or carrier) holds
+	// of its shard's queue (QueueCapacityBytes) until the flusher takes it.
+	queued int64
 }
 
 // Observer receives the flusher's measurements. Every method must be cheap
@@ -159,6 +166,11 @@ type Options struct {
 	// one; 0 writes whatever is queued at once.
 	BatchDeadline time.Duration
 	QueueCapacity int // per shard
+	// QueueCapacityBytes bounds the payload and meta bytes a shard's queue
+	// holds (requests submitted, not yet taken by the flusher); a Submit
+	// waits for room as for QueueCapacity. A request larger than the bound
+	// is queued only when the queue is empty of bytes.
+	QueueCapacityBytes int64
 	// MaxRecordBytes caps one payload; at most RecordLimit.
 	MaxRecordBytes int
 	Logger         *slog.Logger // default slog.Default()

@@ -96,7 +96,9 @@
 //
 // # Writing
 //
-// Each shard has one flusher goroutine and a bounded queue. The flusher
+// Each shard has one flusher goroutine and a queue bounded in requests
+// (QueueCapacity) and in payload and meta bytes (QueueCapacityBytes); a
+// Submit waits up to its wait for room in both. The flusher
 // takes the first queued request, then whatever else is queued (up to
 // BatchMaxRecords records, waiting up to BatchDeadline for more, and no
 // more than the open segment has room for), encodes the batch into one

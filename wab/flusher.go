@@ -57,6 +57,16 @@ type shard struct {
 	submitting atomic.Int64
 	_          [64]byte
 
+	// queuedBytes is the payload and meta bytes in queue (bounded by
+	// QueueCapacityBytes; see takeBytes); bytesWaiters counts the Submits
+	// waiting for room, and roomMu guards room, the channel closed (and
+	// replaced) when the flusher frees bytes while some wait.
+	queuedBytes  atomic.Int64
+	bytesWaiters atomic.Int32
+	roomMu       sync.Mutex
+	room         chan struct{}
+	_            [64]byte
+
 	// busySince is when the flusher took up its current batch or seal, in
 	// nanoseconds on the monotonic clock (see monoNow); 0 while it waits
 	// for work. Read by FlusherBusy.
@@ -89,6 +99,7 @@ func newShard(l *Log, id int, nextSeq uint64) *shard {
 		id:         id,
 		dir:        filepath.Join(l.dir, ShardDirName(id)),
 		queue:      make(chan *Request, l.opts.QueueCapacity),
+		room:       make(chan struct{}),
 		nextSeq:    nextSeq,
 		chunk:      l.opts.PreallocateBytes,
 		ageTimer:   time.NewTimer(time.Hour),
@@ -239,8 +250,13 @@ func (s *shard) abortQueued() {
 
 // unpack returns the first request of what was taken from the queue: r
 // itself, or the first of a batch hand-off, whose others are held behind
-// any already held.
+// any already held. Every request taken from the queue passes here: its
+// bytes leave the queue's count.
 func (s *shard) unpack(r *Request) *Request {
+	if r.queued > 0 {
+		s.giveBytes(r.queued)
+		r.queued = 0
+	}
 	if r.batch == nil {
 		return r
 	}

@@ -66,6 +66,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.QueueCapacity <= 0 {
 		o.QueueCapacity = DefaultQueueCapacity
 	}
+	if o.QueueCapacityBytes <= 0 {
+		o.QueueCapacityBytes = DefaultQueueCapacityBytes
+	}
 	if o.MaxRecordBytes <= 0 {
 		o.MaxRecordBytes = DefaultMaxRecordBytes
 	}
@@ -137,7 +140,9 @@ func (l *Log) Instance() [16]byte { return l.instance }
 func (l *Log) Dir() string { return l.dir }
 
 // Submit queues a request on a shard, waiting at most wait for queue space
-// (ErrQueueTimeout after that). A nil return means Done will be called.
+// — a place among QueueCapacity and room for its bytes within
+// QueueCapacityBytes — (ErrQueueTimeout after that). A nil return means
+// Done will be called.
 //
 // Submit fails at once, without calling Done, for a shard out of range, a
 // malformed request, a payload over MaxRecordBytes (ErrRecordTooLarge), a
@@ -147,9 +152,11 @@ func (l *Log) Submit(ctx context.Context, shard int, req *Request, wait time.Dur
 	if shard < 0 || shard >= len(l.shards) {
 		return fmt.Errorf("wab: shard %d out of range [0, %d)", shard, len(l.shards))
 	}
-	if err := l.check(req); err != nil {
+	n, err := l.check(req)
+	if err != nil {
 		return err
 	}
+	req.queued = n
 	return l.queue(ctx, l.shards[shard], req, wait)
 }
 
@@ -170,36 +177,43 @@ func (l *Log) SubmitBatch(ctx context.Context, shard int, reqs []*Request, wait 
 	case 1:
 		return l.Submit(ctx, shard, reqs[0], wait)
 	}
+	var total int64
 	for _, r := range reqs {
-		if err := l.check(r); err != nil {
+		n, err := l.check(r)
+		if err != nil {
 			return err
 		}
+		total += n
 	}
-	return l.queue(ctx, l.shards[shard], &Request{batch: reqs}, wait)
+	return l.queue(ctx, l.shards[shard], &Request{batch: reqs, queued: total}, wait)
 }
 
-// check refuses a malformed request.
-func (l *Log) check(req *Request) error {
+// check refuses a malformed request; it returns the request's payload and
+// meta bytes.
+func (l *Log) check(req *Request) (int64, error) {
 	if req == nil || req.Done == nil {
-		return errors.New("wab: request without Done")
+		return 0, errors.New("wab: request without Done")
 	}
 	if req.Durability != Durable && req.Durability != Buffered {
-		return fmt.Errorf("wab: unknown durability %d", req.Durability)
+		return 0, fmt.Errorf("wab: unknown durability %d", req.Durability)
 	}
 	if req.Metas != nil && len(req.Metas) != len(req.Payloads) {
-		return fmt.Errorf("wab: request has %d metas for %d payloads", len(req.Metas), len(req.Payloads))
+		return 0, fmt.Errorf("wab: request has %d metas for %d payloads", len(req.Metas), len(req.Payloads))
 	}
+	var n int64
 	for i := range req.Metas {
 		if len(req.Metas[i]) > MaxMetaBytes {
-			return fmt.Errorf("%w: meta of %d bytes, limit %d", ErrRecordTooLarge, len(req.Metas[i]), MaxMetaBytes)
+			return 0, fmt.Errorf("%w: meta of %d bytes, limit %d", ErrRecordTooLarge, len(req.Metas[i]), MaxMetaBytes)
 		}
+		n += int64(len(req.Metas[i]))
 	}
 	for _, p := range req.Payloads {
 		if len(p) > l.opts.MaxRecordBytes {
-			return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
+			return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
 		}
+		n += int64(len(p))
 	}
-	return nil
+	return n, nil
 }
 
 // queue hands req (a request or a batch carrier) to s's flusher.
@@ -219,26 +233,58 @@ func (l *Log) queue(ctx context.Context, s *shard, req *Request, wait time.Durat
 		return ErrClosed
 	}
 
+	// Room for the bytes first, then a place in the queue; one wait
+	// covers both.
+	var t *time.Timer
+	if !s.takeBytes(req.queued) {
+		if wait <= 0 {
+			return ErrQueueTimeout
+		}
+		t = time.NewTimer(wait)
+		defer t.Stop()
+		if err := s.waitBytes(ctx, req.queued, t.C); err != nil {
+			return err
+		}
+	}
 	select {
 	case s.queue <- req:
 		return nil
 	default:
 	}
 	if wait <= 0 {
+		s.giveBytes(req.queued)
 		return ErrQueueTimeout
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
+	if t == nil {
+		t = time.NewTimer(wait)
+		defer t.Stop()
+	}
+	var err error
 	select {
 	case s.queue <- req:
 		return nil
 	case <-t.C:
-		return ErrQueueTimeout
+		err = ErrQueueTimeout
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	case <-l.closing:
-		return ErrClosed
+		err = ErrClosed
 	}
+	s.giveBytes(req.queued)
+	return err
+}
+
+// QueueFill is how full shard's queue is, from 0 to 1: the larger of its
+// share of QueueCapacity and of QueueCapacityBytes (0 for a shard out of
+// range). Flow control samples it.
+func (l *Log) QueueFill(shard int) float64 {
+	if shard < 0 || shard >= len(l.shards) {
+		return 0
+	}
+	s := l.shards[shard]
+	f := max(float64(len(s.queue))/float64(cap(s.queue)),
+		float64(s.queuedBytes.Load())/float64(l.opts.QueueCapacityBytes))
+	return min(f, 1)
 }
 
 // ShardErr is nil for a healthy shard, else the sticky error.

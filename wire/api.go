@@ -76,8 +76,13 @@ const (
 	// CodeNotPermitted: a record sets replay fields (id, source, origin
 	// position) on a connection that may not set them.
 	CodeNotPermitted Code = 12
+	// CodeOverloaded: the daemon holds as much in memory as its budget
+	// allows (or is throttling producers) and refused the request before
+	// taking any of its records. Retryable: the message starts with a
+	// retry-after hint (RetryAfterMessage, ParseRetryAfter).
+	CodeOverloaded Code = 13
 	// MaxCode is the highest code this package knows.
-	MaxCode = CodeNotPermitted
+	MaxCode = CodeOverloaded
 )
 
 // Hello flags: what a producer asks for in Hello; HelloAck carries the

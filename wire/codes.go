@@ -29,6 +29,8 @@ func (c Code) String() string {
 		return "BadMeta"
 	case CodeNotPermitted:
 		return "NotPermitted"
+	case CodeOverloaded:
+		return "Overloaded"
 	}
 	return "Code(" + strconv.Itoa(int(c)) + ")"
 }
@@ -36,13 +38,14 @@ func (c Code) String() string {
 // Retryable reports whether a request refused with c may be sent again,
 // later or to another daemon, with a chance of success: the refusal says
 // something about the daemon's state, not about the request. DiskFull is
-// retryable but only after a delay. Codes that describe the request itself
-// (FrameTooLarge, BadVersion, BadDurability, BadFrame, NoHello, BadMeta,
-// NotPermitted) are never retryable, and neither is Internal or an unknown
-// code.
+// retryable but only after a delay, Overloaded after the pause its
+// message's retry-after hint names (ParseRetryAfter). Codes that describe
+// the request itself (FrameTooLarge, BadVersion, BadDurability, BadFrame,
+// NoHello, BadMeta, NotPermitted) are never retryable, and neither is
+// Internal or an unknown code.
 func (c Code) Retryable() bool {
 	switch c {
-	case CodeQueueTimeout, CodeDiskFull, CodeShardFailed, CodeShuttingDown:
+	case CodeQueueTimeout, CodeDiskFull, CodeShardFailed, CodeShuttingDown, CodeOverloaded:
 		return true
 	}
 	return false

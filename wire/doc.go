@@ -20,6 +20,10 @@
 //	Ack       0x81  request_id u64, count u32
 //	Nack      0x82  request_id u64, code u16, msg_len u16, msg
 //
+// A Nack's msg may start with a retry-after hint, "retry_after_ms=N; "
+// (RetryAfterMessage, ParseRetryAfter); the daemon sends one with every
+// CodeOverloaded.
+//
 // The durability byte is 0x00 (Durable) or 0x01 (Buffered). 0x02 is
 // reserved: it is accepted and treated as Durable, and is never written by
 // this package. Any other value is refused with CodeBadDurability. A

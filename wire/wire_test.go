@@ -381,14 +381,14 @@ func TestCodeNames(t *testing.T) {
 		CodeQueueTimeout: "QueueTimeout", CodeDiskFull: "DiskFull",
 		CodeShardFailed: "ShardFailed", CodeShuttingDown: "ShuttingDown",
 		CodeInternal: "Internal", CodeNoHello: "NoHello", CodeBadMeta: "BadMeta",
-		CodeNotPermitted: "NotPermitted", 0: "Code(0)", 77: "Code(77)",
+		CodeNotPermitted: "NotPermitted", CodeOverloaded: "Overloaded", 0: "Code(0)", 77: "Code(77)",
 	}
 	for c, name := range want {
 		if c.String() != name {
 			t.Errorf("Code(%d).String() = %q, want %q", uint16(c), c.String(), name)
 		}
 	}
-	retry := map[Code]bool{CodeQueueTimeout: true, CodeDiskFull: true, CodeShardFailed: true, CodeShuttingDown: true}
+	retry := map[Code]bool{CodeQueueTimeout: true, CodeDiskFull: true, CodeShardFailed: true, CodeShuttingDown: true, CodeOverloaded: true}
 	for c := Code(0); c < 16; c++ {
 		if c.Retryable() != retry[c] {
 			t.Errorf("%s.Retryable() = %v", c, c.Retryable())

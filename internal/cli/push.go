@@ -23,9 +23,11 @@ const pushUsage = `Usage: weir push [flags] < records
 
 Reads newline-delimited records from stdin (empty lines are skipped) and
 pushes them to a running daemon. Prints "acked N nacked M" at the end, and
-on stderr each refused record's line number and Nack code, and how many
+on stderr each refused record's line number and Nack code, how many
 records were resent after a reconnect ("resent N records after
-reconnects"). Exits 0 only if every record was acked.
+reconnects") and how many frames were sent again after the daemon answered
+Overloaded ("retried N frames after Overloaded"; the client waits the pause
+the daemon asks for each time). Exits 0 only if every record was acked.
 
 All connections push as one idempotent producer (wire protocol version 2):
 each line is numbered once, and what is resent after a reconnect (the
@@ -95,6 +97,9 @@ func push(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if res.resent > 0 {
 		fmt.Fprintf(stderr, "resent %d records after reconnects\n", res.resent)
 	}
+	if res.overloaded > 0 {
+		fmt.Fprintf(stderr, "retried %d frames after Overloaded\n", res.overloaded)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "weir push: %v\n", err)
 		return 1
@@ -108,6 +113,7 @@ func push(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 type pushResult struct {
 	acked, nacked atomic.Int64
 	resent        uint64 // records sent again after a reconnect
+	overloaded    uint64 // frames sent again after an Overloaded Nack
 }
 
 // chunk is up to --batch consecutive lines; first is the first's line number.
@@ -187,6 +193,7 @@ func runPush(ctx context.Context, f pushFlags, tier client.Durability, stdin io.
 			setErr(fmt.Errorf("waiting for acks: %w", err))
 		}
 		res.resent += c.Resent()
+		res.overloaded += c.OverloadRetried()
 	}
 	if ctx.Err() != nil {
 		setErr(ctx.Err())

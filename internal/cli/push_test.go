@@ -11,10 +11,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/server"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/wab"
 )
+
+// serveForPush serves backend on a Unix socket in a fresh directory until
+// the test ends (then shuts the server down and calls after, if set) and
+// returns the socket's path.
+func serveForPush(t *testing.T, opts server.Options, backend server.Backend, after func()) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "wpush")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "s.sock")
+	srv := server.New(opts, backend)
+	if err := srv.ListenUnix(sock); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		if after != nil {
+			after()
+		}
+	})
+	return sock
+}
 
 // storeBackend acks every request at once and keeps what it would have
 // stored.
@@ -48,24 +77,8 @@ func (b *storeBackend) Submit(_ context.Context, _ int, req *wab.Request, _ time
 // its own sequence number, never shared with a record of another
 // connection.
 func TestPushOneProducerManyConnections(t *testing.T) {
-	dir, err := os.MkdirTemp("", "wpush")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "s.sock")
 	b := &storeBackend{metas: map[string][]record.Meta{}}
-	srv := server.New(server.Options{}, b)
-	if err := srv.ListenUnix(sock); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	sock := serveForPush(t, server.Options{}, b, nil)
 	const lines = 1000
 	var in strings.Builder
 	for i := range lines {
@@ -93,4 +106,43 @@ func TestPushOneProducerManyConnections(t *testing.T) {
 		}
 		seqs[m.Seq] = p
 	}
+}
+
+// slowBackend acks every request after a pause, from another goroutine.
+type slowBackend struct{ wg sync.WaitGroup }
+
+func (b *slowBackend) Shards() int        { return 1 }
+func (b *slowBackend) ShardErr(int) error { return nil }
+func (b *slowBackend) Submit(_ context.Context, _ int, req *wab.Request, _ time.Duration) error {
+	b.wg.Add(1)
+	time.AfterFunc(2*time.Millisecond, func() {
+		defer b.wg.Done()
+		req.Done(nil)
+	})
+	return nil
+}
+
+// TestPushUnderOverload: against a daemon whose memory budget is far too
+// small for what the producers keep in flight, weir push still delivers
+// every line: the frames refused Overloaded are sent again after the
+// daemon's retry-after pause, and it says how many.
+func TestPushUnderOverload(t *testing.T) {
+	budget := flow.NewBudget(flow.BudgetOptions{Limit: 128 << 10, WarmupFraction: 1})
+	defer budget.Close()
+	b := &slowBackend{}
+	sock := serveForPush(t, server.Options{Budget: budget, AdmissionWait: time.Millisecond, RetryAfter: 2 * time.Millisecond}, b, b.wg.Wait)
+	const lines = 400
+	var in strings.Builder
+	for i := range lines {
+		fmt.Fprintf(&in, "%d-%s\n", i, strings.Repeat("x", 4000))
+	}
+	var out, errOut bytes.Buffer
+	code := push([]string{"--socket-path", sock, "--concurrency", "4", "--timeout", "60s"}, strings.NewReader(in.String()), &out, &errOut)
+	if code != 0 || out.String() != fmt.Sprintf("acked %d nacked 0\n", lines) {
+		t.Fatalf("exit %d, %q, stderr %q", code, out.String(), errOut.String())
+	}
+	if !strings.Contains(errOut.String(), "frames after Overloaded") {
+		t.Fatalf("no frame was refused Overloaded (stderr %q): the budget did not bite", errOut.String())
+	}
+	t.Log(strings.TrimSpace(errOut.String()))
 }

@@ -52,10 +52,13 @@ type Config struct {
 	FrameReadTimeout time.Duration // frame_read_timeout
 	IdleTimeout      time.Duration // idle_timeout
 	WriteTimeout     time.Duration // write_timeout
-	ConnMaxInflight  int           // conn_max_inflight (records)
+	ConnMaxInflight  int           // conn_max_inflight (requests)
 	QueueCapacity    int           // queue_capacity (per shard)
 	QueueTimeout     time.Duration // queue_timeout
 	ShutdownTimeout  time.Duration // shutdown_timeout
+
+	ConnMaxInflightBytes int64 // conn_max_inflight_bytes
+	QueueCapacityBytes   int64 // queue_capacity_bytes (per shard)
 
 	// TCP with mutual TLS; off when TCPListen is empty.
 	TCPListen            string        // tcp_listen (host:port)

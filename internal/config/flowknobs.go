@@ -17,6 +17,10 @@ const (
 	DefaultQuorumBatchPercent  = 50
 	// MinMemoryBudget is the smallest memory_budget accepted.
 	MinMemoryBudget = 4 * mib
+	// minBudgetFrames: a memory_budget must hold this many frames of
+	// max_frame_bytes, so that a largest frame always fits it once warm
+	// (a frame the budget can never grant is refused for good).
+	minBudgetFrames = 4
 )
 
 // FlowConfig is flow control's configuration ([flow], memory_budget,
@@ -151,6 +155,15 @@ func validateFlow(ks []knob, c *Config) []error {
 	}
 	pair("flow.degraded_memory_percent", "flow.critical_memory_percent", f.DegradedMemoryPercent, f.CriticalMemoryPercent)
 	pair("flow.degraded_queue_percent", "flow.critical_queue_percent", f.DegradedQueuePercent, f.CriticalQueuePercent)
+	if f.MemoryBudget != 0 {
+		if limit, _ := c.BudgetLimit(); limit < minBudgetFrames*int64(c.MaxFrameBytes) {
+			why := fmt.Sprintf("must be at least %d × max_frame_bytes (%s)", minBudgetFrames, FormatSize(minBudgetFrames*int64(c.MaxFrameBytes)))
+			if f.Profile == "quorum" {
+				why += ", after flow.quorum_budget_percent"
+			}
+			errs = append(errs, invalid(knobByKey(ks, "memory_budget"), FormatSize(f.MemoryBudget), why))
+		}
+	}
 	if f.StuckFailAfter < f.StuckWarnAfter {
 		errs = append(errs, invalid(knobByKey(ks, "flow.stuck_fail_after"), formatDuration(f.StuckFailAfter),
 			fmt.Sprintf("must be at least flow.stuck_warn_after (%s)", formatDuration(f.StuckWarnAfter))))

@@ -11,6 +11,7 @@ import (
 	"github.com/weir-io/weir/internal/config/setting"
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/server"
 	"github.com/weir-io/weir/internal/tlsconf"
 	"github.com/weir-io/weir/wab"
 	"github.com/weir-io/weir/wire"
@@ -29,7 +30,9 @@ const (
 	DefaultIdleTimeout      = 5 * time.Minute
 	DefaultWriteTimeout     = 10 * time.Second
 	DefaultConnMaxInflight  = 4096
+	DefaultConnMaxInflightB = server.DefaultConnMaxInflightBytes
 	DefaultQueueCapacity    = wab.DefaultQueueCapacity
+	DefaultQueueCapacityB   = wab.DefaultQueueCapacityBytes
 	DefaultQueueTimeout     = time.Second
 	DefaultShutdownTimeout  = 30 * time.Second
 	DefaultBatchMaxRecords  = wab.DefaultBatchMaxRecords
@@ -321,10 +324,14 @@ func scalarKnobs(reg *component.Registry) []knob {
 			func(p *partial) **time.Duration { return &p.IdleTimeout }, func(c *Config) *time.Duration { return &c.IdleTimeout }),
 		durationKnob("write_timeout", DefaultWriteTimeout, time.Millisecond, time.Hour, "Time allowed to write a reply to a producer before the connection is dropped (at least this, at most a sixteenth more).",
 			func(p *partial) **time.Duration { return &p.WriteTimeout }, func(c *Config) *time.Duration { return &c.WriteTimeout }),
-		intKnob("conn_max_inflight", DefaultConnMaxInflight, 1, 1<<20, "Records one connection may have sent but not yet had acknowledged.",
+		intKnob("conn_max_inflight", DefaultConnMaxInflight, 1, 1<<20, "Requests (frames, of one record or a batch) one connection may have sent but not yet had answered; the daemon stops reading the connection beyond it.",
 			func(p *partial) **int { return &p.ConnMaxInflight }, func(c *Config) *int { return &c.ConnMaxInflight }),
+		sizeKnob("conn_max_inflight_bytes", DefaultConnMaxInflightB, 64*kib, 1<<40, "Memory one connection's unanswered frames may hold (their records as the daemon keeps them, stored metadata and bookkeeping included), taken from memory_budget; a frame beyond it waits for the connection's own answers (at most flow.admission_wait, then Overloaded), and a larger frame is let in only alone. Off with flow.admission = false.",
+			func(p *partial) **int64 { return &p.ConnMaxInflightBytes }, func(c *Config) *int64 { return &c.ConnMaxInflightBytes }),
 		intKnob("queue_capacity", DefaultQueueCapacity, 1, 1<<24, "Hand-offs queued per shard between the connections and the shard's flusher: one frame, or the frames (up to 32) a connection read at once.",
 			func(p *partial) **int { return &p.QueueCapacity }, func(c *Config) *int { return &c.QueueCapacity }),
+		sizeKnob("queue_capacity_bytes", DefaultQueueCapacityB, 64*kib, 1<<40, "Payload and metadata bytes queued per shard ahead of its flusher; beyond it a request waits as for queue_capacity (queue_timeout, then QueueTimeout). A request larger than this enters only an empty queue. The fuller of the two shares is a queue fill flow control watches.",
+			func(p *partial) **int64 { return &p.QueueCapacityBytes }, func(c *Config) *int64 { return &c.QueueCapacityBytes }),
 		durationKnob("queue_timeout", DefaultQueueTimeout, time.Millisecond, time.Minute, "How long a record waits for room in a full shard queue before the producer gets a busy reply.",
 			func(p *partial) **time.Duration { return &p.QueueTimeout }, func(c *Config) *time.Duration { return &c.QueueTimeout }),
 		durationKnob("shutdown_timeout", DefaultShutdownTimeout, 100*time.Millisecond, time.Hour, "Time a graceful shutdown waits for in-flight records before closing connections.",
@@ -417,6 +424,8 @@ type partial struct {
 	FrameReadTimeout, IdleTimeout         *time.Duration
 	WriteTimeout                          *time.Duration
 	ConnMaxInflight, QueueCapacity        *int
+	ConnMaxInflightBytes                  *int64
+	QueueCapacityBytes                    *int64
 	QueueTimeout, ShutdownTimeout         *time.Duration
 
 	TCPListen, TLSCertFile, TLSKeyFile *string

@@ -94,7 +94,7 @@ func runBufferNode(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog
 	}
 	// The producer listeners are the first source. They bind here, so a
 	// socket in use fails the start instead of a restart loop.
-	ingress := newIngress(cfg, tlsMgr, tel.m, log)
+	ingress := newIngress(cfg, tlsMgr, tel.m, tel.fc, log)
 	if err := ingress.Listen(gate); err != nil {
 		return errors.Join(err, b.close(context.Background()))
 	}
@@ -152,11 +152,14 @@ func startBuffer(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.L
 		MaxRecordBytes:   cfg.MaxFrameBytes,
 		Logger:           log.With("component", "wab"),
 		Observer:         tel.m,
+
+		QueueCapacityBytes: cfg.QueueCapacityBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open write-ahead buffer: %w", err)
 	}
 	tel.watchWAB(fs, wlog)
+	tel.fc.watchShardQueues(wlog)
 	b := &buffer{wlog: wlog, stopDrain: func() {}, drained: make(chan struct{})}
 	close(b.drained) // no drain yet
 	b.dl, err = openDelivery(ctx, cfg, newKinds(cfg, fs, tel), log, tel.m)

@@ -43,6 +43,12 @@ type conn struct {
 	// reports them to the observer together (received).
 	queued   []*pending
 	received tally
+	// cr is the connection's share of the memory budget (admission.go),
+	// written by the reader and the writer for every frame: on cache
+	// lines of its own.
+	_  [64]byte
+	cr credit
+	_  [64]byte
 }
 
 // tally adds up frames per tier for one Observer call per tier instead of
@@ -98,6 +104,7 @@ type pending struct {
 	version  uint8          // of the request; the answer's version
 	helloAck *wire.HelloAck // the answer to a Hello
 	buf      frameBuf       // holds the request's payloads and metas
+	resv     int64          // memory reserved for it (see admission.go)
 	code     wire.Code      // 0: ack
 	msg      string
 	done     atomic.Bool // set after code and msg
@@ -149,6 +156,7 @@ func (s *Server) newConn(nc net.Conn, replay bool) *conn {
 		wake:    make(chan struct{}, 1),
 		replay:  replay,
 	}
+	c.cr.freed = make(chan struct{}, 1)
 	c.dr = &deadlineReader{nc: nc, idle: s.opts.IdleTimeout, frame: s.opts.FrameReadTimeout, stopped: &c.stopped}
 	return c
 }
@@ -174,6 +182,9 @@ func (c *conn) run() {
 	close(c.pending)
 	c.wakeWriter()
 	<-writerDone
+	if c.s.opts.Budget != nil {
+		c.closeCredit()
+	}
 	c.nc.Close()
 }
 
@@ -247,14 +258,28 @@ func (c *conn) submit(push *wire.Push) {
 			return
 		}
 	}
-	p := &pending{c: c, id: push.RequestID, records: n, bytes: size, dur: push.Durability, version: push.Version}
+	if c.s.throttled() {
+		code, msg := c.s.overloaded("producers throttled: flow control is in the critical state")
+		c.answer(push.Version, push.RequestID, n, code, msg)
+		return
+	}
+	metaSize := c.storedMetaSize(push)
+	var resv int64
+	if c.s.opts.Budget != nil {
+		resv = frameMemory(n, size+metaSize, metaSize > 0)
+		if code, msg := c.admit(resv); code != 0 {
+			c.answer(push.Version, push.RequestID, n, code, msg)
+			return
+		}
+	}
+	p := &pending{c: c, id: push.RequestID, records: n, bytes: size, dur: push.Durability, version: push.Version, resv: resv}
 	c.enqueue(p) // blocks while the in-flight window is full
 	p.req = wab.Request{
 		Durability: wab.Durability(push.Durability),
 		Received:   c.dr.receivedAt().UnixNano(),
 		Done:       p.complete,
 	}
-	c.fillRecords(p, push, size)
+	c.fillRecords(p, push, size, metaSize)
 	c.queued = append(c.queued, p)
 	if len(c.queued) >= maxQueuedSubmits {
 		c.flushSubmits()
@@ -330,22 +355,28 @@ func (c *conn) answer(v uint8, id uint64, records int, code wire.Code, msg strin
 	c.wakeWriter()
 }
 
-// fillRecords sets p.req's Payloads — copies of the decoder's aliased
-// payloads — and, for a version-2 push, the Metas each record is stored
-// with (see session.appendStoredMeta), all in one pooled buffer (see
-// getBuf). A single-record push needs no allocation for the slices
-// themselves.
-func (c *conn) fillRecords(p *pending, push *wire.Push, size int) {
-	metaSize := 0
+// storedMetaSize is the size of the metadata push's records are stored
+// with (see session.appendStoredMeta): 0 for a version-1 push.
+func (c *conn) storedMetaSize(push *wire.Push) int {
 	switch {
 	case push.Version < wire.Version2:
+		return 0
 	case push.Metas == nil: // no record brought metadata: all alike
-		metaSize = c.sess.storedMetasSize(push)
-	default:
-		for i, block := range push.Metas {
-			metaSize += c.sess.storedMetaSize(push, i, block, push.MetaInfos[i])
-		}
+		return c.sess.storedMetasSize(push)
 	}
+	metaSize := 0
+	for i, block := range push.Metas {
+		metaSize += c.sess.storedMetaSize(push, i, block, push.MetaInfos[i])
+	}
+	return metaSize
+}
+
+// fillRecords sets p.req's Payloads — copies of the decoder's aliased
+// payloads (size bytes) — and, for a version-2 push, the Metas each record
+// is stored with (metaSize bytes; see session.appendStoredMeta), all in
+// one pooled buffer (see getBuf). A single-record push needs no
+// allocation for the slices themselves.
+func (c *conn) fillRecords(p *pending, push *wire.Push, size, metaSize int) {
 	p.buf = getBuf(size + metaSize)
 	buf := p.buf.bytes()
 	n := len(push.Payloads)
@@ -419,7 +450,18 @@ func (c *conn) writeLoop() {
 	// acked adds up the acks written since the last flush: one Observer
 	// call per flush, made before the acks go out.
 	var acked tally
+	// answered adds up the memory of the frames answered since the last
+	// flush: given back to the connection's credit once per flush (or at
+	// once while the reader waits for memory; see admission.go).
+	var answered int64
+	giveBack := func() {
+		if answered != 0 {
+			c.release(answered)
+			answered = 0
+		}
+	}
 	flush := func() {
+		giveBack()
 		acked.report(c.s.obs.Acked)
 		if broken || bw.Buffered() == 0 {
 			return
@@ -450,14 +492,25 @@ func (c *conn) writeLoop() {
 		if head == nil || !head.done.Load() {
 			// Everything answered so far goes out before the wait.
 			flush()
+			if head == nil && c.s.opts.Budget != nil {
+				// Nothing to answer: credit the connection does not use
+				// goes back to the budget (it takes it again in chunks).
+				c.returnCredit()
+			}
 			select {
 			case <-c.wake: // some request completed, or a new answer is queued
 			case <-c.s.ctx.Done():
 				// Shutdown stopped waiting: the requests still in flight
 				// go unanswered (none of them was acked). Close the
-				// connection and let the reader run out.
+				// connection and let the reader run out. Their memory is
+				// no longer the connection's to account for.
 				c.nc.Close()
-				for range c.pending {
+				giveBack()
+				if head != nil {
+					c.release(head.resv)
+				}
+				for p := range c.pending {
+					c.release(p.resv)
 				}
 				return
 			}
@@ -469,6 +522,12 @@ func (c *conn) writeLoop() {
 		if p.buf.b != nil {
 			p.buf.put()
 			p.buf = frameBuf{}
+		}
+		if p.resv != 0 {
+			answered += p.resv
+			if c.cr.waiting.Load() {
+				giveBack()
+			}
 		}
 		switch {
 		case p.helloAck != nil:

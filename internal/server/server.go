@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/backoff"
+	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/wab"
 	"github.com/weir-io/weir/wire"
 )
@@ -61,6 +62,24 @@ type Options struct {
 	ConnMaxInflight  int           // requests in flight per connection
 	Logger           *slog.Logger
 	Observer         Observer
+
+	// Budget, when set, is the node's memory budget: every push frame
+	// reserves the memory its connection holds for it before it is
+	// submitted, and gives it back once answered (see admission.go). nil:
+	// no reservations, and no byte cap per connection.
+	Budget *flow.Budget
+	// ConnMaxInflightBytes caps the memory one connection's unanswered
+	// frames hold (with a Budget); 0 takes DefaultConnMaxInflightBytes.
+	ConnMaxInflightBytes int64
+	// AdmissionWait is the longest a frame waits for memory before it is
+	// answered Overloaded; 0 does not wait.
+	AdmissionWait time.Duration
+	// RetryAfter is the hint an Overloaded answer carries; 0 takes
+	// DefaultRetryAfter.
+	RetryAfter time.Duration
+	// Throttle, when set, reports that flow control throttles producers
+	// (the Critical state): push frames are answered Overloaded at once.
+	Throttle interface{ Throttled() bool }
 }
 
 // Server serves producer connections.
@@ -70,6 +89,7 @@ type Server struct {
 	log     *slog.Logger
 	obs     Observer
 
+	chunk    int64         // credit a connection takes from Budget at once
 	slots    chan struct{} // one per open connection (max_connections)
 	freed    atomic.Uint64 // slots given back so far
 	nextConn atomic.Uint64
@@ -101,6 +121,16 @@ func New(opts Options, backend Backend) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.ConnMaxInflightBytes <= 0 {
+		opts.ConnMaxInflightBytes = DefaultConnMaxInflightBytes
+	}
+	if opts.RetryAfter <= 0 {
+		opts.RetryAfter = DefaultRetryAfter
+	}
+	var chunk int64
+	if opts.Budget != nil {
+		chunk = creditChunk(opts.Budget.Stats().Limit, opts.ConnMaxInflightBytes)
+	}
 	obs := opts.Observer
 	if obs == nil {
 		obs = nopObserver{}
@@ -108,6 +138,7 @@ func New(opts Options, backend Backend) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
 		opts:      opts,
+		chunk:     chunk,
 		backend:   backend,
 		log:       opts.Logger,
 		obs:       obs,

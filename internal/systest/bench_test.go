@@ -122,11 +122,12 @@ func cpuSeconds() float64 {
 // untilDrained it also waits for the drain to deliver every record and
 // measures the daemon's CPU time until then.
 func ingestOnce(b *testing.B, name string, tier client.Durability, batch, producers, records int, untilDrained bool, opts ...client.Option) ingestResult {
-	return ingestOnceArgs(b, nil, name, tier, batch, producers, records, untilDrained, opts...)
+	return ingestDaemon(b, nil, name, tier, batch, producers, records, untilDrained, opts...)
 }
 
-// ingestOnceArgs is ingestOnce with daemonArgs added to the daemon's flags.
-func ingestOnceArgs(b *testing.B, daemonArgs []string, name string, tier client.Durability, batch, producers, records int, untilDrained bool, opts ...client.Option) ingestResult {
+// ingestDaemon is ingestOnce against a daemon started with daemonArgs
+// added to its command line.
+func ingestDaemon(b *testing.B, daemonArgs []string, name string, tier client.Durability, batch, producers, records int, untilDrained bool, opts ...client.Option) ingestResult {
 	b.StopTimer()
 	d := newDaemon(b, append([]string{"--log-level", "warn"}, daemonArgs...)...)
 	d.start()

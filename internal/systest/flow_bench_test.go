@@ -2,68 +2,16 @@ package systest
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/weir-io/weir/client"
 )
 
 // Benchmarks of flow control (docs/benchmarks.md, "Flow control"); each
-// prints BENCH lines. scripts/flowbench.sh runs them all, with the
-// binary from before flow control for the overload's baseline.
-
-// BenchmarkFlowAdmission: ingest with admission on and off
-// (flow.admission = false) in the same run: 64 Durable producers of
-// 256-byte records, single-record and 64-record frames, each against a
-// fresh daemon, in an order that alternates from one pair to the next
-// (the second run of a pair is faster on this machine, whatever it runs).
-// WEIR_BENCH_RECORDS sets the records per run (default 200000).
-//
-//	go test -run '^$' -bench FlowAdmission -benchtime 1x -count 5 ./internal/systest
-func BenchmarkFlowAdmission(b *testing.B) {
-	records := 200_000
-	if s := os.Getenv("WEIR_BENCH_RECORDS"); s != "" {
-		fmt.Sscan(s, &records)
-	}
-	for _, batch := range []int{1, 64} {
-		frames := "single"
-		if batch > 1 {
-			frames = fmt.Sprintf("batch%d", batch)
-		}
-		b.Run(fmt.Sprintf("Durable/%s/p64", frames), func(b *testing.B) {
-			for range b.N {
-				order := []bool{true, false}
-				if admissionPairs%2 == 1 {
-					order = []bool{false, true}
-				}
-				admissionPairs++
-				rate := map[bool]float64{}
-				for _, on := range order {
-					name := fmt.Sprintf("flow/admission_%s/Durable/%s/p64", onOff(on), frames)
-					r := ingestOnceArgs(b, []string{"--flow-admission=" + fmt.Sprint(on)}, name, client.Durable, batch, 64, records, false)
-					rate[on] = r.rate
-				}
-				b.ReportMetric(rate[true], "on-records/s")
-				b.ReportMetric(rate[false], "off-records/s")
-				b.ReportMetric(rate[true]/rate[false], "on/off")
-			}
-		})
-	}
-}
-
-// admissionPairs counts BenchmarkFlowAdmission's pairs, to alternate their
-// order.
-var admissionPairs int
-
-func onOff(on bool) string {
-	if on {
-		return "on"
-	}
-	return "off"
-}
+// prints BENCH lines. scripts/flowbench.sh runs them and BenchmarkAdmission
+// (admission on vs off), with the binary from before flow control for the
+// overload's baseline.
 
 // BenchmarkFlowOverloadRSS: the overload scenario of
 // TestOverloadMemoryBound (64 producers, 64 KiB records, windows of 256,
