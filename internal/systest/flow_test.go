@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weir-io/weir/client"
+	"github.com/weir-io/weir/wire"
 )
 
 // System tests of flow control (docs/flow_control.md, issue 11). Each is
@@ -31,10 +33,32 @@ type overloadRun struct {
 	pushed   int64
 	duration time.Duration
 	drained  time.Duration // from the sink's return to every acked record in it
+	// transitions are the backpressure state changes, "from>to" → count.
+	transitions map[string]float64
 }
 
-// overloadedCode is the name of the Nack code of a refusal for memory.
-const overloadedCode = "Overloaded"
+// stateTransitions reads weir_flow_transitions_total by "from>to".
+func stateTransitions(m map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		if !strings.HasPrefix(k, "weir_flow_transitions_total{") || v == 0 {
+			continue
+		}
+		from, to := labelValue(k, "from"), labelValue(k, "to")
+		out[from+">"+to] = v
+	}
+	return out
+}
+
+// labelValue is the value of label name in a sample's name{labels}.
+func labelValue(sample, name string) string {
+	_, rest, ok := strings.Cut(sample, name+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, `"`)
+	return v
+}
 
 // overloadRecordBytes is the payload size of the overload scenario.
 const overloadRecordBytes = 64 << 10
@@ -62,7 +86,9 @@ func runOverloadProducers(ctx context.Context, t testing.TB, socket string, n, w
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := client.Dial(ctx, socket, client.WithWindow(window))
+			// No retries by the client: each Overloaded refusal reaches
+			// the callback, to be counted.
+			c, err := client.Dial(ctx, socket, client.WithWindow(window), client.WithOverloadRetries(0))
 			if err != nil {
 				if ctx.Err() == nil {
 					t.Errorf("producer %d: dial: %v", p, err)
@@ -268,11 +294,15 @@ type = "file"
 		time.Sleep(250 * time.Millisecond)
 	}
 	drained := time.Since(resumed)
+	var transitions map[string]float64
+	if m, err := d.tryScrape(); err == nil {
+		transitions = stateTransitions(m)
+	}
 	if err := d.stop(30 * time.Second); err != nil {
 		t.Errorf("stop: %v", err)
 	}
 	return overloadRun{budget: budget, idle: idle, peak: peak, samples: samples, answers: answers, acked: acked,
-		maxWait: maxWait, pushed: op.pushed.Load(), duration: elapsed, drained: drained}
+		maxWait: maxWait, pushed: op.pushed.Load(), duration: elapsed, drained: drained, transitions: transitions}
 }
 
 // overloadHeadroom is the stated bound's factor on the budget: a live heap
@@ -305,19 +335,19 @@ func TestOverloadMemoryBound(t *testing.T) {
 	dur := envDuration(t, "WEIR_OVERLOAD_SECONDS", 10*time.Second)
 	r := runOverload(t, overloadOpts{budget: budget, dur: dur, window: 256, wabDelay: 40 * time.Millisecond})
 	bound := r.idle + int64(overloadHeadroom()*budget)
-	t.Logf("overload %v: pushed %d, answers %v; longest answer %v; peak RSS %s (idle %s, budget %s, bound %s); drained %d acked records in %v after the sink returned",
+	t.Logf("overload %v: pushed %d, answers %v; longest answer %v; peak RSS %s (idle %s, budget %s, bound %s); drained %d acked records in %v after the sink returned; state changes %v",
 		r.duration.Round(time.Millisecond), r.pushed, r.answers, r.maxWait.Round(time.Millisecond), mib(float64(r.peak)),
-		mib(float64(r.idle)), mib(budget), mib(float64(bound)), len(r.acked), r.drained.Round(time.Millisecond))
+		mib(float64(r.idle)), mib(budget), mib(float64(bound)), len(r.acked), r.drained.Round(time.Millisecond), r.transitions)
 	logMemSeries(t, r.samples)
 	if r.peak > bound {
 		t.Errorf("peak RSS %s exceeds the bound %s (idle %s + %.2f × budget %s)", mib(float64(r.peak)), mib(float64(bound)),
 			mib(float64(r.idle)), overloadHeadroom(), mib(budget))
 	}
-	if r.answers[overloadedCode] == 0 {
+	if r.answers[wire.CodeOverloaded.String()] == 0 {
 		t.Errorf("no producer was told Overloaded: %v", r.answers)
 	}
 	for k, n := range r.answers {
-		if k != "ok" && k != overloadedCode {
+		if k != "ok" && k != wire.CodeOverloaded.String() {
 			t.Errorf("%d pushes answered %s", n, k)
 		}
 	}

@@ -43,7 +43,7 @@ func steadyProducers(ctx context.Context, socket string, n int, rate float64, ac
 				cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				c.Close(cctx)
 				cancel()
-				refused.Add(0)
+				refused.Add(int64(c.OverloadRetried()))
 			}()
 			batch := make([][]byte, 32)
 			var tick <-chan time.Time
