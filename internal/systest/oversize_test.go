@@ -34,7 +34,9 @@ func TestOversizeDuringWarmup(t *testing.T) {
 	d.kill()
 
 	d.env = nil
-	d.args = append(d.args, "--memory-budget", "16MiB", "--flow-warmup-percent", "25",
+	// The budget must be at least 4 × max_frame_bytes: frames are back to
+	// the default cap (4 MiB), the buffer keeps the 6 MiB record.
+	d.args = append(d.args, "--max-frame-bytes", "4MiB", "--memory-budget", "16MiB", "--flow-warmup-percent", "25",
 		"--flow-warmup-acks", "1000000", "--flow-warmup-timeout", "1h")
 	d.start()
 	want := map[string]bool{}
