@@ -19,6 +19,23 @@
 // what it holds (for Kafka: cluster, topic, partition, offset and payload),
 // so that a redelivered record gets the same id and every sink can drop the
 // duplicate. See ID.
+//
+// # Pausing
+//
+// A source that reads from upstream at its own pace — a broker, files —
+// should implement Pausable, so that flow control can stop it reading
+// when memory runs short (the Critical state) without losing its place:
+// a Kafka source stops fetching its partitions but stays in its consumer
+// group (no rebalance), a JetStream source stops pulling while the acks
+// of what it already holds proceed, a file source stops reading. Pause
+// and Resume are idempotent and safe from any goroutine, before, during
+// and between runs; a source paused before Run starts paused. A batch
+// already read when Pause is called is still written and committed:
+// pausing bounds what is read next, it does not abandon what is held.
+// Pauser is a ready-made implementation for a source that reads in a
+// loop. A kind declares the capability in the component registry
+// (component.SourceCaps.Pausable), which hands the daemon the Pausable of
+// each source it opens.
 package source
 
 import (
@@ -90,6 +107,33 @@ type Record struct {
 	// place. It is stored with the record (record.Meta.OriginPos) and
 	// derives nothing.
 	OriginPos string
+}
+
+// Size is the bytes of r's data — payload, key, header names and values —
+// the size flow control's estimates start from (see Sizes).
+func (r *Record) Size() int {
+	n := len(r.Payload) + len(r.Key)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// Sizes returns the data size of recs (the sum of Size) and the memory
+// they take in proportion to it while a gate holds them: the data, the
+// origin positions, and the copy of keys and headers the gate encodes
+// into their metadata. A source tells its size estimator the pair
+// (flow.Estimator.Observe), adding what its transport keeps per byte. The
+// fixed cost of a record — its structs, whatever its size — is not in
+// held: it is what the estimator's floor, record_size_estimate, covers.
+func Sizes(recs []Record) (data, held int64) {
+	for i := range recs {
+		r := &recs[i]
+		n := r.Size()
+		data += int64(n)
+		held += int64(n + n - len(r.Payload) + len(r.OriginPos))
+	}
+	return data, held
 }
 
 // Gate is where a source writes. Write returns nil only once every record

@@ -69,10 +69,10 @@ func (r *Registry) SinkTable() Table {
 
 // SourceTable lists the source kinds and their capabilities.
 func (r *Registry) SourceTable() Table {
-	t := Table{Header: []string{"source kind", "position", "own raw", "per-record commit", "fs seam", "what it is"}}
+	t := Table{Header: []string{"source kind", "position", "own raw", "per-record commit", "pausable", "fs seam", "what it is"}}
 	for _, k := range r.sources {
 		c := k.Caps()
-		t.Rows = append(t.Rows, []string{k.Name(), c.Regime.String(), yesNo(k.Replayable()), yesNo(c.PerRecordCommit), yesNo(c.FSSeam), k.Summary()})
+		t.Rows = append(t.Rows, []string{k.Name(), c.Regime.String(), yesNo(k.Replayable()), yesNo(c.PerRecordCommit), yesNo(c.Pausable), yesNo(c.FSSeam), k.Summary()})
 	}
 	return t
 }
@@ -105,4 +105,5 @@ idempotent: a replayed record is absorbed by its weir_record_id; otherwise copie
 fs seam: all its file I/O goes through weir's file-system seam (fault injection, crash simulation).
 position: who keeps the source's position (broker-managed; store-managed: weir, beside the gate).
 own raw: its origin can be read again by position, so it may be its own primary raw (own_raw = true).
-per-record commit: can commit its position after every record instead of every batch.`
+per-record commit: can commit its position after every record instead of every batch.
+pausable: flow control can stop it reading under memory pressure without losing its place (Kafka keeps its group membership).`

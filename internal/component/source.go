@@ -2,8 +2,10 @@ package component
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
@@ -19,6 +21,27 @@ type SourceCaps struct {
 	PerRecordCommit bool
 	// FSSeam: every byte it reads and writes goes through Env.FS.
 	FSSeam bool
+	// Pausable: its sources implement source.Pausable — flow control can
+	// stop them reading without losing their place (a Kafka source keeps
+	// its group membership). The registry hands the daemon each opened
+	// source's Pausable (Opened.Pausable, OwnRaw.Pausable).
+	Pausable bool
+}
+
+// SourceFlow is what flow control gives a source when it is opened.
+type SourceFlow struct {
+	// Prefetch is the memory, in bytes as held (decompressed, decoded),
+	// the source's client may buffer ahead of the gate — fetched records,
+	// a pull batch, read-ahead (flow.Prefetch: the source's share of the
+	// budget). The kind derives its transport's limits from it once, at
+	// open; a setting of the kind that sets one explicitly wins. 0: no
+	// bound is derived (the kind's defaults).
+	Prefetch int64
+	// Estimator is the source's size estimate: the memory a record takes
+	// while held per byte of its data (source.Record.Size). The gate's
+	// admission reserves by it; the source tells it what it measures
+	// (Observe) — a Kafka source from its fetch batches. Nil: none.
+	Estimator *flow.Estimator
 }
 
 // SourceParams is what a source factory receives.
@@ -28,6 +51,8 @@ type SourceParams[C any] struct {
 	Config *C
 	// OnCommit is called after each position commit (never nil).
 	OnCommit func()
+	// Flow is the source's prefetch bound and size estimator.
+	Flow SourceFlow
 }
 
 // OriginParams is what an origin factory receives: a source that is its
@@ -41,6 +66,11 @@ type OriginParams[C any] struct {
 	// durable — before the position is committed — with the position of
 	// recs[0].
 	OnDurable func(first uint64, recs []source.Record)
+	// Admit holds memory for a batch the origin is making durable: it
+	// returns once the batch's reservation is granted (or ctx ended), and
+	// release gives it back after OnDurable. A source that is its own raw
+	// has no gate to do that for it. Never nil.
+	Admit func(ctx context.Context, recs []source.Record) (release func(), err error)
 }
 
 // OwnRaw is a source opened as its own primary raw: the source, and a
@@ -49,6 +79,16 @@ type OwnRaw struct {
 	Source source.Source
 	Reader sink.RawReader
 	Close  func() error
+	// Pausable is set by the registry, as in Opened.
+	Pausable source.Pausable
+}
+
+// Opened is a source as the registry opens it.
+type Opened struct {
+	Source source.Source
+	// Pausable pauses and resumes the source's reading; nil unless the
+	// kind has the Pausable capability.
+	Pausable source.Pausable
 }
 
 // OriginMode is a source kind's replayable-origin mode.
@@ -91,10 +131,16 @@ func (d Source[C]) sourceKind() (*SourceKind, error) {
 		if onCommit == nil {
 			onCommit = func() {}
 		}
-		return SourceParams[C]{Env: in.Env.withDefaults(), Config: in.Config.(*C), OnCommit: onCommit}
+		return SourceParams[C]{Env: in.Env.withDefaults(), Config: in.Config.(*C), OnCommit: onCommit, Flow: in.Flow}
 	}
-	k := &SourceKind{spec: s, caps: d.Caps, check: problems(d.Check),
-		open: func(ctx context.Context, in SourceInstance) (source.Source, error) { return d.Open(ctx, params(in)) },
+	k := &SourceKind{spec: s, caps: d.Caps, check: problems(d.Check)}
+	k.open = func(ctx context.Context, in SourceInstance) (Opened, error) {
+		src, err := d.Open(ctx, params(in))
+		if err != nil {
+			return Opened{}, err
+		}
+		p, err := k.pausable(src)
+		return Opened{Source: src, Pausable: p}, err
 	}
 	if o := d.Origin; o != nil {
 		k.origin = func(ctx context.Context, in SourceInstance) (OwnRaw, error) {
@@ -102,10 +148,35 @@ func (d Source[C]) sourceKind() (*SourceKind, error) {
 			if onDurable == nil {
 				onDurable = func(uint64, []source.Record) {}
 			}
-			return o.Open(ctx, OriginParams[C]{SourceParams: params(in), Dir: in.Dir, OnDurable: onDurable})
+			admit := in.Admit
+			if admit == nil {
+				admit = func(context.Context, []source.Record) (func(), error) { return func() {}, nil }
+			}
+			own, err := o.Open(ctx, OriginParams[C]{SourceParams: params(in), Dir: in.Dir, OnDurable: onDurable, Admit: admit})
+			if err != nil {
+				return own, err
+			}
+			if own.Pausable, err = k.pausable(own.Source); err != nil {
+				return OwnRaw{}, errors.Join(err, own.Close())
+			}
+			return own, nil
 		}
 	}
 	return k, nil
+}
+
+// pausable is src's Pausable when the kind declares the capability — the
+// one place that looks behind the source.Source a factory returned, to
+// check the declaration against it.
+func (k *SourceKind) pausable(src source.Source) (source.Pausable, error) {
+	if !k.caps.Pausable {
+		return nil, nil
+	}
+	p, ok := src.(source.Pausable)
+	if !ok {
+		return nil, fmt.Errorf("component: source kind %q declares Pausable, but its source %T does not implement source.Pausable", k.kind, src)
+	}
+	return p, nil
 }
 
 // SourceKind is a registered source kind.
@@ -113,7 +184,7 @@ type SourceKind struct {
 	spec
 	caps   SourceCaps
 	check  func(any) []Problem
-	open   func(context.Context, SourceInstance) (source.Source, error)
+	open   func(context.Context, SourceInstance) (Opened, error)
 	origin func(context.Context, SourceInstance) (OwnRaw, error)
 }
 
@@ -124,9 +195,13 @@ type SourceInstance struct {
 	Config any
 	// OnCommit is called after each position commit (nil: nothing).
 	OnCommit func()
-	// Dir and OnDurable are for OpenOwnRaw: see OriginParams.
+	// Flow is the source's prefetch bound and size estimator.
+	Flow SourceFlow
+	// Dir, OnDurable and Admit are for OpenOwnRaw: see OriginParams (nil
+	// Admit: nothing is held).
 	Dir       string
 	OnDurable func(first uint64, recs []source.Record)
+	Admit     func(ctx context.Context, recs []source.Record) (release func(), err error)
 }
 
 // Caps are the kind's static capabilities.
@@ -139,8 +214,9 @@ func (k *SourceKind) Replayable() bool { return k.origin != nil }
 // Check returns the rules over several keys that cfg breaks.
 func (k *SourceKind) Check(cfg any) []Problem { k.mustOwn(cfg); return k.check(cfg) }
 
-// Open returns a source of the kind.
-func (k *SourceKind) Open(ctx context.Context, in SourceInstance) (source.Source, error) {
+// Open returns a source of the kind, with its Pausable when the kind has
+// the capability.
+func (k *SourceKind) Open(ctx context.Context, in SourceInstance) (Opened, error) {
 	return k.open(ctx, in)
 }
 

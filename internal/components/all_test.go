@@ -55,6 +55,9 @@ func TestBuiltinKinds(t *testing.T) {
 		if k.Caps().Regime != regimes[k.Name()] {
 			t.Errorf("source %s: regime %v", k.Name(), k.Caps().Regime)
 		}
+		if !k.Caps().Pausable {
+			t.Errorf("source %s cannot be paused by flow control", k.Name())
+		}
 		if k.Replayable() != (k.Name() == "file") {
 			t.Errorf("source %s: replayable %v", k.Name(), k.Replayable())
 		}

@@ -98,7 +98,7 @@ func runBufferNode(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog
 	if err := ingress.Listen(gate); err != nil {
 		return errors.Join(err, b.close(context.Background()))
 	}
-	srcs, err := startSources(cfg, newKinds(cfg, fs, tel), gate, ingress, b.dl, tel.m, log)
+	srcs, err := startSources(cfg, newKinds(cfg, fs, tel), gate, ingress, b.dl, tel, log)
 	if err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()

@@ -118,33 +118,36 @@ func (k kinds) rawWhere() string {
 }
 
 // sourceInstance is how sc is opened: each source names itself in its
-// logs, and each position commit is counted.
-func (k kinds) sourceInstance(sc config.SourceConfig, log *slog.Logger, topo *metrics.Topology) (*component.SourceKind, component.SourceInstance, error) {
+// logs, each position commit is counted, and flow control gives it sf.
+func (k kinds) sourceInstance(sc config.SourceConfig, sf component.SourceFlow, log *slog.Logger, topo *metrics.Topology) (*component.SourceKind, component.SourceInstance, error) {
 	sk, ok := k.cfg.Components.Source(sc.Type)
 	if !ok {
 		return nil, component.SourceInstance{}, fmt.Errorf("unknown source kind %q", sc.Type)
 	}
 	in := component.SourceInstance{Env: k.env(sc.Name, log), Config: sc.Settings,
-		OnCommit: func() { topo.SourceCommitted(sc.Name) }}
+		OnCommit: func() { topo.SourceCommitted(sc.Name) }, Flow: sf}
 	return sk, in, nil
 }
 
-// newSource returns the source sc configures.
-func (k kinds) newSource(ctx context.Context, sc config.SourceConfig, log *slog.Logger, topo *metrics.Topology) (source.Source, error) {
-	sk, in, err := k.sourceInstance(sc, log, topo)
+// newSource returns the source sc configures, with its Pausable if its
+// kind has one.
+func (k kinds) newSource(ctx context.Context, sc config.SourceConfig, sf component.SourceFlow, log *slog.Logger, topo *metrics.Topology) (component.Opened, error) {
+	sk, in, err := k.sourceInstance(sc, sf, log, topo)
 	if err != nil {
-		return nil, err
+		return component.Opened{}, err
 	}
 	return sk.Open(ctx, in)
 }
 
 // openOwnRaw opens the source sc configures as its own primary raw, its
-// index in dir; onDurable is told of each durable batch.
-func (k kinds) openOwnRaw(ctx context.Context, sc config.SourceConfig, dir string, onDurable func(uint64, []source.Record), log *slog.Logger, topo *metrics.Topology) (component.OwnRaw, error) {
-	sk, in, err := k.sourceInstance(sc, log, topo)
+// index in dir; onDurable is told of each durable batch, and admit holds
+// memory for it meanwhile (nil: nothing).
+func (k kinds) openOwnRaw(ctx context.Context, sc config.SourceConfig, sf component.SourceFlow, dir string, onDurable func(uint64, []source.Record),
+	admit func(context.Context, []source.Record) (func(), error), log *slog.Logger, topo *metrics.Topology) (component.OwnRaw, error) {
+	sk, in, err := k.sourceInstance(sc, sf, log, topo)
 	if err != nil {
 		return component.OwnRaw{}, err
 	}
-	in.Dir, in.OnDurable = dir, onDurable
+	in.Dir, in.OnDurable, in.Admit = dir, onDurable, admit
 	return sk.OpenOwnRaw(ctx, in)
 }

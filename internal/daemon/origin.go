@@ -41,8 +41,11 @@ func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConf
 		fan.Appended(first, sinkRecords(recs))
 	}
 	k := newKinds(cfg, fs, tel)
-	// The source and the origin raw name themselves in their logs.
-	own, err := k.openOwnRaw(ctx, sc, filepath.Join(sc.RawDir, originIndexDir), onDurable, log, topo)
+	// The source and the origin raw name themselves in their logs. The
+	// source has no gate: it holds memory for each batch itself while the
+	// origin makes it durable (sourceflow.go).
+	sf := tel.fc.sourceFlow(cfg, sc.Name, 1, log.With("component", "flow"))
+	own, err := k.openOwnRaw(ctx, sc, sf, filepath.Join(sc.RawDir, originIndexDir), onDurable, tel.fc.holdFor(sf.Estimator), log, topo)
 	if err != nil {
 		return fmt.Errorf("source %q: %w", sc.Name, err)
 	}
@@ -54,7 +57,11 @@ func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConf
 	srcCtx, stopSource := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	srcLog := log.With("component", "source", "source", sc.Name)
-	go func() { done <- runSource(srcCtx, own.Source, nil, store, topo, srcLog) }()
+	forget := tel.fc.addSource(sc.Name, own.Pausable)
+	go func() {
+		defer forget()
+		done <- runSource(srcCtx, own.Source, nil, store, topo, srcLog)
+	}()
 	tel.h.Ready()
 	log.Info("weir ready: a source is its own raw", "source", sc.Name, "type", sc.Type, "raw_dir", sc.RawDir,
 		"offset_store", store.Where(), "secondaries", len(cfg.Secondaries))

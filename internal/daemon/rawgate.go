@@ -44,7 +44,7 @@ func runRawGateNode(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slo
 		return errors.Join(fmt.Errorf("open the gate's quarantine %s: %w", qdir, err), dl.snk.Close())
 	}
 	gate := engine.NewSinkGate(dl.snk, engine.SinkGateOptions{Name: rawGateQuarantine, Quarantine: q, Observer: tel.m})
-	srcs, err := startSources(cfg, k, gate, nil, dl, tel.m, log)
+	srcs, err := startSources(cfg, k, gate, nil, dl, tel, log)
 	if err != nil {
 		return errors.Join(err, dl.snk.Close(), q.Close())
 	}

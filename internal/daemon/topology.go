@@ -177,24 +177,33 @@ type sources struct {
 // sink's — so a position is committed only after the gate's durable
 // write, and is restarted with backoff when it stops with an error.
 // Store-managed sources keep their cursors in d.cursors, opened here
-// (openCursors: one place whatever the secondaries).
-func startSources(cfg *config.Config, k kinds, gate source.Gate, ingress source.Source, d *delivery, m *metrics.Metrics, log *slog.Logger) (*sources, error) {
+// (openCursors: one place whatever the secondaries). Each [[source]] has
+// its share of the memory budget and writes under admission, and the
+// flow controller pauses the pausable ones (sourceflow.go).
+func startSources(cfg *config.Config, k kinds, gate admittingGate, ingress source.Source, d *delivery, tel *telemetry, log *slog.Logger) (*sources, error) {
 	s := &sources{}
-	topo := m.Topology()
-	var srcs []source.Source
+	topo := tel.m.Topology()
+	type run struct {
+		src   source.Source
+		gate  source.Gate
+		pause source.Pausable
+	}
+	var runs []run
 	if ingress != nil {
-		srcs = append(srcs, ingress)
+		runs = append(runs, run{src: ingress, gate: gate}) // the ingress counts per answered frame itself
 	}
 	var stored []string // store-managed sources
 	for _, sc := range cfg.Sources {
-		src, err := k.newSource(context.Background(), sc, log, topo) // each source names itself in its logs
+		sf := tel.fc.sourceFlow(cfg, sc.Name, len(cfg.Sources), log.With("component", "flow"))
+		o, err := k.newSource(context.Background(), sc, sf, log, topo) // each source names itself in its logs
 		if err != nil {
 			return nil, fmt.Errorf("source %q: %w", sc.Name, err)
 		}
-		if src.Regime() == source.StoreManaged {
-			stored = append(stored, src.Name())
+		if o.Source.Regime() == source.StoreManaged {
+			stored = append(stored, o.Source.Name())
 		}
-		srcs = append(srcs, src)
+		g := &countingGate{name: o.Source.Name(), g: tel.fc.gateFor(gate, sf.Estimator), topo: topo}
+		runs = append(runs, run{src: o.Source, gate: g, pause: o.Pausable})
 	}
 	if len(stored) > 0 {
 		cs, err := openCursors(context.Background(), cfg, k, d.offsets, stored, log.With("component", "source"))
@@ -205,17 +214,15 @@ func startSources(cfg *config.Config, k kinds, gate source.Gate, ingress source.
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	for _, src := range srcs {
-		var g source.Gate = gate
-		if src != ingress {
-			// The ingress counts per answered frame itself.
-			g = &countingGate{name: src.Name(), g: gate, topo: topo}
-		}
+	for _, r := range runs {
+		src := r.src
 		l := log.With("component", "source", "source", src.Name())
+		forget := tel.fc.addSource(src.Name(), r.pause)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			if err := runSource(ctx, src, g, d.cursors, topo, l); err != nil {
+			defer forget()
+			if err := runSource(ctx, src, r.gate, d.cursors, topo, l); err != nil {
 				s.mu.Lock()
 				s.errs = append(s.errs, fmt.Errorf("source %q: %w", src.Name(), err))
 				s.mu.Unlock()

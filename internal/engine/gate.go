@@ -261,20 +261,28 @@ func (g *WABGate) tooLarge(r *source.Record, metaLen int) string {
 // reject stores the records the buffer cannot hold in the rejection lane,
 // durably, before anything of the Write is submitted.
 func (g *WABGate) reject(ctx context.Context, recs []source.Record, over []oversized) error {
+	return rejectOversize(ctx, g.opts.Quarantine, g.opts.Name, g.opts.Observer, recs, over, "too large for the buffer")
+}
+
+// rejectOversize stores the records of recs that over names in lane —
+// reason code oversize, stage gate, component name, one attempt — and
+// counts them with obs (if not nil). A nil error means the lane has them
+// durably; what says why they are refused, for the error.
+func rejectOversize(ctx context.Context, lane Quarantine, name string, obs GateObserver, recs []source.Record, over []oversized, what string) error {
 	now := time.Now()
 	qs := make([]QuarantinedRecord, len(over))
 	for i, o := range over {
 		r := &recs[o.index]
-		qs[i] = QuarantinedRecord{Sink: g.opts.Name, OriginPos: r.OriginPos, Record: SinkRecord(r, now), Reject: record.Rejection{
-			Code: record.CodeOversize, Stage: record.StageGate, Component: g.opts.Name, Error: o.why,
+		qs[i] = QuarantinedRecord{Sink: name, OriginPos: r.OriginPos, Record: SinkRecord(r, now), Reject: record.Rejection{
+			Code: record.CodeOversize, Stage: record.StageGate, Component: name, Error: o.why,
 			Attempts: 1, FirstSeen: now.UnixNano()}}
 	}
-	if err := g.opts.Quarantine.Quarantine(ctx, qs); err != nil {
-		return fmt.Errorf("%w: %d records too large for the buffer (first: record %d of %q, %s) could not be stored in the rejection lane: %w",
-			ErrGate, len(qs), over[0].index, recs[over[0].index].Source, over[0].why, err)
+	if err := lane.Quarantine(ctx, qs); err != nil {
+		return fmt.Errorf("%w: %d records %s (first: record %d of %q, %s) could not be stored in the rejection lane: %w",
+			ErrGate, len(qs), what, over[0].index, recs[over[0].index].Source, over[0].why, err)
 	}
-	if g.opts.Observer != nil {
-		g.opts.Observer.GateQuarantined(record.CodeOversize, len(qs))
+	if obs != nil {
+		obs.GateQuarantined(record.CodeOversize, len(qs))
 	}
 	return nil
 }

@@ -17,6 +17,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,6 +164,43 @@ func Records(src string, from, n int) []source.Record {
 		out[i] = source.Record{ID: source.ID([]byte(src), source.Uint64(uint64(from+i)), p), Payload: p, Source: src}
 	}
 	return out
+}
+
+// CountGate is a gate that passes writes to Inner and counts the records
+// of those that succeeded (N), and keeps each one's record count and data
+// bytes (source.Record.Size). Safe for concurrent use.
+type CountGate struct {
+	Inner source.Gate
+	N     atomic.Int64
+
+	mu     sync.Mutex
+	writes []Write
+}
+
+// Write is one successful write through a CountGate.
+type Write struct {
+	Records int
+	Bytes   int64
+}
+
+// Write implements source.Gate.
+func (g *CountGate) Write(ctx context.Context, recs []source.Record) error {
+	if err := g.Inner.Write(ctx, recs); err != nil {
+		return err
+	}
+	data, _ := source.Sizes(recs)
+	g.mu.Lock()
+	g.writes = append(g.writes, Write{Records: len(recs), Bytes: data})
+	g.mu.Unlock()
+	g.N.Add(int64(len(recs)))
+	return nil
+}
+
+// Writes are the successful writes so far.
+func (g *CountGate) Writes() []Write {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.writes)
 }
 
 // CrashAfter is a gate that passes writes to Inner and, on the write number

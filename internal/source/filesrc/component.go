@@ -30,13 +30,13 @@ func Component() component.SourceDef {
 	return component.Source[Config]{
 		Name:    Kind,
 		Summary: "tails files matching a glob, one record per line, following rotation; may be its own primary raw",
-		Caps:    component.SourceCaps{Regime: source.StoreManaged},
+		Caps:    component.SourceCaps{Regime: source.StoreManaged, Pausable: true},
 		Fields: []component.Field{
 			component.Key("glob", setting.Glob(), "", "Files to tail (filepath.Match syntax); keep the wildcard in the file name part so rotated files are found.",
 				func(c *Config) *string { return &c.Glob }, component.Required()),
 			component.Key("poll_interval", setting.OrZero(setting.Duration(time.Millisecond, time.Hour), "the default"), DefaultPollInterval, "How often the files are looked at when there was nothing to read.",
 				func(c *Config) *time.Duration { return &c.PollInterval }),
-			component.Key("max_batch_records", setting.OrZero(setting.Int(1, 1<<20), "the default"), DefaultMaxBatchRecords, "Most lines one gate write takes.",
+			component.Key("max_batch_records", setting.OrZero(setting.Int(1, 1<<20), "the default"), DefaultMaxBatchRecords, "Most lines one gate write takes. (The bytes one write reads ahead are bounded by the source's share of memory_budget: see docs/sources.md.)",
 				func(c *Config) *int { return &c.MaxBatchRecords }),
 			component.Key("max_line_bytes", setting.OrZero(setting.IntSize(1, 1<<30), "the default"), DefaultMaxLineBytes, "Longer lines are cut to this size.",
 				func(c *Config) *int { return &c.MaxLineBytes }),
@@ -56,6 +56,7 @@ func options(p component.SourceParams[Config]) Options {
 	return Options{
 		Name: p.Name, Glob: c.Glob, PollInterval: c.PollInterval, MaxBatchRecords: c.MaxBatchRecords,
 		MaxLineBytes: c.MaxLineBytes, RotateGrace: c.RotateGrace,
+		Prefetch: p.Flow.Prefetch, Estimator: p.Flow.Estimator,
 		Logger:   p.Logger,
 		OnCommit: func(string, int64) { p.OnCommit() },
 	}
@@ -69,7 +70,7 @@ func openOwnRaw(ctx context.Context, p component.OriginParams[Config]) (componen
 	if err != nil {
 		return component.OwnRaw{}, fmt.Errorf("open its origin raw (own_raw): %w", err)
 	}
-	opts.Origin, opts.OnDurable = origin, p.OnDurable
+	opts.Origin, opts.OnDurable, opts.Admit = origin, p.OnDurable, p.Admit
 	src, err := New(opts)
 	if err != nil {
 		return component.OwnRaw{}, errors.Join(err, origin.Close())

@@ -55,6 +55,19 @@
 // record) and a warning logged: nothing is lost, but the pieces are
 // separate records.
 //
+// # Read-ahead and pausing
+//
+// What one batch reads — lines held until the gate (or, as its own raw,
+// the origin) has them durably — is at most MaxBatchBytes. Given
+// Options.Prefetch (the source's share of the memory budget, in memory
+// bytes) and no explicit MaxBatchBytes, the source derives it once, at
+// New: Prefetch ÷ the estimated expansion, at most DefaultMaxBatchBytes
+// (StagedReadAhead). Either way it is at least MaxLineBytes + 1, or a line
+// longer than a batch could never be read.
+//
+// Source implements source.Pausable: while paused it reads nothing (the
+// batch in hand is still made durable and its cursor saved).
+//
 // # Its own raw
 //
 // Usually the gate makes a batch durable: the write-ahead buffer, and a
@@ -115,6 +128,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
@@ -142,7 +156,9 @@ type Options struct {
 	// nothing to read (default DefaultPollInterval).
 	PollInterval time.Duration
 	// MaxBatchRecords, MaxBatchBytes bound one gate write (defaults
-	// DefaultMaxBatchRecords, DefaultMaxBatchBytes).
+	// DefaultMaxBatchRecords, and DefaultMaxBatchBytes or, with Prefetch,
+	// StagedReadAhead; never below MaxLineBytes + 1). MaxBatchBytes is
+	// the read-ahead: all a batch reads into memory.
 	MaxBatchRecords int
 	MaxBatchBytes   int
 	// MaxLineBytes: longer lines are cut (default DefaultMaxLineBytes).
@@ -167,6 +183,16 @@ type Options struct {
 	// has made it durable, before the cursor is saved, with the position
 	// of recs[0]. It runs on Run's goroutine; the next batch waits for it.
 	OnDurable func(first uint64, recs []source.Record)
+	// Admit, in origin mode, holds memory for each batch from before
+	// Origin makes it durable until OnDurable returned (nil: nothing is
+	// held): without a gate, the source reserves for itself.
+	Admit func(ctx context.Context, recs []source.Record) (release func(), err error)
+	// Prefetch, if > 0, bounds the read-ahead in memory bytes (see the
+	// package doc, Read-ahead and pausing).
+	Prefetch int64
+	// Estimator, if set, is told each batch's data size against the
+	// memory it takes, and sizes the read-ahead.
+	Estimator *flow.Estimator
 }
 
 // Source is a file-tailing source.
@@ -175,9 +201,13 @@ type Source struct {
 	log   *slog.Logger
 	dir   string // where rotated files are looked for ("" if the directory has wildcards)
 	files []*file
+	pause source.Pauser
 }
 
-var _ source.Source = (*Source)(nil)
+var (
+	_ source.Source   = (*Source)(nil)
+	_ source.Pausable = (*Source)(nil)
+)
 
 // New checks opts and returns a source.
 func New(opts Options) (*Source, error) {
@@ -191,8 +221,27 @@ func New(opts Options) (*Source, error) {
 		}
 	}
 	s := &Source{opts: opts, log: opts.Logger.With("component", "source", "source", opts.Name), dir: globDir(opts.Glob)}
+	s.pause.OnChange = func(paused bool) { s.log.Info("file source paused (reading stopped) or resumed", "paused", paused) }
+	if opts.Prefetch > 0 {
+		s.log.Info("file read-ahead from the memory budget", "prefetch_bytes", opts.Prefetch, "max_batch_bytes", opts.MaxBatchBytes)
+	}
 	return s, nil
 }
+
+// StagedReadAhead is the read-ahead derived from prefetch, the memory a
+// batch may take (bytes as held), and ratio, the memory per byte read:
+// prefetch ÷ ratio, at most DefaultMaxBatchBytes, at least maxLine + 1.
+func StagedReadAhead(prefetch int64, ratio float64, maxLine int) int {
+	n := min(int64(float64(prefetch)/max(ratio, 1)), DefaultMaxBatchBytes)
+	return int(max(n, int64(maxLine)+1))
+}
+
+// Pause stops reading; the batch in hand is still made durable.
+// Idempotent, safe from any goroutine.
+func (s *Source) Pause() { s.pause.Pause() }
+
+// Resume reads again.
+func (s *Source) Resume() { s.pause.Resume() }
 
 // withDefaults checks opts and fills in the defaults.
 func withDefaults(opts Options) (Options, error) {
@@ -208,12 +257,21 @@ func withDefaults(opts Options) (Options, error) {
 	if opts.MaxBatchRecords <= 0 {
 		opts.MaxBatchRecords = DefaultMaxBatchRecords
 	}
-	if opts.MaxBatchBytes <= 0 {
-		opts.MaxBatchBytes = DefaultMaxBatchBytes
-	}
 	if opts.MaxLineBytes <= 0 {
 		opts.MaxLineBytes = DefaultMaxLineBytes
 	}
+	if opts.MaxBatchBytes <= 0 {
+		opts.MaxBatchBytes = DefaultMaxBatchBytes
+		if opts.Prefetch > 0 {
+			ratio := flow.DefaultColdRatio
+			if opts.Estimator != nil {
+				ratio = opts.Estimator.Ratio()
+			}
+			opts.MaxBatchBytes = StagedReadAhead(opts.Prefetch, ratio, opts.MaxLineBytes)
+		}
+	}
+	// A batch must hold the longest line, or reading stops at it.
+	opts.MaxBatchBytes = max(opts.MaxBatchBytes, opts.MaxLineBytes+1)
 	if opts.FingerprintBytes <= 0 {
 		opts.FingerprintBytes = DefaultFingerprintBytes
 	}
@@ -320,6 +378,9 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.Curso
 		}
 	}
 	for {
+		if err := s.pause.Wait(ctx); err != nil {
+			return nil
+		}
 		if err := ctx.Err(); err != nil {
 			return nil
 		}
@@ -334,6 +395,9 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, cursors source.Curso
 			case <-t.C:
 			}
 			continue
+		}
+		if e := s.opts.Estimator; e != nil {
+			e.Observe(source.Sizes(recs))
 		}
 		if err := s.durable(ctx, gate, recs, moves); err != nil {
 			if ctx.Err() != nil {

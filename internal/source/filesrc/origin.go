@@ -501,6 +501,13 @@ func (s *Source) durable(ctx context.Context, gate source.Gate, recs []source.Re
 		}
 		return nil
 	}
+	if s.opts.Admit != nil {
+		release, err := s.opts.Admit(ctx, recs)
+		if err != nil {
+			return fmt.Errorf("filesrc: %s: %w", s.opts.Name, err)
+		}
+		defer release()
+	}
 	first, err := s.opts.Origin.Append(ctx, s.extents(moves), recs)
 	if err != nil {
 		return fmt.Errorf("filesrc: %s: %w", s.opts.Name, err)

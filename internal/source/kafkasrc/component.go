@@ -33,7 +33,7 @@ func Component() component.SourceDef {
 	return component.Source[Config]{
 		Name:    Kind,
 		Summary: "a Kafka consumer group; offsets committed after the gate's durable write",
-		Caps:    component.SourceCaps{Regime: source.BrokerManaged, PerRecordCommit: true},
+		Caps:    component.SourceCaps{Regime: source.BrokerManaged, PerRecordCommit: true, Pausable: true},
 		Fields: []component.Field{
 			component.Key("brokers", setting.TableList("host:port of one or more brokers", nil), nil, "Bootstrap brokers.",
 				func(c *Config) *[]string { return &c.Brokers }, component.Required()),
@@ -44,7 +44,8 @@ func Component() component.SourceDef {
 			component.Key("cluster", setting.Text("any string; empty: the cluster id the brokers report", nil), "",
 				"Names the cluster in record ids; keep it stable (a cluster rebuilt under another id would change the ids of re-read records).",
 				func(c *Config) *string { return &c.Cluster }),
-			component.Key("max_poll_records", setting.OrZero(setting.Int(1, 1<<20), "the default"), DefaultMaxPollRecords, "Most records one poll (one gate write) takes.",
+			component.Key("max_poll_records", setting.OrZero(setting.Int(1, 1<<20), "the default"), DefaultMaxPollRecords,
+				"Most records one poll (one gate write) takes. (What the client fetches ahead of the polls is bounded by the source's share of memory_budget: see docs/sources.md.)",
 				func(c *Config) *int { return &c.MaxPollRecords }),
 			component.Key("per_record_commit", setting.Bool(), false, "Write and commit one record at a time instead of one poll at a time (slower; a crash re-reads at most one record).",
 				func(c *Config) *bool { return &c.PerRecordCommit }),
@@ -65,6 +66,7 @@ func Component() component.SourceDef {
 				Name: p.Name, Brokers: c.Brokers, Topics: c.Topics, Group: c.Group, Cluster: c.Cluster,
 				MaxPollRecords: c.MaxPollRecords, PerRecordCommit: c.PerRecordCommit, StartAtEnd: c.StartAtEnd,
 				CommitTimeout: c.CommitTimeout, RebalanceTimeout: c.RebalanceTimeout, SessionTimeout: c.SessionTimeout,
+				Prefetch: p.Flow.Prefetch, Estimator: p.Flow.Estimator,
 				Logger:   p.Logger,
 				OnCommit: func(string, int32, int64) { p.OnCommit() },
 			})

@@ -38,6 +38,33 @@
 // timestamp" (-1) — travel with it as key, headers and event time, and
 // "topic/partition@offset" as its origin position.
 //
+// # Pausing
+//
+// Source implements source.Pausable: Pause stops fetching the source's
+// topics (kgo's PauseFetchTopics) while the client stays in the group —
+// it keeps heartbeating, so pausing causes no rebalance, and partitions
+// assigned while paused stay paused, since it is the topics that are.
+// Records the client had already buffered are dropped from its buffer
+// and fetched again after Resume; a batch already polled is still
+// written and committed. Resume fetches again from where the source was.
+//
+// # Prefetch
+//
+// franz-go buffers fetched records ahead of PollRecords: up to
+// FetchMaxBytes per fetch, one fetch per broker, decompressed. Given
+// Options.Prefetch (the source's share of the memory budget, in memory
+// bytes), the source derives its fetch limits from it (StagedFetch):
+// brokers count compressed bytes, so the bound is divided by the
+// compression ratio measured on the fetched batches (kgo's
+// HookFetchBatchRead: compressed against uncompressed bytes; a
+// conservative flow.DefaultColdRatio until enough batches were read),
+// shared by at most MaxConcurrentFetches fetches. The limits are derived
+// when the client is made and follow the measured ratio afterwards
+// (kgo's UpdateFetchMaxBytes) when it moves by more than a quarter.
+// Options.FetchMaxBytes and FetchMaxPartitionBytes, when set, win. The
+// hook also feeds Options.Estimator, the gate's estimate of what a record
+// takes in memory, from each polled batch.
+//
 // # Failures
 //
 // A gate error stops Run with that error and nothing of the batch is
@@ -63,6 +90,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/weir-io/weir/internal/backoff"
+	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
@@ -113,10 +141,18 @@ type Options struct {
 	// DefaultRebalanceTimeout, DefaultSessionTimeout).
 	RebalanceTimeout time.Duration
 	SessionTimeout   time.Duration
-	// FetchMaxBytes, FetchMaxPartitionBytes: the client's fetch sizes
-	// (0: the client's defaults, 50 MiB and 1 MiB).
+	// FetchMaxBytes, FetchMaxPartitionBytes: the client's fetch sizes (0:
+	// derived from Prefetch, or without it the client's defaults, 50 MiB
+	// and 1 MiB). Set, they win over Prefetch.
 	FetchMaxBytes          int32
 	FetchMaxPartitionBytes int32
+	// Prefetch bounds the memory the client's buffered fetches may take,
+	// in bytes as held (decompressed): see the package doc, Prefetch. 0:
+	// the client's defaults.
+	Prefetch int64
+	// Estimator, if set, is told each polled batch's data size against
+	// the memory it takes (the gate's admission reserves by it).
+	Estimator *flow.Estimator
 	// StartAtEnd makes a group without committed offsets start at the end
 	// of each partition instead of the beginning.
 	StartAtEnd bool
@@ -135,12 +171,22 @@ type Options struct {
 type Source struct {
 	opts Options
 	log  *slog.Logger
+	// wire is the compression ratio of the fetched batches (uncompressed
+	// ÷ compressed), kept across runs.
+	wire *flow.Estimator
 
 	mu      sync.Mutex
 	pending map[string]map[int32]kgo.EpochOffset // durable, not yet committed
+
+	pauseMu sync.Mutex
+	paused  bool
+	cl      *kgo.Client // the running client, nil between runs
 }
 
-var _ source.Source = (*Source)(nil)
+var (
+	_ source.Source   = (*Source)(nil)
+	_ source.Pausable = (*Source)(nil)
+)
 
 // New checks opts and returns a source; nothing connects until Run.
 func New(opts Options) (*Source, error) {
@@ -174,6 +220,7 @@ func New(opts Options) (*Source, error) {
 	return &Source{
 		opts:    opts,
 		log:     opts.Logger.With("component", "source", "source", opts.Name),
+		wire:    flow.NewEstimator(1),
 		pending: map[string]map[int32]kgo.EpochOffset{},
 	}, nil
 }
@@ -187,6 +234,111 @@ func (s *Source) Regime() source.Regime { return source.BrokerManaged }
 // Replayable is false: a topic can be re-read only within its retention,
 // so it cannot serve as its own raw system of record.
 func (s *Source) Replayable() bool { return false }
+
+// Pause stops fetching the source's topics; the client stays in its
+// group. Idempotent, safe from any goroutine, before or during Run.
+func (s *Source) Pause() {
+	s.pauseMu.Lock()
+	defer s.pauseMu.Unlock()
+	if s.paused {
+		return
+	}
+	s.paused = true
+	if s.cl != nil {
+		s.cl.PauseFetchTopics(s.opts.Topics...)
+	}
+	s.log.Info("kafka source paused: fetching stopped, group membership kept")
+}
+
+// Resume fetches the source's topics again.
+func (s *Source) Resume() {
+	s.pauseMu.Lock()
+	defer s.pauseMu.Unlock()
+	if !s.paused {
+		return
+	}
+	s.paused = false
+	if s.cl != nil {
+		s.cl.ResumeFetchTopics(s.opts.Topics...)
+	}
+	s.log.Info("kafka source resumed")
+}
+
+// CompressionRatio is the compression ratio measured on the fetched
+// batches (uncompressed ÷ compressed bytes, the 95th percentile), or
+// flow.DefaultColdRatio before enough batches were read.
+func (s *Source) CompressionRatio() float64 { return s.wire.Ratio() }
+
+// attach makes cl the running client (nil: none), paused if the source is.
+func (s *Source) attach(cl *kgo.Client) {
+	s.pauseMu.Lock()
+	defer s.pauseMu.Unlock()
+	s.cl = cl
+	if cl != nil && s.paused {
+		cl.PauseFetchTopics(s.opts.Topics...)
+	}
+}
+
+// Defaults of StagedFetch.
+const (
+	// MaxConcurrentFetches bounds the fetches buffered at once when the
+	// limits are derived (franz-go's default is one per broker).
+	MaxConcurrentFetches = 4
+	// clientFetchMaxBytes, clientFetchMaxPartitionBytes: franz-go's
+	// defaults, which derived limits never exceed.
+	clientFetchMaxBytes          = 50 << 20
+	clientFetchMaxPartitionBytes = 1 << 20
+)
+
+// FetchSizes are the fetch limits a source gives its client.
+type FetchSizes struct {
+	MaxBytes, MaxPartitionBytes int32
+	MaxConcurrentFetches        int
+}
+
+// StagedFetch derives the fetch limits from prefetch, the memory the
+// buffered fetches may take (bytes as held), and ratio, the bytes a
+// fetched byte becomes in memory: prefetch ÷ ratio compressed bytes in
+// all, shared by up to MaxConcurrentFetches fetches of at least
+// clientFetchMaxPartitionBytes each (fewer fetches when that is too
+// much), none above the client's defaults, none below flow.MinPrefetch ÷
+// ratio (a fetch must make progress; Kafka returns one batch whatever
+// the limit).
+func StagedFetch(prefetch int64, ratio float64) FetchSizes {
+	ratio = max(ratio, 1)
+	wire := max(int64(float64(prefetch)/ratio), int64(float64(flow.MinPrefetch)/ratio), 1)
+	conc := int(min(max(wire/clientFetchMaxPartitionBytes, 1), MaxConcurrentFetches))
+	perFetch := min(wire/int64(conc), clientFetchMaxBytes)
+	return FetchSizes{
+		MaxBytes:             int32(perFetch),
+		MaxPartitionBytes:    int32(min(perFetch, clientFetchMaxPartitionBytes)),
+		MaxConcurrentFetches: conc,
+	}
+}
+
+// fetchSizes are the limits for the ratio measured now; explicit options
+// win. ok is false when nothing is derived (no Prefetch).
+func (s *Source) fetchSizes() (f FetchSizes, ratio float64, ok bool) {
+	if s.opts.Prefetch <= 0 {
+		return FetchSizes{}, 0, false
+	}
+	ratio = s.wire.Ratio()
+	f = StagedFetch(s.opts.Prefetch, ratio)
+	if s.opts.FetchMaxBytes > 0 {
+		f.MaxBytes = s.opts.FetchMaxBytes
+	}
+	if s.opts.FetchMaxPartitionBytes > 0 {
+		f.MaxPartitionBytes = s.opts.FetchMaxPartitionBytes
+	}
+	return f, ratio, true
+}
+
+// fetchHook measures the compression of every fetched batch.
+type fetchHook struct{ wire *flow.Estimator }
+
+func (h fetchHook) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
+	h.wire.Observe(int64(m.CompressedBytes), int64(m.UncompressedBytes))
+}
 
 func (s *Source) clientOpts() []kgo.Opt {
 	o := []kgo.Opt{
@@ -205,13 +357,40 @@ func (s *Source) clientOpts() []kgo.Opt {
 	} else {
 		o = append(o, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	}
-	if s.opts.FetchMaxBytes > 0 {
-		o = append(o, kgo.FetchMaxBytes(s.opts.FetchMaxBytes))
-	}
-	if s.opts.FetchMaxPartitionBytes > 0 {
-		o = append(o, kgo.FetchMaxPartitionBytes(s.opts.FetchMaxPartitionBytes))
+	o = append(o, kgo.WithHooks(fetchHook{s.wire}))
+	if f, ratio, ok := s.fetchSizes(); ok {
+		o = append(o, kgo.FetchMaxBytes(f.MaxBytes), kgo.FetchMaxPartitionBytes(f.MaxPartitionBytes),
+			kgo.MaxConcurrentFetches(f.MaxConcurrentFetches))
+		s.log.Info("kafka fetch limits from the memory budget", "prefetch_bytes", s.opts.Prefetch, "compression_ratio", ratio,
+			"fetch_max_bytes", f.MaxBytes, "fetch_max_partition_bytes", f.MaxPartitionBytes, "max_concurrent_fetches", f.MaxConcurrentFetches,
+			"explicit", s.opts.FetchMaxBytes > 0 || s.opts.FetchMaxPartitionBytes > 0)
+	} else {
+		if s.opts.FetchMaxBytes > 0 {
+			o = append(o, kgo.FetchMaxBytes(s.opts.FetchMaxBytes))
+		}
+		if s.opts.FetchMaxPartitionBytes > 0 {
+			o = append(o, kgo.FetchMaxPartitionBytes(s.opts.FetchMaxPartitionBytes))
+		}
 	}
 	return append(o, s.opts.ClientOptions...)
+}
+
+// followRatio updates the client's fetch limits when the measured
+// compression ratio has moved by more than a quarter from used; it
+// returns the ratio the limits now follow.
+func (s *Source) followRatio(cl *kgo.Client, used float64) float64 {
+	if s.opts.Prefetch <= 0 || (s.opts.FetchMaxBytes > 0 && s.opts.FetchMaxPartitionBytes > 0) {
+		return used
+	}
+	r := s.wire.Ratio()
+	if r >= used*0.75 && r <= used*1.25 {
+		return used
+	}
+	f, _, _ := s.fetchSizes()
+	cl.UpdateFetchMaxBytes(f.MaxBytes, f.MaxPartitionBytes)
+	s.log.Info("kafka fetch limits follow the measured compression ratio", "compression_ratio", r,
+		"fetch_max_bytes", f.MaxBytes, "fetch_max_partition_bytes", f.MaxPartitionBytes)
+	return r
 }
 
 // Run consumes until ctx ends (then it returns nil) or the gate fails.
@@ -221,7 +400,9 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, _ source.CursorStore
 	if err != nil {
 		return fmt.Errorf("kafkasrc: %s: client: %w", s.opts.Name, err)
 	}
+	s.attach(cl)
 	defer func() {
+		s.attach(nil)
 		// Leaving the group commits nothing (autocommit is off).
 		cl.AllowRebalance()
 		cl.Close()
@@ -236,7 +417,9 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, _ source.CursorStore
 		}
 	}
 	s.log.Info("kafka source started", "cluster", cluster, "group", s.opts.Group, "topics", s.opts.Topics)
+	ratio := s.wire.Ratio()
 	for {
+		ratio = s.followRatio(cl, ratio)
 		fetches := cl.PollRecords(ctx, s.opts.MaxPollRecords)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			cl.AllowRebalance()
@@ -269,7 +452,11 @@ func (s *Source) handle(ctx context.Context, cl *kgo.Client, gate source.Gate, c
 		n := min(step, len(krecs))
 		batch := krecs[:n]
 		krecs = krecs[n:]
-		if err := gate.Write(ctx, s.records(cluster, batch)); err != nil {
+		recs := s.records(cluster, batch)
+		if e := s.opts.Estimator; e != nil {
+			e.Observe(source.Sizes(recs))
+		}
+		if err := gate.Write(ctx, recs); err != nil {
 			return fmt.Errorf("kafkasrc: %s: gate: %w", s.opts.Name, err)
 		}
 		s.markDurable(batch)

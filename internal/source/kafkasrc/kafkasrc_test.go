@@ -266,20 +266,6 @@ func TestPerRecordCommit(t *testing.T) {
 	}
 }
 
-// countGate counts what each instance wrote.
-type countGate struct {
-	inner source.Gate
-	n     atomic.Int64
-}
-
-func (g *countGate) Write(ctx context.Context, recs []source.Record) error {
-	if err := g.inner.Write(ctx, recs); err != nil {
-		return err
-	}
-	g.n.Add(int64(len(recs)))
-	return nil
-}
-
 // Two instances in one group: A alone, then B joins mid-stream, then A
 // leaves. Every commit on the broker is checked against what is durable.
 func TestRebalanceLosesNothingCommitsNothingAhead(t *testing.T) {
@@ -296,24 +282,24 @@ func TestRebalanceLosesNothingCommitsNothingAhead(t *testing.T) {
 			time.Sleep(30 * time.Millisecond)
 		}
 	}()
-	ga, gb := &countGate{inner: e.check}, &countGate{inner: e.check}
+	ga, gb := &enginetest.CountGate{Inner: e.check}, &enginetest.CountGate{Inner: e.check}
 	a := start(e.source("kafka", nil), ga)
-	waitFor(t, "A to write", 30*time.Second, func() bool { return ga.n.Load() >= 300 })
+	waitFor(t, "A to write", 30*time.Second, func() bool { return ga.N.Load() >= 300 })
 	b := start(e.source("kafka", nil), gb)
-	waitFor(t, "B to write", 30*time.Second, func() bool { return gb.n.Load() >= 200 })
+	waitFor(t, "B to write", 30*time.Second, func() bool { return gb.N.Load() >= 200 })
 	a.Stop(t)
 	prod.Wait()
 	e.waitAllCommitted()
 	b.Stop(t)
-	if ga.n.Load() == 0 || gb.n.Load() == 0 {
-		t.Fatalf("A wrote %d, B wrote %d: the group did not share the partitions", ga.n.Load(), gb.n.Load())
+	if ga.N.Load() == 0 || gb.N.Load() == 0 {
+		t.Fatalf("A wrote %d, B wrote %d: the group did not share the partitions", ga.N.Load(), gb.N.Load())
 	}
 	copies := enginetest.Summary(t, e.wab.Records(t))
 	if len(copies) != waves*per {
 		t.Fatalf("%d distinct records stored, want %d", len(copies), waves*per)
 	}
 	t.Logf("A wrote %d, B wrote %d, %d duplicates absorbed by id, %d commits checked",
-		ga.n.Load(), gb.n.Load(), int(ga.n.Load()+gb.n.Load())-waves*per, e.commits.Load())
+		ga.N.Load(), gb.N.Load(), int(ga.N.Load()+gb.N.Load())-waves*per, e.commits.Load())
 }
 
 // The broker answers one OffsetCommit with a retriable error for every

@@ -44,6 +44,24 @@
 // MaxAckPending bounds the delivered-but-unacked messages: it must be at
 // least FetchBatch, or a fetch can never fill; the default (4×FetchBatch)
 // leaves room for redeliveries to be in flight with a full batch.
+//
+// # Prefetch
+//
+// Given Options.Prefetch (the source's share of the memory budget, in
+// memory bytes) the source bounds what the server sends ahead of the
+// gate (StagedPull), once, when it connects: each pull asks for at most
+// Prefetch ÷ the estimated expansion bytes (FetchMaxBytes; never below
+// the server's max_payload, or a larger message would never be
+// delivered), and the consumer's MaxAckPending is lowered to the records
+// the bound holds at the least size a record is estimated at
+// (record_size_estimate), the fetch batch with it. Explicit
+// Options.FetchMaxBytes and MaxAckPending win.
+//
+// # Pausing
+//
+// Source implements source.Pausable: while paused it sends no pull
+// request; the batch it holds is still written and acked. The durable
+// consumer keeps its place on the server.
 package natssrc
 
 import (
@@ -60,6 +78,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weir-io/weir/internal/backoff"
+	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
@@ -89,7 +108,8 @@ type Options struct {
 	// the whole stream).
 	FilterSubjects []string
 	// FetchBatch: messages per fetch (default DefaultFetchBatch).
-	// FetchMaxBytes, if > 0, also bounds a fetch's bytes.
+	// FetchMaxBytes, if > 0, also bounds a fetch's bytes (0: derived from
+	// Prefetch, or unbounded without it).
 	FetchBatch    int
 	FetchMaxBytes int
 	// FetchMaxWait: how long a fetch waits to fill (default
@@ -113,15 +133,29 @@ type Options struct {
 	// OnAck, if set, is called before each ack with the message's stream
 	// sequence. Tests use it to check acks against what is durable.
 	OnAck func(stream string, seq uint64)
+	// Prefetch bounds what the server sends ahead of the gate, in bytes
+	// as held: see the package doc, Prefetch. 0: nothing derived.
+	Prefetch int64
+	// Estimator, if set, is told each fetched batch's data size against
+	// the memory it takes, and sizes the pulls.
+	Estimator *flow.Estimator
 }
 
 // Source is a JetStream durable pull-consumer source.
 type Source struct {
 	opts Options
 	log  *slog.Logger
+	// ackPendingSet: MaxAckPending was given, not defaulted.
+	ackPendingSet bool
+	pause         source.Pauser
+	// lim are the limits of the current run (StagedPull).
+	lim PullLimits
 }
 
-var _ source.Source = (*Source)(nil)
+var (
+	_ source.Source   = (*Source)(nil)
+	_ source.Pausable = (*Source)(nil)
+)
 
 // New checks opts and returns a source; nothing connects until Run.
 func New(opts Options) (*Source, error) {
@@ -143,7 +177,8 @@ func New(opts Options) (*Source, error) {
 	if opts.AckWait <= 0 {
 		opts.AckWait = DefaultAckWait
 	}
-	if opts.MaxAckPending <= 0 {
+	ackPendingSet := opts.MaxAckPending > 0
+	if !ackPendingSet {
 		opts.MaxAckPending = 4 * opts.FetchBatch
 	}
 	if opts.MaxDeliver == 0 {
@@ -166,7 +201,79 @@ func New(opts Options) (*Source, error) {
 	if opts.MaxAckPending < opts.FetchBatch {
 		return nil, fmt.Errorf("natssrc: MaxAckPending %d is below FetchBatch %d", opts.MaxAckPending, opts.FetchBatch)
 	}
-	return &Source{opts: opts, log: opts.Logger.With("component", "source", "source", opts.Name)}, nil
+	s := &Source{opts: opts, log: opts.Logger.With("component", "source", "source", opts.Name), ackPendingSet: ackPendingSet}
+	s.pause.OnChange = func(paused bool) { s.log.Info("nats source paused (no more pulls) or resumed", "paused", paused) }
+	s.lim = PullLimits{FetchBatch: opts.FetchBatch, MaxAckPending: opts.MaxAckPending, MaxBytes: opts.FetchMaxBytes}
+	return s, nil
+}
+
+// Pause stops pulling; the batch in hand is still written and acked.
+// Idempotent, safe from any goroutine.
+func (s *Source) Pause() { s.pause.Pause() }
+
+// Resume pulls again.
+func (s *Source) Resume() { s.pause.Resume() }
+
+// PullLimits are a pull consumer's limits.
+type PullLimits struct {
+	FetchBatch    int // messages per pull
+	MaxAckPending int // the consumer's bound on unacknowledged messages
+	MaxBytes      int // bytes per pull (0: unbounded)
+}
+
+// maxMessageRoom is what a delivered message may take beyond the
+// server's max_payload, which bounds its headers and data: its subject
+// and reply subject.
+const maxMessageRoom = 4 << 10
+
+// StagedPull derives pull limits from prefetch, the memory a pull may
+// take (bytes as held), ratio, the memory per byte delivered, recordSize,
+// the least memory a record is estimated at, and maxPayload, the largest
+// message the server takes (its max_payload), starting from base, the
+// configured or default limits, which it only ever lowers:
+//
+//   - MaxBytes = prefetch ÷ ratio, but at least maxPayload plus room for
+//     the subjects: the server never delivers a message larger than a
+//     pull's MaxBytes, and the consumer would stop at it for good;
+//   - MaxAckPending = at most prefetch ÷ recordSize — no more records
+//     than the bound could hold were each as small as can be;
+//   - FetchBatch at most MaxAckPending (a pull could never fill).
+func StagedPull(base PullLimits, prefetch int64, ratio float64, recordSize int64, maxPayload int64) PullLimits {
+	ratio = max(ratio, 1)
+	recordSize = max(recordSize, 1)
+	l := base
+	mb := max(int64(float64(prefetch)/ratio), maxPayload+maxMessageRoom)
+	if l.MaxBytes <= 0 || mb < int64(l.MaxBytes) {
+		l.MaxBytes = int(mb)
+	}
+	l.MaxAckPending = int(max(min(int64(l.MaxAckPending), prefetch/recordSize), 1))
+	l.FetchBatch = max(min(l.FetchBatch, l.MaxAckPending), 1)
+	return l
+}
+
+// limits are the run's pull limits: StagedPull from the budget, with the
+// explicit options winning.
+func (s *Source) limits(maxPayload int64) PullLimits {
+	base := PullLimits{FetchBatch: s.opts.FetchBatch, MaxAckPending: s.opts.MaxAckPending}
+	if s.opts.Prefetch <= 0 {
+		base.MaxBytes = s.opts.FetchMaxBytes
+		return base
+	}
+	ratio, floor := flow.DefaultColdRatio, int64(flow.DefaultRecordSizeEstimate)
+	if e := s.opts.Estimator; e != nil {
+		ratio, floor = e.Ratio(), e.Floor()
+	}
+	l := StagedPull(base, s.opts.Prefetch, ratio, floor, maxPayload)
+	if s.ackPendingSet {
+		l.MaxAckPending, l.FetchBatch = s.opts.MaxAckPending, s.opts.FetchBatch
+	}
+	if s.opts.FetchMaxBytes > 0 {
+		l.MaxBytes = s.opts.FetchMaxBytes
+	}
+	s.log.Info("nats pull limits from the memory budget", "prefetch_bytes", s.opts.Prefetch, "expansion_ratio", ratio,
+		"fetch_max_bytes", l.MaxBytes, "max_ack_pending", l.MaxAckPending, "fetch_batch", l.FetchBatch,
+		"max_ack_pending_set", s.ackPendingSet, "fetch_max_bytes_set", s.opts.FetchMaxBytes > 0)
+	return l
 }
 
 // Name implements source.Source.
@@ -179,13 +286,14 @@ func (s *Source) Regime() source.Regime { return source.BrokerManaged }
 // limits, so it cannot serve as its own raw system of record.
 func (s *Source) Replayable() bool { return false }
 
-// ConsumerConfig is the durable consumer the source creates or updates.
+// ConsumerConfig is the durable consumer the source creates or updates
+// (its MaxAckPending is the last run's, StagedPull).
 func (s *Source) ConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:        s.opts.Consumer,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        s.opts.AckWait,
-		MaxAckPending:  s.opts.MaxAckPending,
+		MaxAckPending:  s.lim.MaxAckPending,
 		MaxDeliver:     s.opts.MaxDeliver,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		FilterSubjects: s.opts.FilterSubjects,
@@ -204,6 +312,7 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, _ source.CursorStore
 	if err != nil {
 		return fmt.Errorf("natssrc: %s: %w", s.opts.Name, err)
 	}
+	s.lim = s.limits(nc.MaxPayload())
 	cons, err := js.CreateOrUpdateConsumer(ctx, s.opts.Stream, s.ConsumerConfig())
 	if err != nil {
 		if ctx.Err() != nil {
@@ -213,6 +322,9 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, _ source.CursorStore
 	}
 	s.log.Info("nats source started", "stream", s.opts.Stream, "consumer", s.opts.Consumer)
 	for ctx.Err() == nil {
+		if err := s.pause.Wait(ctx); err != nil {
+			return nil
+		}
 		if err := s.once(ctx, cons, gate); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -225,13 +337,10 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, _ source.CursorStore
 
 func (s *Source) once(ctx context.Context, cons jetstream.Consumer, gate source.Gate) error {
 	fo := []jetstream.FetchOpt{jetstream.FetchMaxWait(s.opts.FetchMaxWait)}
-	var batch jetstream.MessageBatch
-	var err error
-	if s.opts.FetchMaxBytes > 0 {
-		batch, err = cons.FetchBytes(s.opts.FetchMaxBytes, fo...)
-	} else {
-		batch, err = cons.Fetch(s.opts.FetchBatch, fo...)
+	if s.lim.MaxBytes > 0 {
+		fo = append(fo, jetstream.FetchMaxBytes(s.lim.MaxBytes))
 	}
+	batch, err := cons.Fetch(s.lim.FetchBatch, fo...)
 	if err != nil {
 		s.log.Warn("fetch failed", "err", err)
 		return sleep(ctx, s.opts.FetchMaxWait)
@@ -255,6 +364,9 @@ func (s *Source) once(ctx context.Context, cons jetstream.Consumer, gate source.
 	}
 	if len(recs) == 0 {
 		return nil
+	}
+	if e := s.opts.Estimator; e != nil {
+		e.Observe(source.Sizes(recs)) // a message's fixed cost is the estimator's floor's
 	}
 	if err := gate.Write(ctx, recs); err != nil {
 		if ctx.Err() == nil {
