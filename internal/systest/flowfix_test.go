@@ -337,3 +337,21 @@ func envInt(t testing.TB, name string, def int) int {
 
 // mib formats bytes as MiB with one decimal.
 func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+
+// logFlowChanges logs the daemon's flow state changes and stuck detector
+// stages (its "flow state changed" and "stuck detector" log lines), at
+// most max of them.
+func logFlowChanges(t testing.TB, d *daemon, max int) {
+	t.Helper()
+	n := 0
+	for _, l := range strings.Split(d.log.String(), "\n") {
+		if !strings.Contains(l, "flow state changed") && !strings.Contains(l, "stuck detector") {
+			continue
+		}
+		if n++; n > max {
+			t.Logf("  ... (more)")
+			return
+		}
+		t.Logf("  %s", l)
+	}
+}

@@ -144,6 +144,7 @@ func TestKafkaLagRestart(t *testing.T) {
 		lagMiB, n, took.Round(time.Millisecond), mib(float64(peak)), mib(float64(idle)), mib(budget), mib(float64(bound)),
 		pausedSamples, gens.count())
 	logMemSeries(t, samples)
+	logFlowChanges(t, d, 40)
 	if peak > bound {
 		t.Errorf("peak RSS %s exceeds the bound %s", mib(float64(peak)), mib(float64(bound)))
 	}
