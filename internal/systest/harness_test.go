@@ -274,14 +274,7 @@ func sinkPayloads(t testing.TB, dir string) map[string]int {
 // readSinkPayloads is sinkPayloads for any goroutine: it returns the error
 // instead of failing the test.
 func readSinkPayloads(dir string) (map[string]int, error) {
-	var lines []filesink.Line
-	var err error
-	for range 20 { // a running daemon may rename a file while it is read
-		if lines, err = filesink.ReadDirFS(vfs.OS, dir, true); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	lines, err := readSinkLines(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -290,6 +283,20 @@ func readSinkPayloads(dir string) (map[string]int, error) {
 		out[string(l.Payload)]++
 	}
 	return out, nil
+}
+
+// readSinkLines reads every line in the file sink's dir (sealed and open
+// files), retrying while a running daemon renames a file under the read.
+func readSinkLines(dir string) ([]filesink.Line, error) {
+	var lines []filesink.Line
+	var err error
+	for range 20 {
+		if lines, err = filesink.ReadDirFS(vfs.OS, dir, true); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return lines, err
 }
 
 // waitDelivered waits until every payload in want is in the sink.

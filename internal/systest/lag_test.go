@@ -8,8 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weir-io/weir/internal/sink/filesink"
-	"github.com/weir-io/weir/internal/vfs"
 )
 
 // lagRecordBytes is the value size of the lag test's Kafka records.
@@ -43,14 +41,7 @@ func lagHeader(i int) string { return fmt.Sprintf("lag-%07d|", i) }
 
 // rawHeaders counts the lag headers in a file raw (open files included).
 func rawHeaders(dir string) (map[string]int, error) {
-	var lines []filesink.Line
-	var err error
-	for range 20 { // a running daemon may rename a file while it is read
-		if lines, err = filesink.ReadDirFS(vfs.OS, dir, true); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	lines, err := readSinkLines(dir)
 	if err != nil {
 		return nil, err
 	}
