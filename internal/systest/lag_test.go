@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
 )
 
 // lagRecordBytes is the value size of the lag test's Kafka records.
