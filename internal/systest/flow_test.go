@@ -177,8 +177,10 @@ func tableHeaders(ctx context.Context, conn *pgx.Conn, table string) (headers ma
 }
 
 // overloadArgs are the daemon flags of the overload scenario besides its
-// config: the budget, and a slow write-ahead buffer so that the producers
-// outrun it whatever the machine's disk.
+// config: two shards flushing at most 8 records per fdatasync (with the
+// slow buffer of overloadFaults, the producers outrun it whatever the
+// machine's disk) and, with flow, the budget (a binary from before flow
+// control has no such flag).
 func overloadArgs(cfg string, budget int64, flow bool) []string {
 	args := []string{"--config", cfg, "--shards", "2", "--batch-max-records", "8",
 		"--coverage-flush-interval", "100ms", "--live-stall-timeout", "1h"}
