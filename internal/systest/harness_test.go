@@ -86,6 +86,8 @@ type daemon struct {
 
 	// metricsPort is the daemon's --metrics-port on 127.0.0.1.
 	metricsPort int
+	// bin is the binary to run; "" runs weirBin.
+	bin string
 }
 
 // newDaemon prepares a daemon in its own temporary data directory; start it
@@ -164,7 +166,11 @@ func (d *daemon) startNoSocket() {
 
 func (d *daemon) launch() error {
 	d.log = &syncBuffer{}
-	d.cmd = exec.Command(weirBin, d.args...)
+	bin := weirBin
+	if d.bin != "" {
+		bin = d.bin
+	}
+	d.cmd = exec.Command(bin, d.args...)
 	d.cmd.Env = append(childEnv(os.Environ()), d.env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
@@ -195,7 +201,8 @@ func childEnv(environ []string) []string {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
 		case "WEIR_KILL_SEED", "WEIR_KILL_CYCLES", "WEIR_BENCH_RECORDS", "WEIR_REQUIRE_SERVICES",
-			"WEIR_ACK_PROFILE", "WEIR_ACK_PROFILE_SECONDS", "WEIR_ACK_ONLY", "WEIR_ACK_DAEMON_ARGS", "WEIR_BIN":
+			"WEIR_ACK_PROFILE", "WEIR_ACK_PROFILE_SECONDS", "WEIR_ACK_ONLY", "WEIR_ACK_DAEMON_ARGS", "WEIR_BIN",
+			"WEIR_OVERLOAD_SECONDS", "WEIR_LAG_MIB", "WEIR_OSCILLATION_SECONDS", "WEIR_FLOW_BENCH_RECORDS", "WEIR_BASE_BIN":
 			continue
 		}
 		out = append(out, kv)
@@ -267,14 +274,7 @@ func sinkPayloads(t testing.TB, dir string) map[string]int {
 // readSinkPayloads is sinkPayloads for any goroutine: it returns the error
 // instead of failing the test.
 func readSinkPayloads(dir string) (map[string]int, error) {
-	var lines []filesink.Line
-	var err error
-	for range 20 { // a running daemon may rename a file while it is read
-		if lines, err = filesink.ReadDirFS(vfs.OS, dir, true); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	lines, err := readSinkLines(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +283,20 @@ func readSinkPayloads(dir string) (map[string]int, error) {
 		out[string(l.Payload)]++
 	}
 	return out, nil
+}
+
+// readSinkLines reads every line in the file sink's dir (sealed and open
+// files), retrying while a running daemon renames a file under the read.
+func readSinkLines(dir string) ([]filesink.Line, error) {
+	var lines []filesink.Line
+	var err error
+	for range 20 {
+		if lines, err = filesink.ReadDirFS(vfs.OS, dir, true); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return lines, err
 }
 
 // waitDelivered waits until every payload in want is in the sink.

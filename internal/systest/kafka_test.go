@@ -259,7 +259,7 @@ func readDurable(d *daemon) (map[string]int, error) {
 	return got, nil
 }
 
-func writeConfig(t *testing.T, body string) string {
+func writeConfig(t testing.TB, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "weir.toml")
 	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {

@@ -38,9 +38,19 @@ func (d *daemon) httpGet(path string) (int, string, error) {
 // scrape reads /metrics into sample name (with labels, as exposed) → value.
 func (d *daemon) scrape() map[string]float64 {
 	d.t.Helper()
+	m, err := d.tryScrape()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return m
+}
+
+// tryScrape is scrape for any goroutine: it returns the error instead of
+// failing the test.
+func (d *daemon) tryScrape() (map[string]float64, error) {
 	code, body, err := d.httpGet("/metrics")
 	if err != nil || code != http.StatusOK {
-		d.t.Fatalf("GET /metrics: %d %v", code, err)
+		return nil, fmt.Errorf("GET /metrics: %d %v", code, err)
 	}
 	out := map[string]float64{}
 	sc := bufio.NewScanner(strings.NewReader(body))
@@ -52,15 +62,15 @@ func (d *daemon) scrape() map[string]float64 {
 		}
 		i := strings.LastIndexByte(line, ' ')
 		if i < 0 {
-			d.t.Fatalf("unparsable sample %q", line)
+			return nil, fmt.Errorf("unparsable sample %q", line)
 		}
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err != nil {
-			d.t.Fatalf("sample %q: %v", line, err)
+			return nil, fmt.Errorf("sample %q: %v", line, err)
 		}
 		out[line[:i]] = v
 	}
-	return out
+	return out, nil
 }
 
 // sum adds the samples of a family (every label set).

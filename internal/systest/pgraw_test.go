@@ -16,7 +16,7 @@ import (
 
 // pgRaw is a Postgres raw table for a test, dropped (with its offset
 // store rows) at the end.
-func pgRaw(t *testing.T, conn *pgx.Conn) string {
+func pgRaw(t testing.TB, conn *pgx.Conn) string {
 	t.Helper()
 	table := testenv.TableName("weir_pgraw")
 	t.Cleanup(func() {

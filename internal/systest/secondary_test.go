@@ -63,7 +63,7 @@ type pgTable struct {
 	table    string
 }
 
-func newPGTable(t *testing.T, prefix string) *pgTable {
+func newPGTable(t testing.TB, prefix string) *pgTable {
 	t.Helper()
 	dsn := testenv.Postgres(t)
 	target, err := testenv.PostgresTarget(dsn)

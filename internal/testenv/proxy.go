@@ -2,33 +2,54 @@ package testenv
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
 // Proxy forwards TCP connections from a local port to a server. Tests put
 // it between a sink and its database to make the database unreachable on
-// demand: Cut drops every connection and refuses new ones until Restore.
+// demand: Cut drops every connection and refuses new ones until Restore;
+// Stall keeps every connection open but stops moving bytes until Resume,
+// so a client in the middle of a statement (a COPY) blocks rather than
+// fails.
 type Proxy struct {
 	target string
 
 	mu       sync.Mutex
 	ln       net.Listener
 	addr     string
-	conns    map[net.Conn]struct{}
+	links    map[*link]struct{}
 	cut      bool
+	stalled  chan struct{} // non-nil while stalled; closed by Resume
 	wg       sync.WaitGroup
 	closed   bool
 	accepted int
+
+	forwarded atomic.Int64
+}
+
+// link is one proxied connection: the client's side and the server's.
+type link struct {
+	c, s net.Conn
+	done chan struct{} // closed when the link is closed
+	once sync.Once
+}
+
+func (l *link) close() {
+	l.once.Do(func() {
+		close(l.done)
+		l.c.Close()
+		l.s.Close()
+	})
 }
 
 // NewProxy starts a proxy to target (host:port) on a free loopback port and
 // closes it when the test ends.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	p := &Proxy{target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, links: map[*link]struct{}{}}
 	if err := p.listen("127.0.0.1:0"); err != nil {
 		t.Fatalf("testenv: proxy: %v", err)
 	}
@@ -49,6 +70,9 @@ func (p *Proxy) Accepted() int {
 	defer p.mu.Unlock()
 	return p.accepted
 }
+
+// Forwarded is how many bytes the proxy has passed on, both ways.
+func (p *Proxy) Forwarded() int64 { return p.forwarded.Load() }
 
 func (p *Proxy) listen(addr string) error {
 	ln, err := net.Listen("tcp", addr)
@@ -89,32 +113,79 @@ func (p *Proxy) serve(c net.Conn) {
 		c.Close()
 		return
 	}
+	l := &link{c: c, s: s, done: make(chan struct{})}
 	p.mu.Lock()
 	if p.cut || p.closed {
 		p.mu.Unlock()
-		c.Close()
-		s.Close()
+		l.close()
 		return
 	}
-	p.conns[c] = struct{}{}
-	p.conns[s] = struct{}{}
+	p.links[l] = struct{}{}
 	p.mu.Unlock()
 	var pipes sync.WaitGroup
-	pipe := func(dst, src net.Conn) {
-		defer pipes.Done()
-		_, _ = io.Copy(dst, src)
-		// Either side ending ends both.
-		dst.Close()
-		src.Close()
-	}
 	pipes.Add(2)
-	go pipe(s, c)
-	go pipe(c, s)
+	go p.pipe(&pipes, l, s, c)
+	go p.pipe(&pipes, l, c, s)
 	pipes.Wait()
 	p.mu.Lock()
-	delete(p.conns, c)
-	delete(p.conns, s)
+	delete(p.links, l)
 	p.mu.Unlock()
+}
+
+// pipe copies src to dst until either side ends (which ends both), holding
+// each chunk it read while the proxy is stalled: it then reads no more, so
+// the sender's socket buffers fill and its writes block.
+func (p *Proxy) pipe(wg *sync.WaitGroup, l *link, dst, src net.Conn) {
+	defer wg.Done()
+	defer l.close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if gate := p.gate(); gate != nil {
+				select {
+				case <-gate:
+				case <-l.done:
+					return
+				}
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+			p.forwarded.Add(int64(n))
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// gate is nil, or while stalled a channel closed on Resume.
+func (p *Proxy) gate() chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stalled
+}
+
+// Stall stops moving bytes on every connection, open or new, without
+// closing any: the server looks alive but never answers, and a client
+// writing to it blocks once the socket buffers are full. Resume undoes it.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled == nil {
+		p.stalled = make(chan struct{})
+	}
+}
+
+// Resume moves bytes again after Stall.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled != nil {
+		close(p.stalled)
+		p.stalled = nil
+	}
 }
 
 // Cut closes every proxied connection and makes the server unreachable:
@@ -124,8 +195,8 @@ func (p *Proxy) Cut() {
 	p.cut = true
 	ln := p.ln
 	p.ln = nil
-	for c := range p.conns {
-		c.Close()
+	for l := range p.links {
+		l.close()
 	}
 	p.mu.Unlock()
 	if ln != nil {
@@ -137,8 +208,8 @@ func (p *Proxy) Cut() {
 func (p *Proxy) Kill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
+	for l := range p.links {
+		l.close()
 	}
 }
 

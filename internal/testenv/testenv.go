@@ -1,8 +1,8 @@
 // Package testenv finds the real database servers that integration tests
 // run against, and gives those tests a few shared tools: unique table
-// names, a TCP proxy that can cut a server off, the crash hooks of the
-// sink conformance suite (a power loss on memfs, connections killed by the
-// server), and a reader of a whole Kafka topic.
+// names, a TCP proxy that can cut a server off or stall it, the crash hooks
+// of the sink conformance suite (a power loss on memfs, connections killed
+// by the server), and a reader of a whole Kafka topic.
 //
 // A server is found through an environment variable naming its DSN, with a
 // default for the machine's local server. When the server cannot be

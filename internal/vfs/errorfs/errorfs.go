@@ -39,13 +39,19 @@
 //	                        than N bytes, like a disk with N bytes free
 //	       | "delay=" D     hold the call for D (a Go duration, e.g. 40ms),
 //	                        then let it through unless an errno is given
+//	       | "alternate=" P the rule is on for P, off for P, on again, ...
+//	                        (a Go duration), counted from when the FS was
+//	                        made: a disk alternating slow and fast
 //	       | errno          EIO (default), ENOSPC, EDQUOT, EROFS, EACCES, ...
 //
 // Example: "sync:*/shard-000/*.wab:after=3:EIO;write:*:after=10:ENOSPC:torn"
 // fails the fourth and every later fdatasync of open segments of shard 0
 // with EIO, and tears the eleventh and every later write anywhere with
 // ENOSPC; "sync:*.wab:delay=40ms" makes every fdatasync of an open segment
-// take 40 ms longer. Whitespace around rules is ignored; an empty spec has no rules.
+// take 40 ms longer; "sync:*/out/*:delay=300ms:alternate=3s" makes the file
+// sink's fdatasync 300 ms slower for 3 s, then normal for 3 s, and so on.
+// The phases are a function of the clock alone (no randomness, so nothing to
+// seed): two runs see the same schedule relative to their start. Whitespace around rules is ignored; an empty spec has no rules.
 //
 // "open" covers both Open and OpenReadWrite; "read" covers Read and ReadAt;
 // "rename" matches when either the old or the new name matches the glob.
@@ -121,6 +127,10 @@ type Rule struct {
 	// With Errno 0 a Delay rule then lets the call through (it is not an
 	// injected failure); with an Errno it fails it.
 	Delay time.Duration
+	// Alternate, when > 0, switches the rule on and off: on for Alternate
+	// from the FS's creation, then off for Alternate, and so on. While off
+	// the rule matches nothing (calls are not even counted by it).
+	Alternate time.Duration
 }
 
 // delayOnly reports that the rule slows calls down without failing them.
@@ -151,6 +161,9 @@ func (r Rule) String() string {
 	}
 	if r.Larger > 0 {
 		fmt.Fprintf(&b, ":larger=%d", r.Larger)
+	}
+	if r.Alternate > 0 {
+		fmt.Fprintf(&b, ":alternate=%s", r.Alternate)
 	}
 	if r.Delay > 0 {
 		fmt.Fprintf(&b, ":delay=%s", r.Delay)
@@ -210,6 +223,10 @@ type FS struct {
 	injected  int
 	delayed   int
 	hook      func(Event)
+	// start is when the FS was made, the origin of Alternate's phases;
+	// now is the clock (a seam for tests).
+	start time.Time
+	now   func() time.Time
 }
 
 var _ vfs.FS = (*FS)(nil)
@@ -219,7 +236,8 @@ func New(inner vfs.FS, rules ...Rule) *FS {
 	if inner == nil {
 		inner = vfs.OS
 	}
-	fs := &FS{inner: inner, pathCalls: make(map[opPath]int)}
+	fs := &FS{inner: inner, pathCalls: make(map[opPath]int), now: time.Now}
+	fs.start = fs.now()
 	for _, r := range rules {
 		fs.Add(r)
 	}
@@ -293,12 +311,21 @@ func (fs *FS) checkSize(op Op, size int64, paths ...string) *Rule {
 	fs.calls[op]++
 	fs.pathCalls[opPath{op, paths[0]}]++
 	var hit *Rule
+	var since time.Duration // since start, read once per call
 	for _, r := range fs.rules {
 		if r.Op != OpAny && r.Op != op {
 			continue
 		}
 		if !anyMatch(r.Path, paths) || r.Larger > 0 && size <= r.Larger {
 			continue
+		}
+		if r.Alternate > 0 {
+			if since == 0 {
+				since = max(fs.now().Sub(fs.start), 1)
+			}
+			if (since/r.Alternate)%2 == 1 {
+				continue // the rule's off phase
+			}
 		}
 		r.seen++
 		if hit != nil || r.seen <= r.After || (r.Once && r.fired > 0) {

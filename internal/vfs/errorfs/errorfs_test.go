@@ -66,6 +66,9 @@ func TestParse(t *testing.T) {
 		{spec: "sync:*:larger=5", wantErr: true},
 		{spec: "sync:*.wab:delay=40ms", want: []Rule{{Op: OpSync, Path: "*.wab", Delay: 40 * time.Millisecond}}},
 		{spec: "write:*:after=2:delay=1s:ENOSPC", want: []Rule{{Op: OpWrite, Path: "*", After: 2, Delay: time.Second, Errno: syscall.ENOSPC}}},
+		{spec: "sync:*/out/*:delay=300ms:alternate=3s", want: []Rule{{Op: OpSync, Path: "*/out/*", Delay: 300 * time.Millisecond, Alternate: 3 * time.Second}}},
+		{spec: "sync:*:alternate=0s", wantErr: true},
+		{spec: "sync:*:alternate=often", wantErr: true},
 		{spec: "sync:*:delay=0s", wantErr: true},
 		{spec: "sync:*:delay=soon", wantErr: true},
 	}
@@ -90,7 +93,7 @@ func TestParse(t *testing.T) {
 			again, err := Parse(got[i].String())
 			if err != nil || len(again) != 1 || again[0].Op != got[i].Op || again[0].After != got[i].After ||
 				again[0].errno() != got[i].errno() || again[0].Torn != got[i].Torn || again[0].Once != got[i].Once ||
-				again[0].Larger != got[i].Larger || again[0].Delay != got[i].Delay || again[0].delayOnly() != got[i].delayOnly() {
+				again[0].Larger != got[i].Larger || again[0].Delay != got[i].Delay || again[0].Alternate != got[i].Alternate || again[0].delayOnly() != got[i].delayOnly() {
 				t.Errorf("round trip of %q: %v, %v", got[i].String(), again, err)
 			}
 		}
@@ -159,6 +162,42 @@ func TestDelay(t *testing.T) {
 				t.Errorf("%d sync events report the delay, want %d", n, delayed)
 			}
 		})
+	}
+}
+
+// TestAlternate: a rule with Alternate is on for the first period from the
+// FS's creation, off for the next, on again; while off it does not count
+// calls (its after= is counted in the on phases only).
+func TestAlternate(t *testing.T) {
+	const p = time.Second
+	fs := New(nil, Rule{Op: OpSync, Path: "*.log", After: 1, Alternate: p})
+	now := fs.start
+	fs.now = func() time.Time { return now }
+	f, err := fs.Create(filepath.Join(t.TempDir(), "x.log"), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	steps := []struct {
+		at   time.Duration
+		fail bool
+	}{
+		{0, false},                      // on, but after=1 lets the first through
+		{p / 2, true},                   // on
+		{p, false},                      // off
+		{p + p/2, false},                // off, not counted
+		{2 * p, true},                   // on again
+		{3*p + time.Millisecond, false}, // off
+		{4*p + p/3, true},               // on
+	}
+	for _, s := range steps {
+		now = fs.start.Add(s.at)
+		if err := f.Sync(); (err != nil) != s.fail {
+			t.Errorf("sync at +%v: err %v, want failure %v", s.at, err, s.fail)
+		}
+	}
+	if got := fs.Injected(); got != 3 {
+		t.Errorf("Injected() = %d, want 3", got)
 	}
 }
 

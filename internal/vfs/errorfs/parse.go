@@ -117,6 +117,12 @@ func parseRule(s string) (Rule, error) {
 				return Rule{}, fmt.Errorf("bad %q: want delay=D with a positive Go duration", p)
 			}
 			r.Delay = d
+		case strings.HasPrefix(p, "alternate="):
+			d, err := time.ParseDuration(p[len("alternate="):])
+			if err != nil || d <= 0 {
+				return Rule{}, fmt.Errorf("bad %q: want alternate=P with a positive Go duration", p)
+			}
+			r.Alternate = d
 		case p == "torn":
 			r.Torn = true
 		case strings.HasPrefix(p, "torn="):
