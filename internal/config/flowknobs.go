@@ -43,7 +43,7 @@ type FlowConfig struct {
 	DegradedQueuePercent, CriticalQueuePercent   int // flow.{degraded,critical}_queue_percent
 	IdleQueuePercent                             int // flow.idle_queue_percent
 	Failures                                     int // flow.failures
-	RecoveryHold, RecoveryTime                   time.Duration
+	CriticalHold, RecoveryHold, RecoveryTime     time.Duration
 	SampleInterval                               time.Duration
 
 	StuckMemoryPercent              int // flow.stuck_memory_percent
@@ -67,6 +67,7 @@ type flowPartial struct {
 	DegradedMemoryPercent, CriticalMemoryPercent *int
 	DegradedQueuePercent, CriticalQueuePercent   *int
 	IdleQueuePercent, Failures                   *int
+	CriticalHold                                 *time.Duration
 	RecoveryHold, RecoveryTime, SampleInterval   *time.Duration
 	StuckMemoryPercent                           *int
 	StuckWarnAfter, StuckFailAfter               *time.Duration
@@ -119,7 +120,9 @@ func flowKnobs() []knob {
 			func(p *flowPartial) **int { return &p.IdleQueuePercent }, func(c *FlowConfig) *int { return &c.IdleQueuePercent }),
 		intKnob("flow.failures", flow.DefaultFailures, 0, 1<<20, "Consecutive failed sink writes that make the state Degraded; 0 ignores failures.",
 			func(p *partial) **int { return &p.flow.Failures }, func(c *Config) *int { return &c.Flow.Failures }),
-		durKnob("flow.recovery_hold", flow.DefaultRecoveryHold, 0, time.Hour, "How long pressure must stay below a state's level before the state steps down (Critical to Degraded or Recovery, Degraded to Recovery).",
+		durKnob("flow.critical_hold", flow.DefaultCriticalHold, 0, time.Hour, "How long pressure must stay below Critical's level before Critical is left (to Degraded, or to Recovery when pressure is gone) and the sources resume.",
+			func(p *flowPartial) **time.Duration { return &p.CriticalHold }, func(c *FlowConfig) *time.Duration { return &c.CriticalHold }),
+		durKnob("flow.recovery_hold", flow.DefaultRecoveryHold, 0, time.Hour, "How long pressure must stay gone before Degraded steps down to Recovery.",
 			func(p *flowPartial) **time.Duration { return &p.RecoveryHold }, func(c *FlowConfig) *time.Duration { return &c.RecoveryHold }),
 		durKnob("flow.recovery_time", flow.DefaultRecoveryTime, 0, time.Hour, "How long the Recovery state (three-quarter batches) lasts, free of pressure, before Normal.",
 			func(p *flowPartial) **time.Duration { return &p.RecoveryTime }, func(c *FlowConfig) *time.Duration { return &c.RecoveryTime }),
@@ -208,7 +211,7 @@ func (c *Config) Thresholds() flow.Thresholds {
 		DegradedMemory: float64(f.DegradedMemoryPercent) / 100, CriticalMemory: float64(f.CriticalMemoryPercent) / 100,
 		DegradedQueue: float64(f.DegradedQueuePercent) / 100, CriticalQueue: float64(f.CriticalQueuePercent) / 100,
 		IdleQueue: float64(f.IdleQueuePercent) / 100, Failures: f.Failures,
-		RecoveryHold: f.RecoveryHold, RecoveryTime: f.RecoveryTime,
+		CriticalHold: f.CriticalHold, RecoveryHold: f.RecoveryHold, RecoveryTime: f.RecoveryTime,
 	}
 }
 

@@ -42,7 +42,7 @@ func startFlow(cfg *config.Config, m *metrics.Metrics, log *slog.Logger, stuck f
 	bo.ObserveWait = fm.AdmissionWaited
 	f := &flowControl{budget: flow.NewBudget(bo), m: fm, on: cfg.Flow.Admission, done: make(chan struct{})}
 	f.ctl = flow.NewController(flow.Options{
-		Budget: f.budget, Thresholds: cfg.Thresholds(), Stuck: cfg.StuckThresholds(),
+		Budget: f.budget, MemoryLimit: processLimit(), Thresholds: cfg.Thresholds(), Stuck: cfg.StuckThresholds(),
 		Interval: cfg.Flow.SampleInterval, Log: log, Observer: fm,
 		Exit: func() {
 			stuck()
@@ -61,6 +61,15 @@ func startFlow(cfg *config.Config, m *metrics.Metrics, log *slog.Logger, stuck f
 		f.ctl.Run(ctx)
 	}()
 	return f
+}
+
+// processLimit is the memory the process may use, when GOMEMLIMIT or a
+// cgroup says (0: the controller takes twice the budget).
+func processLimit() int64 {
+	if l, _, ok := flow.ProcessLimit(); ok {
+		return l
+	}
+	return 0
 }
 
 // close stops the controller (resuming anything it paused) and the

@@ -261,7 +261,7 @@ func TestSubBatchFollowsControllerState(t *testing.T) {
 		writeSegment(t, dir, 0, 1, payloads("p", 8+4+2+6)...)
 		budget := newBudget(t, 1<<20, 1)
 		th := flow.DefaultThresholds()
-		th.RecoveryHold, th.RecoveryTime = 0, time.Hour
+		th.CriticalHold, th.RecoveryHold, th.RecoveryTime = 0, 0, time.Hour
 		ctl := flow.NewController(flow.Options{Budget: budget, Thresholds: th, Stuck: flow.DefaultStuckThresholds(),
 			HeapBytes: func() int64 { return 0 }})
 		var fill atomic.Value

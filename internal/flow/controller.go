@@ -59,6 +59,12 @@ type Options struct {
 	Interval   time.Duration // ≤ 0: DefaultInterval
 	Log        *slog.Logger
 	Observer   Observer // optional
+	// MemoryLimit is the memory the process may use, which the live heap
+	// is compared with (the memory signal): GOMEMLIMIT or the cgroup's
+	// limit when one is set (ProcessLimit). 0 takes twice the budget's
+	// limit, read at each sample — the budget counts only records, and is
+	// by default half of what the process may use.
+	MemoryLimit int64
 	// HeapBytes reads the live heap (nil: runtime/metrics'
 	// /gc/heap/live:bytes). A seam for tests.
 	HeapBytes func() int64
@@ -125,6 +131,15 @@ func NewController(o Options) *Controller {
 	c := &Controller{opts: o, log: o.Log, queues: map[string]queue{}, pausables: map[string]Pausable{}}
 	c.machine = Machine{State: Normal, Since: o.Now()}
 	return c
+}
+
+// memoryLimit is what the live heap is compared with: Options.MemoryLimit,
+// else twice the budget — the memory a derived budget is half of.
+func (c *Controller) memoryLimit(budget int64) int64 {
+	if c.opts.MemoryLimit > 0 {
+		return c.opts.MemoryLimit
+	}
+	return 2 * budget
 }
 
 // Budget is the controller's budget.
@@ -275,7 +290,7 @@ func (c *Controller) Sample() Sample {
 	s := Sample{At: now, Budget: b, Heap: heap, Queues: make(map[string]float64, len(queues))}
 	sig := Signals{Failures: int(c.failures.Load())}
 	if b.Limit > 0 {
-		sig.Memory = float64(heap) / float64(b.Limit)
+		sig.Memory = float64(heap) / float64(c.memoryLimit(b.Limit))
 	}
 	if b.Grantable > 0 {
 		sig.Held = float64(b.InUse+b.WaitBytes) / float64(b.Grantable)

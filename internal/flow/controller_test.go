@@ -105,7 +105,7 @@ func newRig(t *testing.T) *rig {
 	r := &rig{clk: &clock{now: t0}, obs: &observer{}}
 	r.b = warm(t, 1000)
 	r.c = flow.NewController(flow.Options{
-		Budget: r.b, Estimator: flow.NewEstimator(0), Thresholds: flow.DefaultThresholds(),
+		Budget: r.b, MemoryLimit: 1000, Estimator: flow.NewEstimator(0), Thresholds: flow.DefaultThresholds(),
 		Stuck: flow.StuckThresholds{Memory: 0.5, IdleQueue: 0.05, WarnAfter: time.Minute,
 			FailAfter: 2 * time.Minute, ExitAfter: time.Minute, ClearAfter: 10 * time.Second},
 		HeapBytes: r.heap.Load, Now: r.clk.Now, Observer: r.obs,
@@ -156,9 +156,9 @@ func TestControllerPausesInCritical(t *testing.T) {
 		t.Fatal("a source added in critical runs")
 	}
 
-	// Pressure falls: critical holds for RecoveryHold, then Recovery resumes.
+	// Pressure falls: critical holds for CriticalHold, then Recovery resumes.
 	r.set(100, 0.1)
-	for range 30 { // the first calm sample starts the hold
+	for range 5 { // the first calm sample starts the hold
 		if s := r.step(time.Second); s.State != flow.Critical {
 			t.Fatalf("left critical after %s of calm", s.At.Sub(t0))
 		}
@@ -185,7 +185,7 @@ func TestControllerPausesInCritical(t *testing.T) {
 	if fmt.Sprint(r.obs.transitions) != fmt.Sprint(want) {
 		t.Errorf("transitions %v, want %v", r.obs.transitions, want)
 	}
-	if r.obs.samples != 34 {
+	if r.obs.samples != 9 {
 		t.Errorf("%d samples observed", r.obs.samples)
 	}
 }
@@ -450,8 +450,8 @@ func TestControllerAddPausableRace(t *testing.T) {
 	b := warm(t, 1000)
 	var heap atomic.Int64
 	th := flow.DefaultThresholds()
-	th.RecoveryHold, th.RecoveryTime = 0, 0 // flip on every sample
-	c := flow.NewController(flow.Options{Budget: b, Thresholds: th, Stuck: flow.DefaultStuckThresholds(), HeapBytes: heap.Load})
+	th.CriticalHold, th.RecoveryHold, th.RecoveryTime = 0, 0, 0 // flip on every sample
+	c := flow.NewController(flow.Options{Budget: b, Thresholds: th, Stuck: flow.DefaultStuckThresholds(), HeapBytes: heap.Load, MemoryLimit: 1000})
 	c.AddQueue("q", func() float64 { return 0.5 })
 	var ps []*pausable
 	var mu sync.Mutex

@@ -22,6 +22,17 @@ var cgroupMemoryMax = "/sys/fs/cgroup/memory.max"
 // encode buffers and goroutine stacks need the rest. from names the
 // source, for the start-up log.
 func DefaultLimit() (limit int64, from string) {
+	limit, from, ok := ProcessLimit()
+	if !ok {
+		return FallbackLimit, "fallback"
+	}
+	return limit / 2, "half of " + from
+}
+
+// ProcessLimit is the memory the process may use: the Go memory limit
+// (GOMEMLIMIT) or the cgroup's memory.max, whichever is set and smaller;
+// ok is false when neither is.
+func ProcessLimit() (limit int64, from string, ok bool) {
 	limit, from = math.MaxInt64, ""
 	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
 		limit, from = l, "GOMEMLIMIT"
@@ -32,8 +43,5 @@ func DefaultLimit() (limit int64, from string) {
 			limit, from = n, "cgroup memory.max"
 		}
 	}
-	if from == "" {
-		return FallbackLimit, "fallback"
-	}
-	return limit / 2, "half of " + from
+	return limit, from, from != ""
 }

@@ -50,7 +50,9 @@ func (s State) Throttled() bool { return s == Critical }
 
 // Signals are what the machine reads, each sampled at one instant.
 type Signals struct {
-	// Memory is the live heap as a share of the budget's limit.
+	// Memory is the live heap as a share of the memory the process may
+	// use (Options.MemoryLimit: GOMEMLIMIT or the cgroup's limit, else
+	// twice the budget).
 	Memory float64
 	// Held is the budget in use as a share of what is grantable.
 	Held float64
@@ -68,6 +70,7 @@ const (
 	DefaultCriticalQueue  = 0.90
 	DefaultIdleQueue      = 0.05
 	DefaultFailures       = 3
+	DefaultCriticalHold   = 5 * time.Second
 	DefaultRecoveryHold   = 30 * time.Second
 	DefaultRecoveryTime   = 60 * time.Second
 )
@@ -82,9 +85,13 @@ type Thresholds struct {
 	IdleQueue float64
 	// Failures consecutive failed sink writes make the state Degraded.
 	Failures int
-	// RecoveryHold is how long pressure must stay below a state's level
-	// before the machine steps down from it (Critical to Degraded or
-	// Recovery, Degraded to Recovery).
+	// CriticalHold is how long pressure must stay below Critical's level
+	// before the machine leaves Critical (to Degraded, or to Recovery when
+	// pressure is gone): short, because Critical stops the sources, and
+	// the damping is Recovery's to do, at reduced batches, not a long pause.
+	CriticalHold time.Duration
+	// RecoveryHold is how long pressure must stay gone before Degraded
+	// steps down to Recovery.
 	RecoveryHold time.Duration
 	// RecoveryTime is how long Recovery lasts, free of pressure, before
 	// Normal.
@@ -97,7 +104,7 @@ func DefaultThresholds() Thresholds {
 		DegradedMemory: DefaultDegradedMemory, CriticalMemory: DefaultCriticalMemory,
 		DegradedQueue: DefaultDegradedQueue, CriticalQueue: DefaultCriticalQueue,
 		IdleQueue: DefaultIdleQueue, Failures: DefaultFailures,
-		RecoveryHold: DefaultRecoveryHold, RecoveryTime: DefaultRecoveryTime,
+		CriticalHold: DefaultCriticalHold, RecoveryHold: DefaultRecoveryHold, RecoveryTime: DefaultRecoveryTime,
 	}
 }
 
@@ -134,7 +141,7 @@ type Machine struct {
 //
 //   - Pressure at a higher level than the state moves up at once.
 //   - Critical steps down — to Degraded while pressure is still at that
-//     level, else to Recovery — only after RecoveryHold below Critical.
+//     level, else to Recovery — only after CriticalHold below Critical.
 //   - Degraded steps down to Recovery after RecoveryHold free of pressure.
 //   - Recovery returns to Normal after RecoveryTime in it; pressure sends
 //     it back up. Nothing goes from Critical or Degraded to Normal without
@@ -169,7 +176,7 @@ func (m Machine) Step(now time.Time, s Signals, t Thresholds) Machine {
 		return m
 	case Critical:
 		m = calm(lvl != Critical)
-		if !m.CalmSince.IsZero() && now.Sub(m.CalmSince) >= t.RecoveryHold {
+		if !m.CalmSince.IsZero() && now.Sub(m.CalmSince) >= t.CriticalHold {
 			if lvl == Degraded {
 				return enter(Degraded)
 			}

@@ -93,10 +93,10 @@ func TestMachineTransitions(t *testing.T) {
 		{"critical stays under pressure", m(flow.Critical, 0, none), time.Hour, critMem, m(flow.Critical, 0, none)},
 		{"critical: pressure back resets the calm", m(flow.Critical, 0, 5*time.Second), time.Minute, critQ, m(flow.Critical, 0, none)},
 		{"critical counts degraded pressure as calm", m(flow.Critical, 0, none), time.Minute, degMem, m(flow.Critical, 0, time.Minute)},
-		{"critical, calm not long enough", m(flow.Critical, 0, 0), 29 * time.Second, calm, m(flow.Critical, 0, 0)},
-		{"critical to degraded after the hold", m(flow.Critical, 0, 0), 30 * time.Second, degQueue, m(flow.Degraded, 30*time.Second, none)},
-		{"critical to recovery after the hold", m(flow.Critical, 0, 0), 30 * time.Second, calm, m(flow.Recovery, 30*time.Second, none)},
-		{"critical to recovery on the working set", m(flow.Critical, 0, 0), 30 * time.Second, flow.Signals{Memory: 0.99}, m(flow.Recovery, 30*time.Second, none)},
+		{"critical, calm not long enough", m(flow.Critical, 0, 0), 4 * time.Second, calm, m(flow.Critical, 0, 0)},
+		{"critical to degraded after the hold", m(flow.Critical, 0, 0), 5 * time.Second, degQueue, m(flow.Degraded, 5*time.Second, none)},
+		{"critical to recovery after the hold", m(flow.Critical, 0, 0), 5 * time.Second, calm, m(flow.Recovery, 5*time.Second, none)},
+		{"critical to recovery on the working set", m(flow.Critical, 0, 0), 5 * time.Second, flow.Signals{Memory: 0.99}, m(flow.Recovery, 5*time.Second, none)},
 
 		{"recovery stays", m(flow.Recovery, 0, none), 59 * time.Second, calm, m(flow.Recovery, 0, none)},
 		{"recovery to normal after its time", m(flow.Recovery, 0, none), 60 * time.Second, calm, m(flow.Normal, 60*time.Second, none)},
@@ -173,6 +173,7 @@ func TestMachineProperty(t *testing.T) {
 			DegradedQueue: dq, CriticalQueue: rapid.Float64Range(dq, 1).Draw(rt, "criticalQueue"),
 			IdleQueue:    rapid.Float64Range(0, 0.1).Draw(rt, "idle"),
 			Failures:     rapid.IntRange(0, 5).Draw(rt, "failures"),
+			CriticalHold: time.Duration(rapid.IntRange(0, 30).Draw(rt, "criticalHold")) * time.Second,
 			RecoveryHold: time.Duration(rapid.IntRange(0, 60).Draw(rt, "hold")) * time.Second,
 			RecoveryTime: time.Duration(rapid.IntRange(0, 120).Draw(rt, "recoveryTime")) * time.Second,
 		}

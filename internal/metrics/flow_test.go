@@ -146,7 +146,7 @@ func TestFlowObserverFromController(t *testing.T) {
 	defer b.Close()
 	heap := int64(950)
 	c := flow.NewController(flow.Options{Budget: b, Thresholds: flow.DefaultThresholds(), Stuck: flow.DefaultStuckThresholds(),
-		Observer: x, HeapBytes: func() int64 { return heap }})
+		Observer: x, HeapBytes: func() int64 { return heap }, MemoryLimit: b.Stats().Limit})
 	c.AddQueue("shard", func() float64 { return 0.5 })
 	c.Sample()
 	if v := series(t, reg, "weir_flow_state")["state=critical"]; v != 1 {

@@ -108,7 +108,7 @@ queue_batches = 4
 		extra []string
 	}{
 		{"hysteresis", nil},
-		{"no hysteresis", []string{"--flow-recovery-hold", "0s", "--flow-recovery-time", "0s"}},
+		{"no hysteresis", []string{"--flow-critical-hold", "0s", "--flow-recovery-hold", "0s", "--flow-recovery-time", "0s"}},
 	}
 	runs := make([]oscillationRun, len(variants))
 	var wg sync.WaitGroup
