@@ -80,16 +80,58 @@ func steadyProducers(ctx context.Context, socket string, n int, rate float64, ac
 	return &wg
 }
 
-// TestOscillation: the secondary's fdatasync alternates between 200 ms
-// slower and normal every 3 s (errorfs alternate=3s), under steady Durable
-// producers. Two daemons run side by side on the same schedule, one with
-// the default hysteresis (flow.recovery_hold 30s, flow.recovery_time 1m),
-// one without (both 0). Each second the ingest rate and the secondary's
-// commit rate are read; the test reports the state transitions per minute
-// and the coefficient of variation of both rates for each, and fails if
-// the daemon with hysteresis changes state more often than its hold allows
-// (3 + 2 per started 30 s: 7 in the default 30 s run, about 4 a minute in
-// a long one).
+// asyncProducers push 1 KiB Durable records in frames of 32 from n
+// connections, each keeping window records in flight, until ctx ends; the
+// client retries an Overloaded refusal itself after the daemon's hint
+// (counted in refused).
+func asyncProducers(ctx context.Context, socket string, n, window int, acked, refused *atomic.Int64) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for p := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := client.Dial(ctx, socket, client.WithWindow(window))
+			if err != nil {
+				return
+			}
+			for i := 0; ctx.Err() == nil; i++ {
+				batch := make([][]byte, 32)
+				for j := range batch {
+					r := make([]byte, 1024)
+					copy(r, fmt.Sprintf("osc%02d-%08d|", p, i*len(batch)+j))
+					batch[j] = r
+				}
+				err := c.PushAsync(ctx, batch, client.Durable, func(err error) {
+					if err == nil {
+						acked.Add(int64(len(batch)))
+					}
+				})
+				if err != nil {
+					break
+				}
+			}
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			c.Close(cctx)
+			cancel()
+			refused.Add(int64(c.OverloadRetried()))
+		}()
+	}
+	return &wg
+}
+
+// TestOscillation: the write-ahead buffer's fdatasync — the durable stage
+// socket ingest waits for — alternates between 150 ms slower and normal
+// every 3 s (errorfs alternate=3s), under 16 Durable producers keeping 256
+// records of 1 KiB in flight each; one shard, its queue bounded to 4 MiB,
+// so a slow phase fills it. Two daemons run side by side on the same
+// schedule, one with the default hysteresis (flow.recovery_hold 30s,
+// flow.recovery_time 1m), one without (both 0). Each second the ingest
+// rate and the drain's commit rate are read; the test reports the state
+// transitions per minute and the coefficient of variation of both rates
+// for each, and fails if the daemon with hysteresis changes state more
+// often than its hold allows (3 + 2 per started 30 s: 7 in the default
+// 30 s run, about 4 a minute in a long one), or if neither daemon changed
+// state at all (the scenario would test nothing).
 // WEIR_OSCILLATION_SECONDS sets the length (default 30).
 func TestOscillation(t *testing.T) {
 	dur := envDuration(t, "WEIR_OSCILLATION_SECONDS", 30*time.Second)
@@ -97,12 +139,6 @@ func TestOscillation(t *testing.T) {
 	// calm and steps up are immediate: two steps up at first, then at
 	// most a step down and a step up per hold.
 	maxTransitions := 3 + 2*math.Ceil(dur.Seconds()/30)
-	cfg := writeConfig(t, `
-[[secondary]]
-name = "osc"
-type = "file"
-queue_batches = 4
-`)
 	variants := []struct {
 		name  string
 		extra []string
@@ -114,9 +150,9 @@ queue_batches = 4
 	var wg sync.WaitGroup
 	ds := make([]*daemon, len(variants))
 	for i, v := range variants {
-		ds[i] = newDaemon(t, append([]string{"--config", cfg, "--memory-budget", "32MiB", "--log-level", "info",
-			"--coverage-flush-interval", "100ms"}, v.extra...)...)
-		ds[i].env = []string{"WEIR_FAULTS=sync:*/secondary/osc/*:delay=200ms:alternate=3s"}
+		ds[i] = newDaemon(t, append([]string{"--memory-budget", "64MiB", "--log-level", "info", "--shards", "1",
+			"--queue-capacity-bytes", "4MiB"}, v.extra...)...)
+		ds[i].env = []string{"WEIR_FAULTS=sync:*.wab:delay=150ms:alternate=3s"}
 	}
 	for _, d := range ds {
 		d.start()
@@ -133,10 +169,10 @@ queue_batches = 4
 				return
 			}
 			ingest := d.sampleRate(time.Second, "weir_records_acked_total")
-			delivered := d.sampleRate(time.Second, "weir_secondary_delivered_records_total", `sink="osc"`)
+			delivered := d.sampleRate(time.Second, "weir_sink_commit_records_total", `result="ok"`)
 			ctx, cancel := context.WithTimeout(context.Background(), dur)
 			defer cancel()
-			steadyProducers(ctx, d.socket, 8, 0, &acked, &refused).Wait()
+			asyncProducers(ctx, d.socket, 16, 256, &acked, &refused).Wait()
 			r := oscillationRun{name: v.name, ingest: ingest.finish(), delivered: delivered.finish(),
 				refused: refused.Load(), acked: acked.Load()}
 			after, err := d.tryScrape()
@@ -157,13 +193,20 @@ queue_batches = 4
 	for _, r := range runs {
 		im, icv := meanCV(r.ingest)
 		dm, dcv := meanCV(r.delivered)
-		t.Logf("%-13s: %.0f transitions (%.1f a minute) %v; ingest %.0f records/s, CV %.2f; secondary %.0f records/s, CV %.2f; %d acked, %d refused Overloaded",
+		t.Logf("%-13s: %.0f transitions (%.1f a minute) %v; ingest %.0f records/s, CV %.2f; sink %.0f records/s, CV %.2f; %d acked, %d refused Overloaded",
 			r.name, r.transitions, r.perMinute, r.changes, im, icv, dm, dcv, r.acked, r.refused)
 		t.Logf("%-13s: ingest per second %v", r.name, roundAll(r.ingest))
+	}
+	for i, d := range ds {
+		t.Logf("%s: state changes", runs[i].name)
+		logFlowChanges(t, d, 8)
 	}
 	if runs[0].transitions > maxTransitions {
 		t.Errorf("with hysteresis the state changed %.0f times in %v (%.1f a minute; bound %.0f)", runs[0].transitions, dur,
 			runs[0].perMinute, maxTransitions)
+	}
+	if runs[0].transitions == 0 && runs[1].transitions == 0 {
+		t.Errorf("neither daemon changed state: the slow phases put no pressure on them")
 	}
 	for i, d := range ds {
 		if runs[i].acked == 0 {
