@@ -90,6 +90,11 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if budget, _ := cfg.BudgetLimit(); budget > 0 {
+		if l := flow.SetGoMemoryLimit(budget); l > 0 {
+			log.Info("Go memory limit set from the memory budget (GOMEMLIMIT unset)", "bytes", l)
+		}
+	}
 	if err := daemon.Run(ctx, cfg, log); err != nil {
 		log.Error("weir serve failed", "err", err)
 		if errors.Is(err, flow.ErrStuck) {

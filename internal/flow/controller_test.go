@@ -204,8 +204,8 @@ func TestControllerSignals(t *testing.T) {
 	if s.Queues["q"] != 0.1 || s.Queues["other"] != 0.3 || s.Heap != 400 || s.Ratio != flow.DefaultColdRatio {
 		t.Fatalf("sample %+v", s)
 	}
-	if s.State != flow.Critical {
-		t.Fatalf("budget over-subscribed, state %s", s.State)
+	if s.State != flow.Degraded {
+		t.Fatalf("budget over-subscribed, state %s, want degraded (admission bounds the budget; only memory and queues are critical)", s.State)
 	}
 	// A stale queue that is removed stops counting.
 	r.c.RemoveQueue("other")

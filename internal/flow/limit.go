@@ -45,3 +45,23 @@ func ProcessLimit() (limit int64, from string, ok bool) {
 	}
 	return limit, from, from != ""
 }
+
+// SetGoMemoryLimit gives the Go runtime a soft memory limit when the
+// process has none (GOMEMLIMIT unset): the memory the controller compares
+// the live heap with — the cgroup's memory.max when set, else twice the
+// budget. Without one the garbage collector lets the heap grow to twice
+// what is live before it collects, whatever the budget; with it, the heap
+// stays near what the budget and the runtime need. It returns the limit
+// set, or 0 when GOMEMLIMIT was already set (and is left alone).
+// `weir serve` calls it once at start; it changes the whole process.
+func SetGoMemoryLimit(budget int64) int64 {
+	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
+		return 0
+	}
+	limit := 2 * budget
+	if l, _, ok := ProcessLimit(); ok && l < limit {
+		limit = l
+	}
+	debug.SetMemoryLimit(limit)
+	return limit
+}

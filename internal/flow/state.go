@@ -115,11 +115,14 @@ func (t Thresholds) Level(s Signals) State {
 	if max(s.Queue, s.Held) < t.IdleQueue {
 		mem = 0 // nothing is held: high memory is not records (working-set rule)
 	}
-	fill := max(s.Queue, s.Held)
+	// The budget's own fill is saturation for Degraded, not Critical:
+	// admission already bounds it (a full budget makes producers wait or
+	// retry), and refusing everything each time it fills only turns the
+	// bound into a sawtooth.
 	switch {
-	case mem > t.CriticalMemory || fill > t.CriticalQueue:
+	case mem > t.CriticalMemory || s.Queue > t.CriticalQueue:
 		return Critical
-	case mem > t.DegradedMemory || fill > t.DegradedQueue || (t.Failures > 0 && s.Failures >= t.Failures):
+	case mem > t.DegradedMemory || max(s.Queue, s.Held) > t.DegradedQueue || (t.Failures > 0 && s.Failures >= t.Failures):
 		return Degraded
 	}
 	return Normal

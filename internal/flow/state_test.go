@@ -40,7 +40,7 @@ func TestLevel(t *testing.T) {
 		{"failures below the count", flow.Signals{Failures: flow.DefaultFailures - 1}, flow.Normal},
 		{"memory above critical", critMem, flow.Critical},
 		{"queue above critical", critQ, flow.Critical},
-		{"budget held above critical (waiters)", flow.Signals{Held: 1.4}, flow.Critical},
+		{"budget over-subscribed is degraded, not critical (admission bounds it)", flow.Signals{Held: 1.4}, flow.Degraded},
 		{"failures never make it critical", flow.Signals{Failures: 1000}, flow.Degraded},
 		// The working-set rule: high memory with every queue and the
 		// budget near empty is not records held.

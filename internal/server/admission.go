@@ -175,7 +175,9 @@ func (c *conn) admitSlow(n int64) (wire.Code, string) {
 			ticket = t // nil: wait for this connection's own frames
 		}
 		if timer == nil {
-			if s.opts.AdmissionWait <= 0 {
+			if s.opts.AdmissionWait <= 0 || s.throttled() {
+				// In critical a frame is admitted only if memory is free
+				// at once: nothing waits while the node sheds load.
 				return fail(s.overloaded("memory budget exhausted"))
 			}
 			// Frames decoded but not submitted hold credit too, and only

@@ -258,11 +258,6 @@ func (c *conn) submit(push *wire.Push) {
 			return
 		}
 	}
-	if c.s.throttled() {
-		code, msg := c.s.overloaded("producers throttled: flow control is in the critical state")
-		c.answer(push.Version, push.RequestID, n, code, msg)
-		return
-	}
 	metaSize := c.storedMetaSize(push)
 	var resv int64
 	if c.s.opts.Budget != nil {
@@ -312,11 +307,24 @@ func (c *conn) flushSubmits() {
 		clear(c.queued)
 		c.queued = c.queued[:0]
 	}()
+	wait, shed := c.s.opts.QueueTimeout, c.s.throttled()
+	if shed {
+		wait = 0 // in critical nothing waits for a full shard queue
+	}
+	fail := func(p *pending, err error) {
+		if shed && errors.Is(err, wab.ErrQueueTimeout) {
+			p.code, p.msg = c.s.overloaded("shard queue full while flow control sheds load (critical)")
+			p.done.Store(true)
+			p.c.wakeWriter()
+			return
+		}
+		p.complete(err)
+	}
 	bb, ok := c.s.backend.(BatchBackend)
 	if !ok || len(q) == 1 {
 		for _, p := range q {
-			if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, c.s.opts.QueueTimeout); err != nil {
-				p.complete(err)
+			if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, wait); err != nil {
+				fail(p, err)
 			}
 		}
 		return
@@ -325,9 +333,9 @@ func (c *conn) flushSubmits() {
 	for i, p := range q {
 		reqs[i] = &p.req
 	}
-	if err := bb.SubmitBatch(c.s.ctx, c.shard, reqs, c.s.opts.QueueTimeout); err != nil {
+	if err := bb.SubmitBatch(c.s.ctx, c.shard, reqs, wait); err != nil {
 		for _, p := range q {
-			p.complete(err)
+			fail(p, err)
 		}
 	}
 }
