@@ -32,11 +32,12 @@ type telemetry struct {
 // the endpoint; failing to bind is a start-up error. The daemon is not
 // ready — for the reason notReady gives — until ready is called.
 func startTelemetry(ctx context.Context, cfg *config.Config, log *slog.Logger, notReady string) (*telemetry, error) {
+	base := log
 	log = log.With("component", "metrics")
 	m, reg := metrics.New(metrics.Config{Shards: cfg.Shards, Sink: cfg.Sink.Type, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes})
 	t := &telemetry{m: m, reg: reg, h: metrics.NewHealth(cfg.LiveStallTimeout, log), log: log}
 	t.h.NotReady(notReady)
-	t.fc = startFlow(cfg, m, log, stuckFrom(ctx))
+	t.fc = startFlow(cfg, m, base, stuckFrom(ctx))
 	t.h.WatchStuck(t.fc.ctl)
 	if cfg.MetricsPort == 0 {
 		log.Info("metrics endpoint disabled (metrics_port = 0)")

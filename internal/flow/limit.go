@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // FallbackLimit is the budget when neither GOMEMLIMIT nor a cgroup memory
@@ -34,7 +35,7 @@ func DefaultLimit() (limit int64, from string) {
 // ok is false when neither is.
 func ProcessLimit() (limit int64, from string, ok bool) {
 	limit, from = math.MaxInt64, ""
-	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
+	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 && l != goLimitSet.Load() {
 		limit, from = l, "GOMEMLIMIT"
 	}
 	if b, err := os.ReadFile(cgroupMemoryMax); err == nil {
@@ -62,6 +63,11 @@ func SetGoMemoryLimit(budget int64) int64 {
 	if l, _, ok := ProcessLimit(); ok && l < limit {
 		limit = l
 	}
+	goLimitSet.Store(limit)
 	debug.SetMemoryLimit(limit)
 	return limit
 }
+
+// goLimitSet is the Go memory limit SetGoMemoryLimit set: derived from
+// the budget, it is not a limit the budget may be derived from in turn.
+var goLimitSet atomic.Int64
