@@ -130,19 +130,16 @@ func (x *Flow) Sampled(s flow.Sample) {
 // Transition implements flow.Observer.
 func (x *Flow) Transition(from, to flow.State) {
 	x.transitions.WithLabelValues(from.String(), to.String()).Inc()
-	for i, g := range x.stateS {
-		if flow.State(i) == to {
-			g.Set(1)
-		} else {
-			g.Set(0)
-		}
-	}
+	oneHot(x.stateS, int(to))
 }
 
 // StuckStage implements flow.Observer.
-func (x *Flow) StuckStage(from, to flow.StuckStage) {
-	for i, g := range x.stuckS {
-		if flow.StuckStage(i) == to {
+func (x *Flow) StuckStage(from, to flow.StuckStage) { oneHot(x.stuckS, int(to)) }
+
+// oneHot sets gauge i of gs to 1 and the others to 0.
+func oneHot(gs []prometheus.Gauge, i int) {
+	for j, g := range gs {
+		if j == i {
 			g.Set(1)
 		} else {
 			g.Set(0)

@@ -112,8 +112,16 @@ type pending struct {
 
 func (p *pending) complete(err error) {
 	if err != nil {
-		p.code, p.msg = codeFor(err), err.Error()
+		p.refuse(codeFor(err), err.Error())
+		return
 	}
+	p.done.Store(true)
+	p.c.wakeWriter()
+}
+
+// refuse completes p with a Nack the server decided (not a backend error).
+func (p *pending) refuse(code wire.Code, msg string) {
+	p.code, p.msg = code, msg
 	p.done.Store(true)
 	p.c.wakeWriter()
 }
@@ -313,9 +321,7 @@ func (c *conn) flushSubmits() {
 	}
 	fail := func(p *pending, err error) {
 		if shed && errors.Is(err, wab.ErrQueueTimeout) {
-			p.code, p.msg = c.s.overloaded("shard queue full while flow control sheds load (critical)")
-			p.done.Store(true)
-			p.c.wakeWriter()
+			p.refuse(c.s.overloaded("shard queue full while flow control sheds load (critical)"))
 			return
 		}
 		p.complete(err)
