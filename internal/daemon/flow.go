@@ -20,9 +20,12 @@ type flowControl struct {
 	m      *metrics.Flow
 	// on reports whether admission is on (flow.admission): with it off,
 	// stages hold records without reserving (measurement only).
-	on   bool
-	stop context.CancelFunc
-	done chan struct{}
+	on bool
+	// drainEst is the drain's estimator; its ratio is the one
+	// weir_flow_expansion_ratio shows.
+	drainEst *flow.Estimator
+	stop     context.CancelFunc
+	done     chan struct{}
 }
 
 // exitGrace is how long a stuck daemon is given to shut down on its own
@@ -40,9 +43,10 @@ func startFlow(cfg *config.Config, m *metrics.Metrics, log *slog.Logger, stuck f
 	bo := cfg.BudgetOptions(limit)
 	fm := m.Flow(cfg.Thresholds())
 	bo.ObserveWait = fm.AdmissionWaited
-	f := &flowControl{budget: flow.NewBudget(bo), m: fm, on: cfg.Flow.Admission, done: make(chan struct{})}
+	f := &flowControl{budget: flow.NewBudget(bo), m: fm, on: cfg.Flow.Admission, done: make(chan struct{}),
+		drainEst: flow.NewEstimator(int64(cfg.Flow.RecordSizeEstimate))}
 	f.ctl = flow.NewController(flow.Options{
-		Budget: f.budget, MemoryLimit: processLimit(), Thresholds: cfg.Thresholds(), Stuck: cfg.StuckThresholds(),
+		Budget: f.budget, Estimator: f.drainEst, MemoryLimit: processLimit(), Thresholds: cfg.Thresholds(), Stuck: cfg.StuckThresholds(),
 		Interval: cfg.Flow.SampleInterval, Log: log, Observer: fm,
 		Exit: func() {
 			stuck()

@@ -40,7 +40,7 @@ func (f *flowControl) drainOptions(cfg *config.Config, o *drain.Options) {
 		return
 	}
 	o.Budget = f.admission()
-	o.Estimator = flow.NewEstimator(int64(cfg.Flow.RecordSizeEstimate))
+	o.Estimator = f.drainEst
 	o.Pacer = f.pacer(cfg)
 	o.Oversize = func() { f.m.Oversize("drain") }
 }
