@@ -142,9 +142,6 @@ func (c *Controller) memoryLimit(budget int64) int64 {
 	return 2 * budget
 }
 
-// Budget is the controller's budget.
-func (c *Controller) Budget() *Budget { return c.opts.Budget }
-
 // queue is a watched queue: its fill, and whether it is pressure.
 type queue struct {
 	fill     func() float64
@@ -168,13 +165,6 @@ func (c *Controller) WatchQueue(name string, fill func() float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.queues[name] = queue{fill, false}
-}
-
-// RemoveQueue forgets a queue (its stage stopped).
-func (c *Controller) RemoveQueue(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.queues, name)
 }
 
 // AddPausable adds something the Critical state pauses; it is paused
