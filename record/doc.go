@@ -39,6 +39,8 @@
 //	 21  first seen      8 bytes: i64 Unix nanoseconds of the first rejection
 //	 22  location        18 bytes: buffer shard u16, segment seq u64,
 //	                     record index u64 — where the record sat in the buffer
+//	 23  reject rule     UTF-8: the contract's part that refused it
+//	                     (stage check: "decode", "schema" or a rule's name)
 //
 // All fixed-size integers are big endian.
 //

@@ -32,6 +32,7 @@ const (
 	TagRejectAttempts  Tag = 20
 	TagRejectFirstSeen Tag = 21
 	TagRejectLocation  Tag = 22
+	TagRejectRule      Tag = 23
 )
 
 // MaxErrorBytes bounds Rejection.Error as encoded; longer texts are cut at
@@ -88,9 +89,12 @@ type Meta struct {
 type Rejection struct {
 	Code      Code
 	Stage     Stage
-	Component string // the sink, source or rule set that refused it
-	Error     string
-	Attempts  int
+	Component string // the sink, source or contract that refused it
+	// Rule names the part of a contract that refused it (StageCheck):
+	// "decode", "schema" or a quality rule's name.
+	Rule     string
+	Error    string
+	Attempts int
 	// FirstSeen is when the record was first rejected, Unix nanoseconds.
 	FirstSeen int64
 	// Shard, Seq and Index locate the record in the write-ahead buffer it
@@ -142,6 +146,9 @@ func Append(dst []byte, m *Meta) []byte {
 		}
 		if r.Error != "" {
 			dst = appendString(dst, TagRejectError, truncateUTF8(r.Error, MaxErrorBytes))
+		}
+		if r.Rule != "" {
+			dst = appendString(dst, TagRejectRule, r.Rule)
 		}
 		if r.Attempts > 0 {
 			dst = appendField(dst, TagRejectAttempts, binary.AppendUvarint(nil, uint64(r.Attempts)))
@@ -339,6 +346,8 @@ func (m *Meta) set(t Tag, v []byte) error {
 		rej().Component = string(v)
 	case TagRejectError:
 		rej().Error = string(v)
+	case TagRejectRule:
+		rej().Rule = string(v)
 	case TagRejectAttempts:
 		a, n := binary.Uvarint(v)
 		if n != len(v) || a > 1<<31 {

@@ -156,6 +156,13 @@ type Rejection struct {
 	// (CodeUnknown) means the sink did not say: the record is kept as
 	// CodeSinkRefused.
 	Code Code
+	// Contract, when set, says a data contract's check refused the record
+	// rather than the destination: it names the contract ("orders@3"),
+	// and Rule the part of it that failed — "decode", "schema" (Reason
+	// then names the failing keyword's path) or a quality rule's name.
+	// The rejection lanes record such a refusal under stage "check".
+	Contract string
+	Rule     string
 }
 
 // CommitResult is the outcome of a Commit that returned no error.

@@ -126,7 +126,7 @@ func deadLetterMeta(rec wab.Record, srec *sink.Record, rej record.Rejection) []b
 	if b = record.Encode(&m); len(b) <= wab.MaxMetaBytes {
 		return b
 	}
-	rej.Error, rej.Component, rej.Stage = "", "", ""
+	rej.Error, rej.Component, rej.Stage, rej.Rule = "", "", "", ""
 	return record.Encode(&m)
 }
 

@@ -804,21 +804,27 @@ func (d *Drain) retryAfter(ctx context.Context, ref wab.SegmentRef, retries int,
 // deadLetterRecords builds the dead-letter records of a sub-batch's
 // rejections: each keeps its payload, durability, receive time and
 // metadata, and gains its rejection (record.Rejection) — code, stage
-// drain, the sink's name, the reason, the attempts made, the time and its
+// drain and the sink's name (stage check, the contract and its rule for
+// a contract's refusal), the reason, the attempts made, the time and its
 // place in the buffer.
 func (d *Drain) deadLetterRecords(h wab.Header, start uint64, recs []wab.Record, srecs []sink.Record, rejected []rejection, attempts int) []wab.Record {
 	now := d.now().UnixNano()
 	out := make([]wab.Record, len(rejected))
 	for i, rj := range rejected {
 		rec := recs[rj.index]
+		stage, comp := record.StageDrain, d.sink.Name()
+		if rj.contract != "" {
+			stage, comp = record.StageCheck, rj.contract
+		}
 		out[i] = wab.Record{
 			Durability: rec.Durability,
 			Received:   rec.Received,
 			Payload:    rec.Payload,
 			Meta: deadLetterMeta(rec, &srecs[rj.index], record.Rejection{
 				Code:        rj.code,
-				Stage:       record.StageDrain,
-				Component:   d.sink.Name(),
+				Stage:       stage,
+				Component:   comp,
+				Rule:        rj.rule,
 				Error:       rj.reason,
 				Attempts:    attempts,
 				FirstSeen:   now,
@@ -864,6 +870,9 @@ type rejection struct {
 	index  int
 	reason string
 	code   record.Code
+	// contract and rule are set when a contract's check refused the
+	// record (sink.Rejection.Contract): stage check, not drain.
+	contract, rule string
 }
 
 // checkRejections validates a sink's rejections: indexes out of range are
@@ -889,7 +898,7 @@ func (d *Drain) checkRejections(rs []sink.Rejection, n int) []rejection {
 		if reason == "" {
 			reason = "rejected by sink"
 		}
-		out = append(out, rejection{index: r.Index, reason: reason, code: r.Code.OrRefused()})
+		out = append(out, rejection{index: r.Index, reason: reason, code: r.Code.OrRefused(), contract: r.Contract, rule: r.Rule})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].index < out[j].index })
 	return out

@@ -21,7 +21,9 @@
 // it is kept for readers written before the other rejection fields.
 // reason_code is a record.Code's name (decode, contract, dq,
 // retry-exhausted, sink-refused, oversize), stage a record.Stage, component
-// the sink that refused, attempts the commits made, first_seen when the
+// the sink that refused (for stage check: the contract, and rule the
+// part of it that failed — decode, schema or a quality rule's name; the
+// field is left out otherwise), attempts the commits made, first_seen when the
 // record was refused. key, headers and event_time are present only when
 // the record has them; key and header values are UTF-8 text, or base64
 // when not valid UTF-8 (the *_encoding field says which). The record's
@@ -268,6 +270,10 @@ func appendRejection(buf []byte, r *record.Rejection) []byte {
 	buf = appendJSONString(buf, string(r.Stage))
 	buf = append(buf, `,"component":`...)
 	buf = appendJSONString(buf, r.Component)
+	if r.Rule != "" {
+		buf = append(buf, `,"rule":`...)
+		buf = appendJSONString(buf, r.Rule)
+	}
 	buf = append(buf, `,"error":`...)
 	buf = appendJSONString(buf, r.Error)
 	buf = append(buf, `,"attempts":`...)

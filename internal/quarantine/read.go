@@ -21,6 +21,7 @@ type Entry struct {
 	ReasonCode    string `json:"reason_code"`
 	Stage         string `json:"stage"`
 	Component     string `json:"component"`
+	Rule          string `json:"rule"`
 	Error         string `json:"error"`
 	Attempts      int    `json:"attempts"`
 	FirstSeen     string `json:"first_seen"`
