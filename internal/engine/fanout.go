@@ -19,6 +19,7 @@ const (
 	DefaultQueueBatches      = 64
 	DefaultQueueBytes        = 64 << 20
 	DefaultQuarantineBuffer  = 4096
+	DefaultQuarantineBytes   = 16 << 20
 	DefaultWindowRecords     = 4096
 	DefaultWindowTime        = 10 * time.Second
 	DefaultRecoveryInterval  = time.Second
@@ -47,6 +48,12 @@ type SecondaryConfig struct {
 	// QuarantineBuffer bounds the quarantine lane, in records. Zero means
 	// DefaultQuarantineBuffer.
 	QuarantineBuffer int
+	// QuarantineBytes bounds the quarantine lane in bytes too (what its
+	// waiting records hold, sink.Record.MemSize): the lane's own budget,
+	// never taken from FanoutOptions.Budget, so a stalled quarantine
+	// writer cannot slow the clean path; past it records are shed. Zero
+	// means DefaultQuarantineBytes.
+	QuarantineBytes int64
 	// StartAtEnd: a sink the offset store has never seen starts covered up
 	// to raw's current end instead of being recovered from position 0.
 	StartAtEnd bool
@@ -98,10 +105,21 @@ type FanoutOptions struct {
 	// size that sizes a recovery window's reservation; it then follows
 	// what the windows read. Zero means flow.DefaultRecordSizeEstimate.
 	RecordSizeEstimate int64
+	// Audit is told every recovery window delivered to a secondary, with
+	// the recovery mode (the dq-audit trail notes the windows whose
+	// rejects were not quarantined: skip-quarantine). nil: not told.
+	Audit RecoveryAudit
 	// Pacer scales the batches committed to secondaries and the recovery
 	// windows by flow control's state and profile, and is told how every
 	// commit to a secondary went. nil: unscaled, nothing told.
 	Pacer flow.Pacer
+}
+
+// RecoveryAudit hears of recovered windows (*dqaudit.Trail).
+type RecoveryAudit interface {
+	// Recovered: raw positions [lo, hi) were recovered into the sink in
+	// mode ("rehydrate" or "skip-quarantine").
+	Recovered(sinkName string, lo, hi uint64, mode string)
 }
 
 // Fanout is the raw-first topology's delivery side. To the drain it is one

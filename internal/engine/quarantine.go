@@ -61,6 +61,24 @@ func (s *secondary) shedQuarantine(n int, why string) {
 	}
 }
 
+// enqueueQuarantine hands q to the lane without waiting, unless the lane
+// is full in records or in bytes (QuarantineBytes; an empty lane takes
+// any one record).
+func (s *secondary) enqueueQuarantine(q QuarantinedRecord) bool {
+	size := q.Record.MemSize()
+	if held := s.quarMem.Add(size); held > s.cfg.QuarantineBytes && held != size {
+		s.quarMem.Add(-size)
+		return false
+	}
+	select {
+	case s.quar <- q:
+		return true
+	default:
+		s.quarMem.Add(-size)
+		return false
+	}
+}
+
 // runQuarantine writes the sink's quarantine lane.
 func (s *secondary) runQuarantine(ctx context.Context) {
 	defer s.f.wg.Done()
@@ -82,18 +100,29 @@ func (s *secondary) runQuarantine(ctx context.Context) {
 				break fill
 			}
 		}
-		if q == nil {
-			for _, r := range recs {
-				s.f.log.Warn("record rejected by secondary (no quarantine lane configured)", "sink", s.name,
-					"pos", r.Pos, "id", r.Record.ID.String(), "code", r.Reject.Code.String(), "reason", r.Reject.Error, "recovery", r.Recovery)
-			}
-			continue
+		var size int64
+		for i := range recs {
+			size += recs[i].Record.MemSize()
 		}
-		if err := q.Quarantine(ctx, recs); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.shedQuarantine(len(recs), "quarantine write failed: "+err.Error())
+		s.writeQuarantine(ctx, q, recs)
+		s.quarMem.Add(-size)
+		if ctx.Err() != nil {
+			return
 		}
+	}
+}
+
+// writeQuarantine writes one batch of the lane, or logs it when the
+// secondary has no quarantine destination; a failed write sheds it.
+func (s *secondary) writeQuarantine(ctx context.Context, q Quarantine, recs []QuarantinedRecord) {
+	if q == nil {
+		for _, r := range recs {
+			s.f.log.Warn("record rejected by secondary (no quarantine lane configured)", "sink", s.name,
+				"pos", r.Pos, "id", r.Record.ID.String(), "code", r.Reject.Code.String(), "reason", r.Reject.Error, "recovery", r.Recovery)
+		}
+		return
+	}
+	if err := q.Quarantine(ctx, recs); err != nil && ctx.Err() == nil {
+		s.shedQuarantine(len(recs), "quarantine write failed: "+err.Error())
 	}
 }

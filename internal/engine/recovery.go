@@ -74,6 +74,9 @@ func (s *secondary) recoverWindow(ctx context.Context) (bool, error) {
 	case err != nil:
 		return true, err
 	}
+	if a := s.f.opts.Audit; a != nil {
+		a.Recovered(s.name, gap.Lo, recs[keep-1].Pos+1, s.f.opts.Mode.String())
+	}
 	if s.window < s.f.opts.WindowRecords {
 		s.window = min(s.f.opts.WindowRecords, s.window*2)
 	}

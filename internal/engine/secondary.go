@@ -26,6 +26,7 @@ type secondary struct {
 	perRecord int64 // estimated bytes per record, for recovery windows' reservations
 
 	quar     chan QuarantinedRecord
+	quarMem  atomic.Int64 // bytes of the records in quar and being written
 	lastShed atomic.Int64 // unix nanos of the last shed log line
 
 	window int // current recovery window, records
@@ -61,6 +62,9 @@ func (f *Fanout) newSecondary(i int, c SecondaryConfig, end uint64, seen map[str
 	}
 	if c.QueueBytes <= 0 {
 		c.QueueBytes = DefaultQueueBytes
+	}
+	if c.QuarantineBytes <= 0 {
+		c.QuarantineBytes = DefaultQuarantineBytes
 	}
 	s := &secondary{f: f, cfg: c, name: name, snk: c.Sink,
 		queue: make(chan *liveBatch, c.QueueBatches), quar: make(chan QuarantinedRecord, c.QuarantineBuffer),
@@ -248,9 +252,7 @@ func (s *secondary) accounted(chunk []sink.Positioned, rej []sink.Rejection, rec
 	countByCode(qs, func(code record.Code, n int) { s.f.obs.Quarantined(s.name, code, n, recovery) })
 	shed := 0
 	for _, q := range qs {
-		select {
-		case s.quar <- q:
-		default:
+		if !s.enqueueQuarantine(q) {
 			shed++
 		}
 	}
