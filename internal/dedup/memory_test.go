@@ -9,26 +9,12 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/weir-io/weir/internal/testenv"
 )
 
-// clock is a fake clock that moves only when told.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+func newClock() *testenv.Clock {
+	return testenv.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 func TestMemoryAnswers(t *testing.T) {
