@@ -2,7 +2,8 @@
 // run against, and gives those tests a few shared tools: unique table
 // names, a TCP proxy that can cut a server off or stall it, the crash hooks
 // of the sink conformance suite (a power loss on memfs, connections killed
-// by the server), and a reader of a whole Kafka topic.
+// by the server), a reader of a whole Kafka topic, and a private
+// redis-server that a test may stop and start (StartRedis).
 //
 // A server is found through an environment variable naming its DSN, with a
 // default for the machine's local server. When the server cannot be
@@ -39,6 +40,8 @@ const (
 	MySQLDefault    = "root@tcp(127.0.0.1:3306)/test"
 	NATSEnv         = "WEIR_TEST_NATS_URL"
 	NATSDefault     = "nats://127.0.0.1:4222"
+	RedisEnv        = "WEIR_REDIS_ADDR"
+	RedisDefault    = "127.0.0.1:6379"
 	RequireEnv      = "WEIR_REQUIRE_SERVICES"
 )
 
@@ -99,6 +102,16 @@ func NATS(t testing.TB) string {
 		_, err = js.AccountInfo(ctx)
 		return err
 	})
+}
+
+// Redis returns the address (host:port) of the test Redis server, or skips
+// (fails under WEIR_REQUIRE_SERVICES=1) when it does not answer PING there.
+// Its URL for a client is "redis://" + the address. Tests must keep to
+// keys of their own (a unique prefix) and delete them; a test that stops
+// Redis uses StartRedis, never this shared server.
+func Redis(t testing.TB) string {
+	t.Helper()
+	return service(t, "Redis", RedisEnv, RedisDefault, pingRedis)
 }
 
 // Required reports whether WEIR_REQUIRE_SERVICES=1 is set.

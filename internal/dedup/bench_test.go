@@ -1,0 +1,115 @@
+package dedup
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/weir-io/weir/sink"
+)
+
+// benchBatch is the records per batch of every benchmark here.
+const benchBatch = 256
+
+// fill makes claims n·len(claims)… fresh keys with their own ids.
+func fill(claims []Claim, n uint64) {
+	for i := range claims {
+		v := n*uint64(len(claims)) + uint64(i) + 1
+		binary.LittleEndian.PutUint64(claims[i].Key[:], v*0x9e3779b97f4a7c15)
+		binary.LittleEndian.PutUint64(claims[i].Key[8:], v)
+		binary.LittleEndian.PutUint64(claims[i].ID[:], v)
+	}
+}
+
+// benchClaims claims a batch of fresh keys per iteration and reports ns
+// per record and round trips per batch (pipelines counts them; nil for an
+// in-process store).
+func benchClaims(b *testing.B, s Store, pipelines func() int) {
+	claims := make([]Claim, benchBatch)
+	out := make([]Answer, benchBatch)
+	ctx := context.Background()
+	var n uint64
+	b.ReportAllocs()
+	for b.Loop() {
+		fill(claims, n)
+		n++
+		if err := s.Claim(ctx, claims, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n*benchBatch), "ns/record")
+	rt := 0
+	if pipelines != nil {
+		rt = pipelines()
+	}
+	b.ReportMetric(float64(rt)/float64(n), "roundtrips/batch")
+}
+
+// BenchmarkMemoryClaim: one Claim of 256 fresh keys on a full, churning
+// in-process store (64 MiB).
+//
+//	go test -run '^$' -bench 'Claim$' -count 5 ./internal/dedup/
+func BenchmarkMemoryClaim(b *testing.B) {
+	m := NewMemory(MemoryOptions{MaxBytes: DefaultMaxBytes, Window: time.Hour})
+	claims := make([]Claim, benchBatch)
+	out := make([]Answer, benchBatch)
+	for n := range uint64(DefaultMaxBytes / MemoryEntryBytes / benchBatch) { // fill it first
+		fill(claims, 1<<40+n)
+		_ = m.Claim(context.Background(), claims, out)
+	}
+	b.ResetTimer()
+	benchClaims(b, m, nil)
+}
+
+// BenchmarkRedisClaim: one Claim of 256 fresh keys on the test Redis
+// server (WEIR_REDIS_ADDR, default 127.0.0.1:6379): one pipelined round
+// trip of 256 SET NX GET PX.
+//
+//	go test -run '^$' -bench 'Claim$' -count 5 ./internal/dedup/
+func BenchmarkRedisClaim(b *testing.B) {
+	r := newRedisStore(b, sharedRedisURL(b), time.Minute)
+	claimAll(b, r, claimOf("warm-up", 1)) // dial outside the count
+	h := &roundTrips{}
+	r.client.AddHook(h)
+	b.ResetTimer()
+	benchClaims(b, r, func() int { p, s := h.counts(); return p + s })
+}
+
+// BenchmarkJudge: a Deduper over an in-process store judging batches of
+// 256 records (16-byte key material, every 8th record a duplicate of an
+// earlier batch's), KeyOf included.
+//
+//	go test -run '^$' -bench 'Judge$' -count 5 ./internal/dedup/
+func BenchmarkJudge(b *testing.B) {
+	d := New(NewMemory(MemoryOptions{Window: time.Hour}), Options{Stream: "bench", Logger: quiet})
+	keys := make([][]byte, benchBatch)
+	for i := range keys {
+		keys[i] = make([]byte, 16)
+	}
+	ids := make([]sink.RecordID, benchBatch)
+	dup := make([]bool, benchBatch)
+	ctx := context.Background()
+	var n, dups uint64
+	b.ReportAllocs()
+	for b.Loop() {
+		for i := range keys {
+			v := n*benchBatch + uint64(i)
+			k := v
+			if i%8 == 7 && n > 0 {
+				k = v - benchBatch - 1 // the key of a record of the previous batch
+			}
+			binary.LittleEndian.PutUint64(keys[i], k)
+			binary.LittleEndian.PutUint64(ids[i][:], v)
+		}
+		n++
+		d.Judge(ctx, keys, ids, dup)
+		for _, x := range dup {
+			if x {
+				dups++
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n*benchBatch), "ns/record")
+	b.ReportMetric(float64(dups)/float64(n), "dups/batch")
+}
