@@ -78,3 +78,56 @@ func (p *Pauser) Wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// Votes shares one Pausable among several deciders (flow control, a
+// contract's breaker): the source is paused while any of them wants it
+// paused, and resumed only when none does. Safe for concurrent use.
+type Votes struct {
+	mu     sync.Mutex
+	p      Pausable
+	paused map[string]bool
+}
+
+// NewVotes shares p.
+func NewVotes(p Pausable) *Votes { return &Votes{p: p, paused: map[string]bool{}} }
+
+// Voter is the Pausable of one decider, named for the source's log.
+func (v *Votes) Voter(name string) Pausable { return voter{v, name} }
+
+// Paused reports the deciders that want the source paused.
+func (v *Votes) Paused() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []string
+	for n, p := range v.paused {
+		if p {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (v *Votes) vote(name string, pause bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	was := len(v.paused) > 0
+	if pause {
+		v.paused[name] = true
+	} else {
+		delete(v.paused, name)
+	}
+	switch now := len(v.paused) > 0; {
+	case now && !was:
+		v.p.Pause()
+	case !now && was:
+		v.p.Resume()
+	}
+}
+
+type voter struct {
+	v    *Votes
+	name string
+}
+
+func (w voter) Pause()  { w.v.vote(w.name, true) }
+func (w voter) Resume() { w.v.vote(w.name, false) }

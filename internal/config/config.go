@@ -103,6 +103,11 @@ type Config struct {
 
 	Flow FlowConfig // memory_budget, record_size_estimate, [flow]
 
+	// Contracts are the [[contract]]s: streams' data contracts, quality
+	// rules and content dedup (docs/data_quality.md).
+	Contracts []ContractConfig
+	DQAudit   DQAuditConfig // [dq_audit]
+
 	LogLevel  string // log_level: debug|info|warn|error
 	LogFormat string // log_format: text|json
 
@@ -305,6 +310,7 @@ func validate(ks []knob, c *Config, wd string) []error {
 	resolve("data_dir", &c.DataDir, "")
 	resolve("socket_path", &c.SocketPath, DefaultSocketName)
 	resolve("wab_dir", &c.WABDir, DefaultWABName)
+	resolve("dq_audit.dir", &c.DQAudit.Dir, DefaultDQAuditDirName)
 	// Every sink kind's directory, in use or not: a flag may set any.
 	for _, sk := range c.Components.Sinks() {
 		if f := sk.Dir(); f != nil {

@@ -398,6 +398,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 			func(p *partial) **time.Duration { return &p.CoverageFlushInterval }, func(c *Config) *time.Duration { return &c.CoverageFlushInterval }),
 	}
 	ks = append(ks, flowKnobs()...)
+	ks = append(ks, dqAuditKnobs()...)
 	return append(ks,
 		hostKnob("metrics_bind", DefaultMetricsBind, "Address the metrics and health endpoint listens on: an IP address or a host name. The endpoint is unauthenticated; keep it on loopback or a private network.",
 			func(p *partial) **string { return &p.MetricsBind }, func(c *Config) *string { return &c.MetricsBind }),
@@ -465,7 +466,8 @@ type partial struct {
 
 	LogLevel, LogFormat *string
 
-	flow flowPartial
+	flow    flowPartial
+	dqAudit dqAuditPartial
 
 	// topology holds the [[secondary]] and [[source]] tables as read from
 	// the file; they have no flag or environment form.

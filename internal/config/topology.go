@@ -32,6 +32,14 @@ const DefaultQuarantineDirName = "quarantine"
 // quarantine_max_bytes says otherwise.
 const DefaultQuarantineMaxBytes = 256 << 20
 
+// DefaultQuarantineBufferBytes bounds a quarantine lane's waiting records
+// unless quarantine_buffer_bytes says otherwise; DefaultQuarantineTable
+// is quarantine_table's default.
+const (
+	DefaultQuarantineBufferBytes = 16 << 20
+	DefaultQuarantineTable       = "weir_quarantine"
+)
+
 // SecondaryConfig is one [[secondary]] sink: delivered from primary raw
 // after raw is durable, never on the source's path.
 type SecondaryConfig struct {
@@ -50,6 +58,16 @@ type SecondaryConfig struct {
 	// shed (counted). 0 keeps no files: they are logged and counted only
 	// (quarantine_max_bytes).
 	QuarantineMaxBytes int64
+	// QuarantineBufferBytes bounds the quarantine lane in bytes too: its
+	// own budget, apart from memory_budget, so a stalled quarantine
+	// writer never takes memory from the clean path
+	// (quarantine_buffer_bytes).
+	QuarantineBufferBytes int64
+	// QuarantinePostgresURL keeps the refused records in a Postgres
+	// table (QuarantineTable) instead of QuarantineDir
+	// (quarantine_postgres_url, quarantine_table).
+	QuarantinePostgresURL string
+	QuarantineTable       string
 	// StartAtEnd: a secondary the offset store has never seen starts at
 	// raw's end instead of being filled from all of raw (start_at_end).
 	StartAtEnd bool
@@ -79,6 +97,7 @@ type topologyTOML struct {
 	path        string
 	secondaries []secondaryTOML
 	sources     []sourceTOML
+	contracts   []contractTOML
 }
 
 type secondaryTOML struct {
@@ -116,6 +135,12 @@ func secondaryFields(reg *component.Registry) []component.Field {
 			func(s *S) *int { return &s.QuarantineBuffer }),
 		component.Key("quarantine_dir", setting.OptionalPath("a directory no other quarantine lane uses"), "", "Where the secondary's refused records are kept with their reasons, as NDJSON.",
 			func(s *S) *string { return &s.QuarantineDir }, component.Shown("<data_dir>/"+DefaultQuarantineDirName+"/<name>")),
+		component.Key("quarantine_buffer_bytes", setting.Size(64<<10, 1<<40), int64(DefaultQuarantineBufferBytes), "Quarantine lane bound in bytes (the records waiting for the quarantine writer): the lane's own budget, apart from memory_budget; past it refused records are shed (counted), never the clean path slowed.",
+			func(s *S) *int64 { return &s.QuarantineBufferBytes }),
+		component.Key("quarantine_postgres_url", setting.Secret("a Postgres connection string"), "", "Keep refused records in a Postgres table (quarantine_table) instead of quarantine_dir: code, rule, error, original bytes, id, origin, key, headers, time.",
+			func(s *S) *string { return &s.QuarantinePostgresURL }),
+		component.Key("quarantine_table", setting.Ident(), DefaultQuarantineTable, "The quarantine table, with quarantine_postgres_url; created when missing. Secondaries may share it (rows name their sink).",
+			func(s *S) *string { return &s.QuarantineTable }),
 		component.Key("quarantine_max_bytes", setting.Size(0, 1<<50), DefaultQuarantineMaxBytes, "Bound of quarantine_dir; past it refused records are shed (counted). 0 keeps no files: refused records are only logged and counted.",
 			func(s *S) *int64 { return &s.QuarantineMaxBytes }),
 		component.Key("start_at_end", setting.Bool(), false, "A secondary the offset store has never seen starts at raw's end instead of being filled from all of raw.",
@@ -237,16 +262,17 @@ const (
 	sourceField    = "TopologySource"
 )
 
-// withTopology adds the two arrays of tables to the document struct.
+// withTopology adds the arrays of tables to the document struct.
 func withTopology(t reflect.Type) reflect.Type {
-	fields := make([]reflect.StructField, 0, t.NumField()+2)
+	fields := make([]reflect.StructField, 0, t.NumField()+3)
 	for i := range t.NumField() {
 		fields = append(fields, t.Field(i))
 	}
 	prims := reflect.TypeFor[[]toml.Primitive]()
 	fields = append(fields,
 		reflect.StructField{Name: secondaryField, Type: prims, Tag: `toml:"secondary"`},
-		reflect.StructField{Name: sourceField, Type: prims, Tag: `toml:"source"`})
+		reflect.StructField{Name: sourceField, Type: prims, Tag: `toml:"source"`},
+		reflect.StructField{Name: contractField, Type: prims, Tag: `toml:"contract"`})
 	return reflect.StructOf(fields)
 }
 
@@ -259,11 +285,13 @@ func childNode(n *tomlNode, name string) *tomlNode {
 	panic("config: no table " + name)
 }
 
-// decodeTopology decodes [[secondary]] and [[source]] into p.topology.
+// decodeTopology decodes [[secondary]], [[source]] and [[contract]] into
+// p.topology.
 func decodeTopology(reg *component.Registry, root *tomlNode, md toml.MetaData, doc reflect.Value, p *partial, path string) []error {
 	topo := &topologyTOML{path: path}
 	errs := decodeSecondaries(reg, root, md, doc, topo)
 	errs = append(errs, decodeSources(reg, md, doc, topo)...)
+	errs = append(errs, decodeContracts(md, doc, topo)...)
 	p.topology = topo
 	return errs
 }
@@ -453,6 +481,7 @@ func buildTopology(ks []knob, c *Config, topo *topologyTOML, wd string) []error 
 	}
 	errs = append(errs, checkOwnRaw(ks, c, topo.path)...)
 	errs = append(errs, checkRawGate(ks, c)...)
+	errs = append(errs, buildContracts(c, topo, wd)...)
 	return append(errs, checkRecoveryNode(ks, c, topo.path)...)
 }
 

@@ -79,10 +79,12 @@ type Metrics struct {
 	cfg Config
 	reg *prometheus.Registry
 
-	topoOnce sync.Once
-	topo     *Topology
-	flowOnce sync.Once
-	flow     *Flow
+	topoOnce    sync.Once
+	topo        *Topology
+	flowOnce    sync.Once
+	quality     *Quality
+	qualityOnce sync.Once
+	flow        *Flow
 
 	// Server.
 	connOpen      prometheus.Gauge
@@ -137,6 +139,8 @@ type Metrics struct {
 	dlRecordsC      []prometheus.Counter // by sink.Code
 	gateQuar        *prometheus.CounterVec
 	gateQuarC       []prometheus.Counter // by sink.Code
+	rejected        *prometheus.CounterVec
+	rejectedC       []prometheus.Counter // by sink.Code: weir_quarantined_records_total
 	segDelivered    prometheus.Counter
 	recsDelivered   prometheus.Counter
 	segDeferred     prometheus.Counter
@@ -229,6 +233,8 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 	m.dlRecordsC = codeCounters(m.dlRecords)
 	m.gateQuar = f.counterVec("weir_gate_quarantined_records_total", "Records a gate quarantined, by reason code: refused by the sink at a raw gate (gate = raw; <data_dir>/quarantine/raw), or too large for the write-ahead buffer (<data_dir>/quarantine/buffer).", "code")
 	m.gateQuarC = codeCounters(m.gateQuar)
+	m.rejected = f.counterVec("weir_quarantined_records_total", "Records handed to any rejection lane — a secondary's quarantine, a gate's quarantine, the drain's dead letter — by reason code (decode, contract and dq come from the data contracts' checks).", "code")
+	m.rejectedC = codeCounters(m.rejected)
 	m.segDelivered = f.counter("weir_segments_delivered_total", "Sealed segments fully delivered and removed by the drain.")
 	m.recsDelivered = f.counter("weir_records_delivered_total", "Records of fully delivered segments (committed or dead-lettered).")
 	m.segDeferred = f.counter("weir_segments_deferred_total", "Times a segment was left on disk for a later pass (retries exhausted, read or write error).")

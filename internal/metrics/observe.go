@@ -227,12 +227,20 @@ func (m *Metrics) Retry(attempt int, delay time.Duration, err error) { m.retries
 // DeadLettered implements drain.Observer.
 func (m *Metrics) DeadLettered(code sink.Code, records int) {
 	codeCounter(m.dlRecordsC, m.dlRecords, code).Add(float64(records))
+	m.Rejected(code, records)
+}
+
+// Rejected counts records handed to any rejection lane, by code
+// (weir_quarantined_records_total).
+func (m *Metrics) Rejected(code sink.Code, records int) {
+	codeCounter(m.rejectedC, m.rejected, code).Add(float64(records))
 }
 
 // GateQuarantined implements engine.GateObserver (and so
 // engine.SinkGateObserver).
 func (m *Metrics) GateQuarantined(code sink.Code, records int) {
 	codeCounter(m.gateQuarC, m.gateQuar, code).Add(float64(records))
+	m.Rejected(code, records)
 }
 
 // DeadLetterTotals implements drain.Observer.

@@ -31,6 +31,7 @@ type Topology struct {
 	srcCommits  *prometheus.CounterVec
 	srcRestarts *prometheus.CounterVec
 	srcRunning  *prometheus.GaugeVec
+	node        *Metrics // weir_quarantined_records_total
 }
 
 var _ engine.Observer = (*Topology)(nil)
@@ -40,7 +41,7 @@ var _ engine.Observer = (*Topology)(nil)
 func (m *Metrics) Topology() *Topology {
 	m.topoOnce.Do(func() {
 		f := factory{m.reg}
-		t := &Topology{}
+		t := &Topology{node: m}
 		t.backlog = f.gauge("weir_recovery_backlog", "Raw positions the furthest-behind secondary has not durably received, queued or missing (0 when every secondary holds all of raw); updated every coverage_flush_interval.")
 		t.dropped = f.counterVec("weir_secondary_dropped_batches_total", "Live batches not queued for a secondary because its queue was full (in batches or bytes) or the memory budget could not hold them at once; recovery replays them from raw.", "sink")
 		t.droppedRecs = f.counterVec("weir_secondary_dropped_records_total", "Records of the live batches dropped for a secondary (queue full).", "sink")
@@ -116,6 +117,7 @@ func (t *Topology) CommitFailed(sinkName string, _ error, recovery bool) {
 // Quarantined implements engine.Observer.
 func (t *Topology) Quarantined(sinkName string, code record.Code, records int, recovery bool) {
 	t.quarantined.WithLabelValues(sinkName, pathLabel(recovery), code.String()).Add(float64(records))
+	t.node.Rejected(code, records)
 }
 
 // QuarantineShed implements engine.Observer.

@@ -1,0 +1,206 @@
+package check
+
+import (
+	"context"
+	"slices"
+
+	"github.com/weir-io/weir/internal/dqaudit"
+	"github.com/weir-io/weir/record"
+	"github.com/weir-io/weir/sink"
+)
+
+// Audit receives every batch's outcomes per stream (*dqaudit.Trail).
+type Audit interface {
+	Add(stream, sinkName, contract string, obs []dqaudit.Obs)
+}
+
+// Observer is told the checks' outcomes, for metrics. Calls are per
+// batch and stream, never per record.
+type Observer interface {
+	// Judged: n records of the stream had the outcome (for a reject, by
+	// code; code is CodeUnknown otherwise).
+	Judged(stream string, outcome dqaudit.Outcome, code record.Code, n int)
+	// RuleFailed: n records failed the rule (warn: severity warn).
+	RuleFailed(stream, rule string, warn bool, n int)
+	// FailRatio: the stream's reject ratio over its window (-1: too few
+	// records yet).
+	FailRatio(stream string, ratio float64)
+	// Breaker: the stream's breaker opened or closed.
+	Breaker(stream string, open bool)
+}
+
+// NopObserver observes nothing.
+type NopObserver struct{}
+
+func (NopObserver) Judged(string, dqaudit.Outcome, record.Code, int) {}
+func (NopObserver) RuleFailed(string, string, bool, int)             {}
+func (NopObserver) FailRatio(string, float64)                        {}
+func (NopObserver) Breaker(string, bool)                             {}
+
+// verdicts is one batch's judgement.
+type verdicts struct {
+	token    sink.DedupToken
+	rejected []sink.Rejection // by index into the batch, in order
+	drop     []bool           // nil, or true for each rejected or duplicate record
+	clean    int              // records to commit
+	n        int              // records in the batch
+}
+
+// group is the records of one batch that one stream judges.
+type group struct {
+	s    *Stream
+	idx  []int // into the batch
+	res  []resultOf
+	keys [][]byte
+	ids  []sink.RecordID
+	dup  []bool
+}
+
+type resultOf struct {
+	code        record.Code
+	rule, error string
+	warned      []string
+}
+
+// judge judges a batch: each record by its stream's contract, then each
+// stream's keyed records by its dedup, in one call per stream.
+func (c *Checks) judge(ctx context.Context, sinkName string, b sink.Batch) *verdicts {
+	v := &verdicts{token: b.Token, clean: len(b.Records), n: len(b.Records)}
+	groups := c.group(b.Records)
+	for _, g := range groups {
+		for i, at := range g.idx {
+			r := g.s.Contract.Check(&b.Records[at])
+			g.res[i] = resultOf{code: r.Code, rule: r.Rule, error: r.Error, warned: r.Warned}
+			if r.Passed() {
+				g.keys[i] = r.Key
+			}
+		}
+		if g.s.Dedup != nil {
+			g.s.Dedup.Judge(ctx, g.keys, g.ids, g.dup)
+		}
+		c.settle(sinkName, g, v)
+	}
+	slices.SortFunc(v.rejected, func(a, b sink.Rejection) int { return a.Index - b.Index })
+	return v
+}
+
+// group sorts the batch's records by the stream whose contract claims
+// them, in batch order within each; records no contract claims are left
+// out (they pass).
+func (c *Checks) group(recs []sink.Record) []*group {
+	var groups []*group
+	by := map[*Stream]*group{}
+	for i := range recs {
+		s := c.route(&recs[i])
+		if s == nil {
+			continue
+		}
+		g := by[s]
+		if g == nil {
+			g = &group{s: s}
+			by[s] = g
+			groups = append(groups, g)
+		}
+		g.idx = append(g.idx, i)
+		g.ids = append(g.ids, recs[i].ID)
+	}
+	for _, g := range groups {
+		g.res = make([]resultOf, len(g.idx))
+		g.keys = make([][]byte, len(g.idx))
+		g.dup = make([]bool, len(g.idx))
+	}
+	return groups
+}
+
+// route is the stream whose contract claims r, or nil.
+func (c *Checks) route(r *sink.Record) *Stream {
+	for _, s := range c.bySource[r.Source] {
+		if s.Contract.Matches(r) {
+			return s
+		}
+	}
+	return nil
+}
+
+// settle turns a stream's results into the batch's verdicts, and tells
+// the observer, the audit trail and the stream's window.
+func (c *Checks) settle(sinkName string, g *group, v *verdicts) {
+	name := g.s.Contract.Name()
+	obs := make([]dqaudit.Obs, len(g.idx))
+	byCode := map[record.Code]int{}
+	rules := map[ruleKey]int{}
+	var passed, warned, dups int
+	for i, at := range g.idx {
+		r := &g.res[i]
+		o := &obs[i]
+		o.ID, o.Warned = g.ids[i], r.warned
+		for _, w := range r.warned {
+			rules[ruleKey{w, true}]++
+		}
+		switch {
+		case r.code != record.CodeUnknown:
+			o.Outcome, o.Code, o.Rule = dqaudit.Rejected, r.code.String(), r.rule
+			byCode[r.code]++
+			rules[ruleKey{r.rule, false}]++
+			v.reject(at, sink.Rejection{Index: at, Reason: r.error, Code: r.code, Contract: name, Rule: r.rule})
+		case g.dup[i]:
+			o.Outcome = dqaudit.Duplicate
+			dups++
+			v.dropDup(at)
+		case len(r.warned) > 0:
+			o.Outcome = dqaudit.Warned
+			warned++
+		default:
+			o.Outcome = dqaudit.Passed
+			passed++
+		}
+	}
+	if c.audit != nil {
+		c.audit.Add(g.s.Name, sinkName, name, obs)
+	}
+	c.observe(g.s.Name, passed, warned, dups, byCode, rules)
+	rejected := 0
+	for _, n := range byCode {
+		rejected += n
+	}
+	c.obs.FailRatio(g.s.Name, g.s.tally(c.now(), int64(len(g.idx)), int64(rejected)))
+}
+
+type ruleKey struct {
+	rule string
+	warn bool
+}
+
+func (c *Checks) observe(stream string, passed, warned, dups int, byCode map[record.Code]int, rules map[ruleKey]int) {
+	if passed > 0 {
+		c.obs.Judged(stream, dqaudit.Passed, record.CodeUnknown, passed)
+	}
+	if warned > 0 {
+		c.obs.Judged(stream, dqaudit.Warned, record.CodeUnknown, warned)
+	}
+	if dups > 0 {
+		c.obs.Judged(stream, dqaudit.Duplicate, record.CodeUnknown, dups)
+	}
+	for code, n := range byCode {
+		c.obs.Judged(stream, dqaudit.Rejected, code, n)
+	}
+	for k, n := range rules {
+		c.obs.RuleFailed(stream, k.rule, k.warn, n)
+	}
+}
+
+// drop leaves record at out of the inner commit.
+func (v *verdicts) dropAt(at int) {
+	if v.drop == nil {
+		v.drop = make([]bool, v.n)
+	}
+	v.drop[at] = true
+	v.clean--
+}
+
+func (v *verdicts) reject(at int, r sink.Rejection) {
+	v.dropAt(at)
+	v.rejected = append(v.rejected, r)
+}
+
+func (v *verdicts) dropDup(at int) { v.dropAt(at) }
