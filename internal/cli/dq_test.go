@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/weir-io/weir/internal/dqaudit"
 	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/internal/vfs"
@@ -127,16 +125,7 @@ func tomlString(s string) string {
 
 func TestDQFromPostgres(t *testing.T) {
 	dsn := testenv.Postgres(t)
-	table := testenv.TableName("dq_audit_cli")
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), dsn)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close(context.Background())
-		conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
-	})
+	table := testenv.PostgresTable(t, dsn, "dq_audit_cli")
 	w, err := dqaudit.OpenPostgres(context.Background(), dsn, table)
 	if err != nil {
 		t.Fatal(err)

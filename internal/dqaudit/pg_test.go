@@ -12,34 +12,21 @@ import (
 	"github.com/weir-io/weir/internal/testenv"
 )
 
-// pgTable is a unique table name, dropped when the test ends.
-func pgTable(t *testing.T, dsn string) string {
+// openPG opens a PGWriter on a unique table, dropped when the test ends.
+func openPG(t *testing.T) (dsn, table string, w *dqaudit.PGWriter) {
 	t.Helper()
-	table := testenv.TableName("dq_audit")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Errorf("drop %s: %v", table, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()); err != nil {
-			t.Errorf("drop %s: %v", table, err)
-		}
-	})
-	return table
-}
-
-func TestPGWriterRoundTrip(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	table := pgTable(t, dsn)
-	ctx := context.Background()
-	w, err := dqaudit.OpenPostgres(ctx, dsn, table)
+	dsn = testenv.Postgres(t)
+	table = testenv.PostgresTable(t, dsn, "dq_audit")
+	w, err := dqaudit.OpenPostgres(context.Background(), dsn, table)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dsn, table, w
+}
+
+func TestPGWriterRoundTrip(t *testing.T) {
+	dsn, table, w := openPG(t)
+	ctx := context.Background()
 	want := entries(0, 9)
 	want[0].Outcomes = map[dqaudit.Outcome]int64{"pass": 7} // no codes, rules or sample: NULLs
 	want[0].Codes, want[0].Rules, want[0].Sample = nil, nil, nil
@@ -87,13 +74,8 @@ func TestPGWriterRoundTrip(t *testing.T) {
 
 // The trail writes through a PGWriter like any Writer.
 func TestTrailIntoPostgres(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	table := pgTable(t, dsn)
+	dsn, table, w := openPG(t)
 	ctx := context.Background()
-	w, err := dqaudit.OpenPostgres(ctx, dsn, table)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := newClock()
 	tr := dqaudit.New(dqaudit.Options{Writer: w, Now: c.Now})
 	tr.Add("orders", "pg", "orders@3", []dqaudit.Obs{{Outcome: dqaudit.Rejected, Code: "dq", Rule: "r", ID: id(7)}})

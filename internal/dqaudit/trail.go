@@ -81,6 +81,7 @@ type recKey struct{ sink, mode string }
 // by window, with its Writer. It is safe for concurrent use.
 type Trail struct {
 	o      Options
+	stop   chan struct{} // closed by Close: the goroutine ends after its write
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -115,7 +116,7 @@ func New(o Options) *Trail {
 		o.Now = time.Now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &Trail{o: o, cancel: cancel, done: make(chan struct{}),
+	t := &Trail{o: o, stop: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
 		aggs: map[aggKey]*Entry{}, lastRec: map[recKey]int{}}
 	go t.run(ctx)
 	return t
@@ -127,12 +128,10 @@ func (t *Trail) Add(stream, sinkName, contract string, obs []Obs) {
 	if len(obs) == 0 {
 		return
 	}
-	now := t.o.Now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.open(now) {
+	if !t.lockOpen() {
 		return
 	}
+	defer t.mu.Unlock()
 	k := aggKey{stream, sinkName, contract}
 	e := t.aggs[k]
 	if e == nil {
@@ -179,12 +178,10 @@ func (t *Trail) Recovered(sinkName string, lo, hi uint64, mode string) {
 	if hi <= lo {
 		return
 	}
-	now := t.o.Now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.open(now) {
+	if !t.lockOpen() {
 		return
 	}
+	defer t.mu.Unlock()
 	k := recKey{sinkName, mode}
 	if i, ok := t.lastRec[k]; ok {
 		if e := &t.recs[i]; lo <= e.Hi && hi >= e.Lo {
@@ -194,6 +191,18 @@ func (t *Trail) Recovered(sinkName string, lo, hi uint64, mode string) {
 	}
 	t.recs = append(t.recs, Entry{Kind: KindRecovery, Sink: sinkName, Lo: lo, Hi: hi, Mode: mode})
 	t.lastRec[k] = len(t.recs) - 1
+}
+
+// lockOpen takes t.mu and opens the window of now (open); after Close it
+// reports false and leaves t.mu unlocked.
+func (t *Trail) lockOpen() bool {
+	now := t.o.Now()
+	t.mu.Lock()
+	if !t.open(now) {
+		t.mu.Unlock()
+		return false
+	}
+	return true
 }
 
 // open closes the window if now is past it and opens the one holding now
@@ -306,14 +315,15 @@ func (t *Trail) flush(ctx context.Context, force bool) error {
 	return nil
 }
 
-// run closes windows and writes them until ctx ends.
+// run closes windows and writes them until Close; ctx cancels a write in
+// progress.
 func (t *Trail) run(ctx context.Context) {
 	defer close(t.done)
 	tick := time.NewTimer(t.nextTick())
 	defer tick.Stop()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-t.stop:
 			return
 		case <-tick.C:
 		}
@@ -334,7 +344,9 @@ func (t *Trail) nextTick() time.Duration {
 	return min(max(t.to.Sub(t.o.Now()), minTick), t.o.Window)
 }
 
-// Close stops the goroutine, writes every pending entry and the open
+// Close stops the goroutine — letting a write in progress finish unless
+// ctx ends first, since a cancelled write may still have been stored and
+// would be written again — then writes every pending entry and the open
 // window (closed now), trying a few times while ctx lasts, and closes the
 // Writer. It returns an error when entries remain unwritten. Add and
 // Recovered do nothing after Close.
@@ -346,8 +358,14 @@ func (t *Trail) Close(ctx context.Context) error {
 	}
 	t.closed = true
 	t.mu.Unlock()
+	close(t.stop)
+	select {
+	case <-t.done:
+	case <-ctx.Done():
+		t.cancel()
+		<-t.done
+	}
 	t.cancel()
-	<-t.done
 	err := t.flush(ctx, true)
 	b := backoff.Backoff{Policy: backoff.Policy{Min: 100 * time.Millisecond, Max: time.Second}}
 	for i := 1; err != nil && i < closeAttempts && backoff.Sleep(ctx, b.Next()); i++ {

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/weir-io/weir/internal/dqaudit"
+	"github.com/weir-io/weir/internal/engine"
 )
 
 func TestAddAggregatesPerStreamSinkContract(t *testing.T) {
@@ -332,4 +334,70 @@ func BenchmarkAdd(b *testing.B) {
 		tr.Add("orders", "pg", "orders@3", obs)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(obs)), "ns/record")
+}
+
+var _ engine.RecoveryAudit = (*dqaudit.Trail)(nil)
+
+// blockingWriter holds every Write until release is closed or the write's
+// context ends.
+type blockingWriter struct {
+	memWriter
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (w *blockingWriter) Write(ctx context.Context, es []dqaudit.Entry) error {
+	w.once.Do(func() { close(w.entered) })
+	select {
+	case <-w.release:
+		return w.memWriter.Write(ctx, es)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close lets the goroutine's write in progress finish rather than cancel
+// it (a cancelled write may have been stored, and would be written
+// twice); a Close whose context ends first cancels it and says so.
+func TestCloseWaitsForTheWriteInProgress(t *testing.T) {
+	for _, finish := range []bool{true, false} {
+		t.Run(fmt.Sprintf("released=%v", finish), func(t *testing.T) {
+			w := &blockingWriter{entered: make(chan struct{}), release: make(chan struct{})}
+			tr := dqaudit.New(dqaudit.Options{Writer: w, Window: 10 * time.Millisecond})
+			tr.Add("s", "pg", "c@1", []dqaudit.Obs{{Outcome: dqaudit.Passed}})
+			<-w.entered
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			if finish {
+				ctx = context.Background()
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- tr.Close(ctx) }()
+			select {
+			case err := <-closed:
+				if finish {
+					t.Fatalf("Close returned (%v) while the write was in progress", err)
+				}
+				if err == nil || tr.Stats().Pending != 1 {
+					t.Fatalf("close: %v, %+v; want the unwritten entry reported", err, tr.Stats())
+				}
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if !finish {
+				if err := <-closed; err == nil {
+					t.Fatal("Close after its context ended reported nothing unwritten")
+				}
+				return
+			}
+			close(w.release)
+			if err := <-closed; err != nil {
+				t.Fatal(err)
+			}
+			if got := w.got(); len(got) != 1 {
+				t.Fatalf("%d entries written, want 1", len(got))
+			}
+		})
+	}
 }

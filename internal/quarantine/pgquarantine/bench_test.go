@@ -75,19 +75,7 @@ func runBench(b *testing.B, batch int, write func(context.Context, []engine.Quar
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "records/s")
 }
 
-func benchTable(b *testing.B, dsn string) string {
-	name := testenv.TableName("quar_bench")
-	b.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), dsn)
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer conn.Close(context.Background())
-		conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
-	})
-	return name
-}
+func benchTable(b *testing.B, dsn string) string { return testenv.PostgresTable(b, dsn, "quar_bench") }
 
 // staging is the COPY-into-a-temporary-table alternative.
 type staging struct {

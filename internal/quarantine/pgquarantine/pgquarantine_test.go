@@ -22,25 +22,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// table is a unique table name, dropped when the test ends.
-func table(t testing.TB, dsn string) string {
-	t.Helper()
-	name := testenv.TableName("quar")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Errorf("drop %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
-			t.Errorf("drop %s: %v", name, err)
-		}
-	})
-	return name
-}
+func table(t testing.TB, dsn string) string { return testenv.PostgresTable(t, dsn, "quar") }
 
 func open(t testing.TB, dsn, name string) *pgquarantine.Writer {
 	t.Helper()
