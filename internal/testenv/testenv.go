@@ -199,3 +199,24 @@ func MySQLTarget(dsn string) (string, error) {
 	}
 	return cfg.Addr, nil
 }
+
+// PostgresTable is a unique table name beginning with prefix, dropped
+// (with IF EXISTS) from the server at dsn when the test ends.
+func PostgresTable(t testing.TB, dsn, prefix string) string {
+	t.Helper()
+	name := TableName(prefix)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Errorf("testenv: drop table %s: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+			t.Errorf("testenv: drop table %s: %v", name, err)
+		}
+	})
+	return name
+}

@@ -1,0 +1,112 @@
+package dqaudit_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weir-io/weir/internal/dqaudit"
+)
+
+func summaryEntries() []dqaudit.Entry {
+	t0 := time.Date(2026, 3, 4, 5, 0, 0, 0, time.UTC)
+	win := func(i int) (time.Time, time.Time) {
+		return t0.Add(time.Duration(i) * time.Minute), t0.Add(time.Duration(i+1) * time.Minute)
+	}
+	var es []dqaudit.Entry
+	add := func(i int, e dqaudit.Entry) {
+		e.From, e.To = win(i)
+		es = append(es, e)
+	}
+	// Out of order on purpose: Summarise sorts by window.
+	add(2, dqaudit.Entry{Kind: "outcomes", Stream: "orders", Sink: "pg", Contract: "orders@3",
+		Outcomes: map[dqaudit.Outcome]int64{"pass": 50, "reject": 3, "warn": 4},
+		Codes:    map[string]int64{"dq": 2, "contract": 1},
+		Rules:    map[string]int64{"positive_amount": 2, "schema": 1, "has_currency": 4},
+		Sample:   []string{"c1", "c2", "c3"}})
+	add(0, dqaudit.Entry{Kind: "outcomes", Stream: "orders", Sink: "pg", Contract: "orders@3",
+		Outcomes: map[dqaudit.Outcome]int64{"pass": 100, "reject": 10, "duplicate": 2},
+		Codes:    map[string]int64{"dq": 10},
+		Rules:    map[string]int64{"positive_amount": 10},
+		Sample:   []string{"a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"}})
+	add(0, dqaudit.Entry{Kind: "outcomes", Stream: "orders", Sink: "s3", Contract: "orders@3",
+		Outcomes: map[dqaudit.Outcome]int64{"pass": 110, "reject": 2}, Codes: map[string]int64{"dq": 2},
+		Rules: map[string]int64{"positive_amount": 2}})
+	add(1, dqaudit.Entry{Kind: "outcomes", Stream: "orders", Sink: "pg", Contract: "orders@2",
+		Outcomes: map[dqaudit.Outcome]int64{"pass": 5}})
+	add(1, dqaudit.Entry{Kind: "recovery", Sink: "pg", Lo: 300, Hi: 400, Mode: "skip-quarantine"})
+	add(0, dqaudit.Entry{Kind: "recovery", Sink: "pg", Lo: 100, Hi: 200, Mode: "skip-quarantine"})
+	add(1, dqaudit.Entry{Kind: "recovery", Sink: "pg", Lo: 200, Hi: 250, Mode: "skip-quarantine"})
+	add(3, dqaudit.Entry{Kind: "recovery", Sink: "pg", Lo: 500, Hi: 900, Mode: "rehydrate"})
+	add(3, dqaudit.Entry{Kind: "recovery", Sink: "s3", Lo: 0, Hi: 10, Mode: "skip-quarantine"})
+	return es
+}
+
+func TestSummarise(t *testing.T) {
+	s := dqaudit.Summarise(summaryEntries())
+	t0 := time.Date(2026, 3, 4, 5, 0, 0, 0, time.UTC)
+	min := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Minute) }
+	want := dqaudit.Summary{Entries: 9, From: min(0), To: min(4),
+		Streams: []dqaudit.StreamSummary{
+			{Stream: "orders", Contract: "orders@2", FirstWindow: min(1), LastWindow: min(2), Windows: 1,
+				Outcomes: map[dqaudit.Outcome]int64{"pass": 5},
+				BySink:   map[string]map[dqaudit.Outcome]int64{"pg": {"pass": 5}}},
+			{Stream: "orders", Contract: "orders@3", FirstWindow: min(0), LastWindow: min(3), Windows: 2,
+				Outcomes: map[dqaudit.Outcome]int64{"pass": 260, "reject": 15, "warn": 4, "duplicate": 2},
+				Codes:    map[string]int64{"dq": 14, "contract": 1},
+				TopRules: []dqaudit.RuleCount{{"positive_amount", 14}, {"has_currency", 4}, {"schema", 1}},
+				Sample:   []string{"a4", "a5", "a6", "a7", "a8", "c1", "c2", "c3"},
+				BySink: map[string]map[dqaudit.Outcome]int64{
+					"pg": {"pass": 150, "reject": 13, "warn": 4, "duplicate": 2},
+					"s3": {"pass": 110, "reject": 2}}},
+		},
+		SkipQuarantine: []dqaudit.SkippedRecovery{
+			{Sink: "pg", Ranges: []dqaudit.PosRange{{100, 250}, {300, 400}}, Positions: 250, From: min(0), To: min(2)},
+			{Sink: "s3", Ranges: []dqaudit.PosRange{{0, 10}}, Positions: 10, From: min(3), To: min(4)},
+		},
+	}
+	if !reflect.DeepEqual(s, want) {
+		t.Fatalf("summary\n%+v\nwant\n%+v", s, want)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back dqaudit.Summary
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, want) {
+		t.Fatalf("JSON round trip: %v\n%s", err, b)
+	}
+}
+
+func TestSummaryText(t *testing.T) {
+	var b strings.Builder
+	if err := dqaudit.Summarise(summaryEntries()).WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := `dq-audit: 9 entries, windows 2026-03-04T05:00:00Z to 2026-03-04T05:04:00Z
+
+stream orders, contract orders@2: 1 windows, 2026-03-04T05:01:00Z to 2026-03-04T05:02:00Z, sinks pg
+  outcomes:  pass 5, warn 0, reject 0, duplicate 0
+
+stream orders, contract orders@3: 2 windows, 2026-03-04T05:00:00Z to 2026-03-04T05:03:00Z, sinks pg, s3
+  outcomes:  pass 260, warn 4, reject 15, duplicate 2
+    pg:  pass 150, warn 4, reject 13, duplicate 2
+    s3:  pass 110, warn 0, reject 2, duplicate 0
+  rejected by code:  dq 14, contract 1
+  top rules:  positive_amount 14, has_currency 4, schema 1
+  sample rejected ids:  a4 a5 a6 a7 a8 c1 c2 c3
+
+recovered in skip-quarantine mode (their rejects are not in the quarantine view; raw keeps them):
+  sink pg: positions [100, 250) [300, 400), 250 in all, 2026-03-04T05:00:00Z to 2026-03-04T05:02:00Z
+  sink s3: positions [0, 10), 10 in all, 2026-03-04T05:03:00Z to 2026-03-04T05:04:00Z
+`
+	if b.String() != want {
+		t.Fatalf("text\n%s\nwant\n%s", b.String(), want)
+	}
+	b.Reset()
+	if err := dqaudit.Summarise(nil).WriteText(&b); err != nil || b.String() != "dq-audit: no entries\n" {
+		t.Fatalf("empty: %q, %v", b.String(), err)
+	}
+}
