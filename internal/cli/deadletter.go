@@ -342,8 +342,11 @@ func showRecord(w io.Writer, i int, r *drain.DeadLetterRecord, h wab.Header, max
 		fmt.Fprintf(w, " origin_pos=%s", m.OriginPos)
 	}
 	fmt.Fprintf(w, " received=%s\n", r.Received.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(w, "      code=%s stage=%s component=%s attempts=%d first_seen=%s\n",
-		rj.Code, orDash(string(rj.Stage)), orDash(rj.Component), rj.Attempts, fmtWhen(firstSeen(r, h)))
+	fmt.Fprintf(w, "      code=%s stage=%s component=%s", rj.Code, orDash(string(rj.Stage)), orDash(rj.Component))
+	if rj.Rule != "" {
+		fmt.Fprintf(w, " rule=%s", rj.Rule)
+	}
+	fmt.Fprintf(w, " attempts=%d first_seen=%s\n", rj.Attempts, fmtWhen(firstSeen(r, h)))
 	fmt.Fprintf(w, "      reason: %s\n", rj.Error)
 	if m.Key != nil {
 		fmt.Fprintf(w, "      key: %s\n", preview(m.Key, maxPayload))

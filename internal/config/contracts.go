@@ -273,14 +273,14 @@ func buildContracts(c *Config, topo *topologyTOML, wd string) []error {
 	for i, ct := range topo.contracts {
 		cc, where, cerrs := buildContract(c, topo.path, i, ct, wd)
 		errs = append(errs, cerrs...)
-		if len(cerrs) == 0 {
-			key := cc.Source + "\x00" + cc.Header
-			if prev, dup := seen[key]; dup {
-				errs = append(errs, topoErr(topo.path, where, "source", fmt.Sprintf("%q", cc.Source), "already has a contract in "+prev+" (a socket contract may be narrowed by its own header)"))
-			}
-			seen[key] = where
+		key := cc.Source + "\x00" + cc.Header
+		if prev, dup := seen[key]; dup && cc.Source != "" {
+			errs = append(errs, topoErr(topo.path, where, "source", fmt.Sprintf("%q", cc.Source), "already has a contract in "+prev+" (a socket contract may be narrowed by its own header)"))
+		}
+		seen[key] = where
+		if cc.Source != "" && (cc.SchemaFile == "" || cc.Schema != nil) {
 			if _, err := contract.Compile(cc.Spec()); err != nil {
-				errs = append(errs, fmt.Errorf("config: %s: %s %w", topo.path, where+":", err))
+				errs = append(errs, fmt.Errorf("config: %s: %s: %w", topo.path, where, err))
 			}
 		}
 		c.Contracts = append(c.Contracts, cc)

@@ -55,8 +55,8 @@ func kindsTables() string {
 	return b.String()
 }
 
-// tableKeyTables renders the keys of the [[secondary]] and [[source]]
-// tables themselves.
+// tableKeyTables renders the keys of the [[secondary]], [[source]] and
+// [[contract]] tables themselves.
 func tableKeyTables() string {
 	reg := components.Registry()
 	var b strings.Builder
@@ -64,6 +64,13 @@ func tableKeyTables() string {
 	b.WriteString(component.KeyTable("", secondaryFields(reg), true).Markdown())
 	b.WriteString("\n`[[source]]`:\n\n")
 	b.WriteString(component.KeyTable("", sourceFields(reg), true).Markdown())
+	ck, rk, dk := ContractTableFields()
+	b.WriteString("\n<a id=\"contracts\"></a>`[[contract]]` (docs/data_quality.md):\n\n")
+	b.WriteString(component.KeyTable("", ck, true).Markdown())
+	b.WriteString("\n`[[contract.rule]]`:\n\n")
+	b.WriteString(component.KeyTable("", rk, true).Markdown())
+	b.WriteString("\n`[contract.dedup]`:\n\n")
+	b.WriteString(component.KeyTable("", dk, true).Markdown())
 	return b.String()
 }
 

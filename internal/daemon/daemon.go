@@ -79,7 +79,7 @@ func runBufferNode(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog
 	if err != nil {
 		return err
 	}
-	tel, err := startTelemetry(ctx, cfg, log, "recovering the write-ahead buffer")
+	tel, err := startTelemetry(ctx, cfg, fs, log, "recovering the write-ahead buffer")
 	if err != nil {
 		return err
 	}

@@ -25,10 +25,11 @@ type kinds struct {
 	fs      vfs.FS
 	metrics prometheus.Registerer
 	fc      *flowControl // the node's flow control; nil in tests without telemetry
+	dq      *quality     // the data contracts; nil without [[contract]]
 }
 
 func newKinds(cfg *config.Config, fs vfs.FS, tel *telemetry) kinds {
-	return kinds{cfg: cfg, fs: fs, metrics: tel.reg, fc: tel.fc}
+	return kinds{cfg: cfg, fs: fs, metrics: tel.reg, fc: tel.fc, dq: tel.dq}
 }
 
 func (k kinds) env(name string, log *slog.Logger) component.Env {

@@ -29,7 +29,7 @@ const originIndexDir = "index"
 // raw_dir/weir-offsets. It stops when ctx is cancelled: the source first,
 // then the fan-out, which writes the coverage recorded so far.
 func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConfig, fs vfs.FS, log *slog.Logger) error {
-	tel, err := startTelemetry(ctx, cfg, log, "opening the origin raw and the secondaries")
+	tel, err := startTelemetry(ctx, cfg, fs, log, "opening the origin raw and the secondaries")
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConf
 	srcCtx, stopSource := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	srcLog := log.With("component", "source", "source", sc.Name)
-	forget := tel.fc.addSource(sc.Name, own.Pausable)
+	forget := tel.addSource(sc.Name, own.Pausable)
 	go func() {
 		defer forget()
 		done <- runSource(srcCtx, own.Source, nil, store, topo, srcLog)

@@ -28,7 +28,7 @@ const rawGateQuarantine = config.RawGateQuarantine
 // the position moves past them; when that is full the source stops short
 // of them and is retried, loudly, until there is room.
 func runRawGateNode(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) error {
-	tel, err := startTelemetry(ctx, cfg, log, "opening the sink")
+	tel, err := startTelemetry(ctx, cfg, fs, log, "opening the sink")
 	if err != nil {
 		return err
 	}

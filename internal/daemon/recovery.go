@@ -22,7 +22,7 @@ import (
 // with the ingest node under its advisory lock. It is ready once the
 // fan-out runs, and stops when ctx is cancelled.
 func runRecoveryNode(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) error {
-	tel, err := startTelemetry(ctx, cfg, log, "opening primary raw and the secondaries")
+	tel, err := startTelemetry(ctx, cfg, fs, log, "opening primary raw and the secondaries")
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
 )
 
@@ -26,12 +28,13 @@ type telemetry struct {
 	srv *metrics.Server
 	log *slog.Logger
 	fc  *flowControl // the memory budget and the flow controller
+	dq  *quality     // the data contracts; nil without [[contract]]
 }
 
 // startTelemetry makes the metrics and, unless metrics_port is 0, binds
 // the endpoint; failing to bind is a start-up error. The daemon is not
 // ready — for the reason notReady gives — until ready is called.
-func startTelemetry(ctx context.Context, cfg *config.Config, log *slog.Logger, notReady string) (*telemetry, error) {
+func startTelemetry(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, notReady string) (*telemetry, error) {
 	base := log
 	log = log.With("component", "metrics")
 	m, reg := metrics.New(metrics.Config{Shards: cfg.Shards, Sink: cfg.Sink.Type, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes})
@@ -39,6 +42,12 @@ func startTelemetry(ctx context.Context, cfg *config.Config, log *slog.Logger, n
 	t.h.NotReady(notReady)
 	t.fc = startFlow(cfg, m, base, stuckFrom(ctx))
 	t.h.WatchStuck(t.fc.ctl)
+	dq, err := openQuality(ctx, cfg, fs, m, base)
+	if err != nil {
+		t.fc.close()
+		return nil, fmt.Errorf("contracts: %w", err)
+	}
+	t.dq = dq
 	if cfg.MetricsPort == 0 {
 		log.Info("metrics endpoint disabled (metrics_port = 0)")
 		return t, nil
@@ -52,7 +61,7 @@ func startTelemetry(ctx context.Context, cfg *config.Config, log *slog.Logger, n
 	})
 	if err != nil {
 		t.fc.close()
-		return nil, fmt.Errorf("metrics endpoint (metrics_bind, metrics_port): %w", err)
+		return nil, errors.Join(fmt.Errorf("metrics endpoint (metrics_bind, metrics_port): %w", err), t.closeQuality())
 	}
 	t.srv = srv
 	return t, nil
@@ -75,8 +84,33 @@ func (t *telemetry) watchDrain(d *drain.Drain) {
 	t.h.WatchDrain(d)
 }
 
-// stop closes the endpoint; it is the last thing the daemon does.
+// addSource lets flow control, and the breaker of the source's contract,
+// pause the source called name (when p is not nil): it is paused while
+// either wants it paused. The function returned forgets it once the
+// source has stopped.
+func (t *telemetry) addSource(name string, p source.Pausable) (remove func()) {
+	if p == nil {
+		return func() {}
+	}
+	v := source.NewVotes(p)
+	t.dq.bindSource(name, v.Voter("breaker"))
+	return t.fc.addSource(name, v.Voter("flow"))
+}
+
+// closeQuality flushes the dq-audit trail and closes the dedup stores.
+func (t *telemetry) closeQuality() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return t.dq.close(ctx)
+}
+
+// stop closes the endpoint; it is the last thing the daemon does, after
+// the sinks are closed (the dq-audit trail's last window is written
+// here).
 func (t *telemetry) stop() {
+	if err := t.closeQuality(); err != nil {
+		t.log.Error("closing the data contracts (dq-audit trail, dedup stores)", "err", err)
+	}
 	t.fc.close()
 	if t.srv == nil {
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/quarantine"
+	"github.com/weir-io/weir/internal/quarantine/pgquarantine"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
@@ -44,7 +46,9 @@ func openDelivery(ctx context.Context, cfg *config.Config, k kinds, log *slog.Lo
 		if err != nil {
 			return nil, err
 		}
-		return &delivery{snk: snk}, nil
+		// The contracts' rejects go to the drain's dead letter, durably,
+		// before the buffer lets go of them.
+		return &delivery{snk: k.dq.wrap(snk, cfg.Sink.Type)}, nil
 	}
 	raw, err := k.openRaw(ctx, log.With("component", "sink", "sink", "raw"))
 	if err != nil {
@@ -84,6 +88,7 @@ func startFanout(ctx context.Context, cfg *config.Config, k kinds, log *slog.Log
 		FlushInterval: cfg.CoverageFlushInterval,
 		Observer:      topo,
 		Logger:        log,
+		Audit:         k.dq.audit(),
 	}
 	k.fc.fanoutOptions(cfg, &opts) // admission, queue bytes, batch sizes, write results
 	fan, err := engine.NewFanout(ctx, opts)
@@ -116,21 +121,32 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 				return k.openSink(ctx, sc.Sink, sc.Name, secLog)
 			}}
 		}
-		secCfg := engine.SecondaryConfig{Sink: s, Name: sc.Name, QueueBatches: sc.QueueBatches, QueueBytes: sc.QueueMaxBytes,
-			QuarantineBuffer: sc.QuarantineBuffer, StartAtEnd: sc.StartAtEnd}
-		if sc.QuarantineMaxBytes > 0 && sc.QuarantineDir != "" {
-			q, err := quarantine.Open(quarantine.Options{FS: k.fs, Dir: sc.QuarantineDir, MaxBytes: sc.QuarantineMaxBytes})
-			if err != nil {
-				secs = append(secs, secCfg)
-				return nil, errors.Join(fmt.Errorf("secondary %q: quarantine lane: %w", sc.Name, err), closeSecondaries(secs))
-			}
-			secCfg.Quarantine = q
+		secCfg := engine.SecondaryConfig{Sink: k.dq.wrap(s, sc.Name), Name: sc.Name, QueueBatches: sc.QueueBatches, QueueBytes: sc.QueueMaxBytes,
+			QuarantineBuffer: sc.QuarantineBuffer, QuarantineBytes: sc.QuarantineBufferBytes, StartAtEnd: sc.StartAtEnd}
+		q, err := openQuarantine(ctx, k, sc)
+		if err != nil {
+			secs = append(secs, secCfg)
+			return nil, errors.Join(fmt.Errorf("secondary %q: quarantine lane: %w", sc.Name, err), closeSecondaries(secs))
 		}
+		secCfg.Quarantine = q
 		secs = append(secs, secCfg)
 		topo.Secondary(sc.Name)
 		topo.SecondaryDurable(sc.Name, sc.Sink.Durable)
 	}
 	return secs, nil
+}
+
+// openQuarantine opens a secondary's quarantine destination: a Postgres
+// table (quarantine_postgres_url), else its NDJSON directory; nil (log
+// and count only) when quarantine_max_bytes is 0.
+func openQuarantine(ctx context.Context, k kinds, sc config.SecondaryConfig) (engine.Quarantine, error) {
+	switch {
+	case sc.QuarantinePostgresURL != "":
+		return pgquarantine.Open(ctx, pgquarantine.Options{DSN: sc.QuarantinePostgresURL, Table: sc.QuarantineTable})
+	case sc.QuarantineMaxBytes > 0 && sc.QuarantineDir != "":
+		return quarantine.Open(quarantine.Options{FS: k.fs, Dir: sc.QuarantineDir, MaxBytes: sc.QuarantineMaxBytes})
+	}
+	return nil, nil
 }
 
 // closeSecondaries closes secondaries a fan-out never took over, with
@@ -139,7 +155,7 @@ func closeSecondaries(secs []engine.SecondaryConfig) error {
 	var errs []error
 	for _, s := range secs {
 		errs = append(errs, s.Sink.Close())
-		if q, ok := s.Quarantine.(*quarantine.Writer); ok {
+		if q, ok := s.Quarantine.(io.Closer); ok {
 			errs = append(errs, q.Close())
 		}
 	}
@@ -217,7 +233,7 @@ func startSources(cfg *config.Config, k kinds, gate admittingGate, ingress sourc
 	for _, r := range runs {
 		src := r.src
 		l := log.With("component", "source", "source", src.Name())
-		forget := tel.fc.addSource(src.Name(), r.pause)
+		forget := tel.addSource(src.Name(), r.pause)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
