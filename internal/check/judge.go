@@ -2,7 +2,9 @@ package check
 
 import (
 	"context"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/weir-io/weir/internal/dqaudit"
 	"github.com/weir-io/weir/record"
@@ -68,13 +70,7 @@ func (c *Checks) judge(ctx context.Context, sinkName string, b sink.Batch) *verd
 	v := &verdicts{token: b.Token, clean: len(b.Records), n: len(b.Records)}
 	groups := c.group(b.Records)
 	for _, g := range groups {
-		for i, at := range g.idx {
-			r := g.s.Contract.Check(&b.Records[at])
-			g.res[i] = resultOf{code: r.Code, rule: r.Rule, error: r.Error, warned: r.Warned}
-			if r.Passed() {
-				g.keys[i] = r.Key
-			}
-		}
+		g.check(b.Records)
 		if g.s.Dedup != nil {
 			g.s.Dedup.Judge(ctx, g.keys, g.ids, g.dup)
 		}
@@ -82,6 +78,44 @@ func (c *Checks) judge(ctx context.Context, sinkName string, b sink.Batch) *verd
 	}
 	slices.SortFunc(v.rejected, func(a, b sink.Rejection) int { return a.Index - b.Index })
 	return v
+}
+
+// parallelMin is the fewest records of a group checked on more than one
+// goroutine: a JSON Schema validation costs microseconds a record, so a
+// batch's checks are spread over the cores (GOMAXPROCS) rather than
+// holding the sink's worker alone.
+const parallelMin = 64
+
+// check runs the stream's contract on the group's records, spread over
+// up to GOMAXPROCS goroutines, each owning a contiguous share and joined
+// before check returns.
+func (g *group) check(recs []sink.Record) {
+	one := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			r := g.s.Contract.Check(&recs[g.idx[i]])
+			g.res[i] = resultOf{code: r.Code, rule: r.Rule, error: r.Error, warned: r.Warned}
+			if r.Passed() {
+				g.keys[i] = r.Key
+			}
+		}
+	}
+	n := len(g.idx)
+	workers := min(runtime.GOMAXPROCS(0), n/parallelMin)
+	if workers <= 1 {
+		one(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	per := (n + workers - 1) / workers
+	for lo := per; lo < n; lo += per {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			one(lo, min(lo+per, n))
+		}()
+	}
+	one(0, per)
+	wg.Wait()
 }
 
 // group sorts the batch's records by the stream whose contract claims

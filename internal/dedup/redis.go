@@ -204,3 +204,16 @@ func (c *recentCount) sum() int64 {
 	}
 	return n
 }
+
+// RouteClientLogs sends the Redis client's own log lines (a failed dial,
+// a pool error) to log at debug level instead of the process's standard
+// error: the store's failures are already reported, once per change, by
+// the Deduper. The client's logger is process-wide, so the daemon calls
+// this once.
+func RouteClientLogs(log *slog.Logger) { redis.SetLogger(clientLog{log}) }
+
+type clientLog struct{ log *slog.Logger }
+
+func (l clientLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
+}
