@@ -27,8 +27,6 @@ type Observer interface {
 	// FailRatio: the stream's reject ratio over its window (-1: too few
 	// records yet).
 	FailRatio(stream string, ratio float64)
-	// Breaker: the stream's breaker opened or closed.
-	Breaker(stream string, open bool)
 }
 
 // NopObserver observes nothing.
@@ -37,7 +35,6 @@ type NopObserver struct{}
 func (NopObserver) Judged(string, dqaudit.Outcome, record.Code, int) {}
 func (NopObserver) RuleFailed(string, string, bool, int)             {}
 func (NopObserver) FailRatio(string, float64)                        {}
-func (NopObserver) Breaker(string, bool)                             {}
 
 // verdicts is one batch's judgement.
 type verdicts struct {

@@ -560,9 +560,10 @@ func TestFanoutSkipQuarantine(t *testing.T) {
 		quarantined.Add(int64(len(recs)))
 		return nil
 	})
+	audit := &recoveryAudit{}
 	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
 		Raw: raw, Store: openStore(t, rawDir), Mode: engine.RecoverySkipQuarantine, RecoveryInterval: 10 * time.Millisecond,
-		Secondaries: []engine.SecondaryConfig{{Sink: mem, Quarantine: q}},
+		Secondaries: []engine.SecondaryConfig{{Sink: mem, Quarantine: q}}, Audit: audit,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -572,6 +573,33 @@ func TestFanoutSkipQuarantine(t *testing.T) {
 	if st.Sinks[0].QuarantineSkipped != 10 || quarantined.Load() != 0 || mem.count() != 90 {
 		t.Fatalf("skip mode: %+v, quarantined %d, sink %d", st.Sinks[0], quarantined.Load(), mem.count())
 	}
+	// The audit hook heard every recovered position, in skip mode.
+	if got := audit.covered("mem", "skip-quarantine"); got != 100 {
+		t.Fatalf("audit heard %d positions recovered in skip-quarantine mode, want 100 (%v)", got, audit.windows)
+	}
+}
+
+// recoveryAudit keeps what engine.RecoveryAudit hears.
+type recoveryAudit struct {
+	mu      sync.Mutex
+	windows []string
+	n       map[string]uint64
+}
+
+func (a *recoveryAudit) Recovered(sinkName string, lo, hi uint64, mode string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n == nil {
+		a.n = map[string]uint64{}
+	}
+	a.windows = append(a.windows, fmt.Sprintf("%s[%d,%d)%s", sinkName, lo, hi, mode))
+	a.n[sinkName+" "+mode] += hi - lo
+}
+
+func (a *recoveryAudit) covered(sinkName, mode string) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n[sinkName+" "+mode]
 }
 
 // A quarantine lane that cannot keep up sheds (counted) and never holds
@@ -579,7 +607,8 @@ func TestFanoutSkipQuarantine(t *testing.T) {
 func TestFanoutQuarantineSheds(t *testing.T) {
 	rawDir := t.TempDir()
 	raw := openRaw(t, rawDir)
-	mem := newMemSink("mem")
+	mem, memB := newMemSink("mem"), newMemSink("mem")
+	rec0 := mkBatch(1).Records[0]
 	block := make(chan struct{})
 	q := engine.QuarantineFunc(func(ctx context.Context, _ []engine.QuarantinedRecord) error {
 		select {
@@ -588,28 +617,42 @@ func TestFanoutQuarantineSheds(t *testing.T) {
 		}
 		return nil
 	})
+	// A lane of 5 records, or of bytes for about 3 (each record holds
+	// its payload and sink.Record's own size): both bounds shed.
 	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
 		Raw: raw, Store: openStore(t, rawDir), RecoveryInterval: 10 * time.Millisecond,
-		Secondaries: []engine.SecondaryConfig{{Sink: mem, Quarantine: q, QuarantineBuffer: 5}},
+		Secondaries: []engine.SecondaryConfig{
+			{Sink: mem, Quarantine: q, QuarantineBuffer: 5},
+			{Sink: memB, Name: "bytes", Quarantine: q, QuarantineBytes: 3 * rec0.MemSize()},
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 20; i++ {
 		b := mkBatch(10)
-		mem.mu.Lock()
-		for _, r := range b.Records[:5] {
-			mem.poison[r.ID] = true
+		for _, m := range []*memSink{mem, memB} {
+			m.mu.Lock()
+			for _, r := range b.Records[:5] {
+				m.poison[r.ID] = true
+			}
+			m.mu.Unlock()
 		}
-		mem.mu.Unlock()
 		if _, err := f.Commit(context.Background(), b); err != nil {
 			t.Fatal(err)
 		}
 	}
 	st := waitCaughtUp(t, f, 10*time.Second)
 	close(block)
-	if mem.count() != 100 || st.Sinks[0].QuarantineShed == 0 || st.Sinks[0].Quarantined != 100 {
-		t.Fatalf("shedding: sink %d, %+v", mem.count(), st.Sinks[0])
+	for i, m := range []*memSink{mem, memB} {
+		if m.count() != 100 || st.Sinks[i].QuarantineShed == 0 || st.Sinks[i].Quarantined != 100 {
+			t.Fatalf("shedding (%d): sink %d, %+v", i, m.count(), st.Sinks[i])
+		}
+	}
+	// The byte bound held the lane to about 3 records: at least 90 of
+	// the 100 rejects were shed (one waits, one is being written).
+	if st.Sinks[1].QuarantineShed < 90 {
+		t.Errorf("byte-bounded lane shed %d of 100", st.Sinks[1].QuarantineShed)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)

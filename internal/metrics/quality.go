@@ -89,7 +89,7 @@ func (q *Quality) RuleFailed(stream, rule string, warn bool, n int) {
 // FailRatio implements check.Observer.
 func (q *Quality) FailRatio(stream string, ratio float64) { q.ratio.WithLabelValues(stream).Set(ratio) }
 
-// Breaker implements check.Observer.
+// Breaker reports a stream's breaker opening or closing.
 func (q *Quality) Breaker(stream string, open bool) { q.breaker.WithLabelValues(stream).Set(b2f(open)) }
 
 // Lookup implements dedup.Observer.
