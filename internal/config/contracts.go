@@ -338,6 +338,11 @@ func checkContractStream(c *Config, path, where string, cc *ContractConfig) []er
 	if cc.Header != "" {
 		return []error{topoErr(path, where, "header", fmt.Sprintf("%q", cc.Header), `narrows a "socket" contract only`)}
 	}
+	if c.Role == "recovery" {
+		// A recovery node reads what an ingest node's sources wrote: its
+		// streams are named there.
+		return nil
+	}
 	for _, s := range c.Sources {
 		if s.Name == cc.Source {
 			return nil

@@ -191,3 +191,28 @@ name = "x"`, []string{`[[contract]] "orders" rule #1: expr is required`}},
 		})
 	}
 }
+
+// A recovery node judges what an ingest node's sources wrote: its
+// contracts name streams it does not read itself.
+func TestContractOnRecoveryNode(t *testing.T) {
+	c := loadClean(t, `
+role = "recovery"
+data_dir = "/srv/weir-recovery"
+[sink.file]
+dir = "/srv/weir/data/out"
+[[secondary]]
+name = "pg"
+type = "postgres"
+[secondary.postgres]
+dsn = "postgres://u@h/db"
+[[contract]]
+source = "orders"
+natural_key = ["/id"]
+unique = true
+[contract.dedup]
+store = "memory"
+`)
+	if len(c.Contracts) != 1 || c.Contracts[0].Dedup == nil {
+		t.Fatalf("contracts %+v", c.Contracts)
+	}
+}
