@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weir-io/weir/internal/dqaudit"
+	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -52,25 +53,8 @@ func (w *memWriter) got() []dqaudit.Entry {
 	return append([]dqaudit.Entry(nil), w.entries...)
 }
 
-// clock is a fake clock tests move by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 4, 5, 6, 30, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// newClock is a fake clock tests move by hand.
+func newClock() *testenv.Clock { return testenv.NewClock(time.Date(2026, 3, 4, 5, 6, 30, 0, time.UTC)) }
 
 func id(n int) sink.RecordID {
 	var r sink.RecordID

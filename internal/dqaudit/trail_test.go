@@ -36,7 +36,7 @@ func TestAddAggregatesPerStreamSinkContract(t *testing.T) {
 	if err := tr.Flush(context.Background()); err != nil || len(w.got()) != 0 {
 		t.Fatalf("flush inside the window wrote %v (%v), want nothing yet", w.got(), err)
 	}
-	c.Add(30 * time.Second) // 05:07:00, the window's end
+	c.Advance(30 * time.Second) // 05:07:00, the window's end
 	if err := tr.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -71,16 +71,16 @@ func TestWindowsRollWithTheClock(t *testing.T) {
 	defer closeTrail(t, tr)
 	pass := []dqaudit.Obs{{Outcome: dqaudit.Passed}}
 	tr.Add("s", "pg", "s@1", pass) // 05:06:30 -> [30, 40)
-	c.Add(9 * time.Second)
+	c.Advance(9 * time.Second)
 	tr.Add("s", "pg", "s@1", pass) // 05:06:39, same window
-	c.Add(time.Second)
+	c.Advance(time.Second)
 	tr.Add("s", "pg", "s@1", pass) // 05:06:40 -> [40, 50); [30, 40) closes
 	if s := tr.Stats(); s.Pending != 1 {
 		t.Fatalf("pending %d after the window passed, want 1", s.Pending)
 	}
-	c.Add(25 * time.Second)
+	c.Advance(25 * time.Second)
 	tr.Add("s", "pg", "s@1", pass) // 05:07:05 -> [00, 10); an empty window between
-	c.Add(5 * time.Second)
+	c.Advance(5 * time.Second)
 	if err := tr.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestRecoveredDoesNotCoalesceAcrossWindows(t *testing.T) {
 	w := &memWriter{}
 	tr := dqaudit.New(dqaudit.Options{Writer: w, Now: c.Now})
 	tr.Recovered("pg", 0, 100, "skip-quarantine")
-	c.Add(time.Minute)
+	c.Advance(time.Minute)
 	tr.Recovered("pg", 100, 200, "skip-quarantine")
 	closeTrail(t, tr)
 	got := w.got()
@@ -234,7 +234,7 @@ func TestPendingIsBounded(t *testing.T) {
 	for i := range dqaudit.MaxPending + extra {
 		tr.Add(fmt.Sprintf("s%06d", i), "pg", "c@1", obs)
 	}
-	c.Add(time.Minute)
+	c.Advance(time.Minute)
 	if err := tr.Flush(context.Background()); !errors.Is(err, errDown) {
 		t.Fatalf("flush: %v, want the writer's error", err)
 	}
@@ -242,7 +242,7 @@ func TestPendingIsBounded(t *testing.T) {
 		t.Fatalf("stats %+v, want %d pending and %d dropped", s, dqaudit.MaxPending, extra)
 	}
 	tr.Add("late", "pg", "c@1", obs)
-	c.Add(time.Minute)
+	c.Advance(time.Minute)
 	_ = tr.Flush(context.Background())
 	if s := tr.Stats(); s.Pending != dqaudit.MaxPending || s.Dropped != extra+1 {
 		t.Fatalf("stats %+v, want the bound kept", s)
@@ -265,10 +265,10 @@ func TestCloseFlushes(t *testing.T) {
 	w := &memWriter{fails: 1}
 	tr := dqaudit.New(dqaudit.Options{Writer: w, Now: c.Now})
 	tr.Add("s", "pg", "c@1", []dqaudit.Obs{{Outcome: dqaudit.Rejected, Code: "dq", Rule: "r"}})
-	c.Add(time.Minute)
+	c.Advance(time.Minute)
 	_ = tr.Flush(context.Background()) // fails: the entry stays pending
 	tr.Recovered("pg", 1, 2, "skip-quarantine")
-	c.Add(10 * time.Second)
+	c.Advance(10 * time.Second)
 	closeTrail(t, tr)
 	got := w.got()
 	if len(got) != 2 || got[0].Kind != "outcomes" || got[1].Kind != "recovery" || !got[1].To.Equal(c.Now()) {
