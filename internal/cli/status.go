@@ -89,6 +89,7 @@ func status(args []string, stdout, stderr io.Writer) int {
 		ok = false
 	}
 	printSecondaries(stdout, m)
+	printContracts(stdout, m)
 	if !ok {
 		return 1
 	}
@@ -193,6 +194,41 @@ type sample struct {
 }
 
 type metrics map[string][]sample
+
+// printContracts prints one line per stream with a [[contract]]: its
+// records by outcome, the reject ratio over its window, the breaker, and
+// its dedup (dropped, and whether the store answers).
+func printContracts(stdout io.Writer, m metrics) {
+	var streams []string
+	for _, s := range m.series("weir_contract_reject_ratio") {
+		streams = append(streams, s.labels["source"])
+	}
+	sort.Strings(streams)
+	for _, name := range streams {
+		by := map[string]string{"source": name}
+		outcome := func(o string) string {
+			return num(m.sum("weir_contract_records_total", map[string]string{"source": name, "outcome": o}))
+		}
+		ratio := "-"
+		if r := m.sum("weir_contract_reject_ratio", by); r >= 0 {
+			ratio = fmt.Sprintf("%.1f%%", 100*r)
+		}
+		line := fmt.Sprintf("  contract %s: pass %s, warn %s, reject %s, duplicate %s; rejects over window %s",
+			name, outcome("pass"), outcome("warn"), outcome("reject"), outcome("duplicate"), ratio)
+		if m.sum("weir_contract_breaker_open", by) == 1 {
+			line += "; BREAKER OPEN: source paused"
+		}
+		for _, s := range m.series("weir_dedup_degraded") { // present only for a stream with dedup
+			if s.labels["source"] == name {
+				line += fmt.Sprintf("; dedup dropped %s", num(m.sum("weir_dedup_dropped_total", by)))
+				if s.value == 1 {
+					line += " (STORE UNREACHABLE: duplicates pass)"
+				}
+			}
+		}
+		fmt.Fprintln(stdout, line)
+	}
+}
 
 func metricSet(fams map[string]*dto.MetricFamily) metrics {
 	out := metrics{}

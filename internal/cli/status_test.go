@@ -48,3 +48,48 @@ weir_sink_health{sink="file",state="healthy"} 1
 		t.Errorf("secondaries not in name order:\n%s", got)
 	}
 }
+
+// TestStatusShowsContracts: a line per stream with a contract — outcomes,
+// the reject ratio, an open breaker and a dedup store that cannot answer
+// said loudly.
+func TestStatusShowsContracts(t *testing.T) {
+	const body = `# TYPE weir_sink_health gauge
+weir_sink_health{sink="file",state="healthy"} 1
+# TYPE weir_contract_reject_ratio gauge
+weir_contract_reject_ratio{source="socket"} -1
+weir_contract_reject_ratio{source="orders"} 0.125
+# TYPE weir_contract_records_total counter
+weir_contract_records_total{code="",outcome="pass",source="orders"} 70
+weir_contract_records_total{code="dq",outcome="reject",source="orders"} 6
+weir_contract_records_total{code="decode",outcome="reject",source="orders"} 4
+weir_contract_records_total{code="",outcome="duplicate",source="orders"} 3
+weir_contract_records_total{code="",outcome="pass",source="socket"} 5
+# TYPE weir_contract_breaker_open gauge
+weir_contract_breaker_open{source="orders"} 1
+weir_contract_breaker_open{source="socket"} 0
+# TYPE weir_dedup_degraded gauge
+weir_dedup_degraded{source="orders"} 1
+# TYPE weir_dedup_dropped_total counter
+weir_dedup_dropped_total{source="orders"} 3
+weir_dedup_dropped_total{source="socket"} 0
+`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			w.Write([]byte(body))
+		}
+	}))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	if code := Main([]string{"status", "--metrics-addr", strings.TrimPrefix(srv.URL, "http://")}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
+	}
+	got := out.String()
+	for _, w := range []string{
+		"contract orders: pass 70, warn 0, reject 10, duplicate 3; rejects over window 12.5%; BREAKER OPEN: source paused; dedup dropped 3 (STORE UNREACHABLE: duplicates pass)",
+		"contract socket: pass 5, warn 0, reject 0, duplicate 0; rejects over window -\n",
+	} {
+		if !strings.Contains(got, w) {
+			t.Errorf("status lacks %q:\n%s", w, got)
+		}
+	}
+}
