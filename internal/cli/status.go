@@ -133,7 +133,7 @@ func printSinks(stdout io.Writer, m metrics, fams map[string]*dto.MetricFamily) 
 // printSecondaries prints one line per [[secondary]]: whether it is
 // durable (durable = false is shown loudly: what it acknowledged may not
 // survive a power loss of its host, and recovery will not resend it), its
-// coverage and its lag.
+// coverage, its lag and its health at the last poll.
 func printSecondaries(stdout io.Writer, m metrics) {
 	secs := slices.Clone(m.series("weir_secondary_durable"))
 	sort.Slice(secs, func(i, j int) bool { return secs[i].labels["sink"] < secs[j].labels["sink"] })
@@ -144,8 +144,14 @@ func printSecondaries(stdout io.Writer, m metrics) {
 			durable = "NOT durable (durable = false: acknowledged records may be lost with its host, and are not resent)"
 		}
 		by := map[string]string{"sink": name}
-		fmt.Fprintf(stdout, "  secondary %s: %s; coverage %s, lag %s positions\n", name, durable,
-			num(m.sum("weir_secondary_coverage_end", by)), num(m.sum("weir_secondary_lag_positions", by)))
+		health := ""
+		for _, h := range m.series("weir_secondary_health") {
+			if h.labels["sink"] == name && h.value == 1 {
+				health = "; " + h.labels["state"]
+			}
+		}
+		fmt.Fprintf(stdout, "  secondary %s: %s; coverage %s, lag %s positions%s\n", name, durable,
+			num(m.sum("weir_secondary_coverage_end", by)), num(m.sum("weir_secondary_lag_positions", by)), health)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 )
 
 // TestStatusShowsSecondaries: weir status prints a line per secondary,
-// saying loudly which one is not durable.
+// saying loudly which one is not durable, with its health when polled.
 func TestStatusShowsSecondaries(t *testing.T) {
 	const body = `# TYPE weir_secondary_durable gauge
 weir_secondary_durable{sink="fast"} 0
@@ -20,6 +20,10 @@ weir_secondary_coverage_end{sink="fast"} 100
 # TYPE weir_secondary_lag_positions gauge
 weir_secondary_lag_positions{sink="copy"} 0
 weir_secondary_lag_positions{sink="fast"} 20
+# TYPE weir_secondary_health gauge
+weir_secondary_health{sink="copy",state="healthy"} 0
+weir_secondary_health{sink="copy",state="degraded"} 1
+weir_secondary_health{sink="copy",state="down"} 0
 # TYPE weir_sink_health gauge
 weir_sink_health{sink="file",state="healthy"} 1
 `
@@ -36,7 +40,7 @@ weir_sink_health{sink="file",state="healthy"} 1
 	}
 	got := out.String()
 	for _, w := range []string{
-		"secondary copy: durable; coverage 120, lag 0 positions",
+		"secondary copy: durable; coverage 120, lag 0 positions; degraded",
 		"secondary fast: NOT durable (durable = false",
 		"coverage 100, lag 20 positions",
 	} {

@@ -376,7 +376,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 			func(p *partial) **int64 { return &p.DeadLetterMaxBytes }, func(c *Config) *int64 { return &c.DeadLetterMaxBytes }),
 		durationKnob("dead_letter_check_interval", DefaultDeadLetterCheck, 10*time.Millisecond, time.Hour, "How often a drain blocked on a full dead-letter lane rescans it for space an operator freed.",
 			func(p *partial) **time.Duration { return &p.DeadLetterCheckInterval }, func(c *Config) *time.Duration { return &c.DeadLetterCheckInterval }),
-		durationKnob("sink_health_interval", DefaultHealthInterval, 100*time.Millisecond, time.Hour, "How often the sink's health is polled, also while idle or blocked (the weir_sink_health gauge).",
+		durationKnob("sink_health_interval", DefaultHealthInterval, 100*time.Millisecond, time.Hour, "How often the sink's health is polled, also while idle or blocked (the weir_sink_health gauge), and each secondary's (weir_secondary_health).",
 			func(p *partial) **time.Duration { return &p.SinkHealthInterval }, func(c *Config) *time.Duration { return &c.SinkHealthInterval }),
 
 		enumKnob("sink.type", reg.DefaultSink(), reg.SinkNames(), "Which sink the drain delivers to. With [[secondary]] sinks it is primary raw and must have a raw mode ("+orList(reg.RawSinkNames())+").",

@@ -80,15 +80,16 @@ func startFanout(ctx context.Context, cfg *config.Config, k kinds, log *slog.Log
 	}
 	opts := engine.FanoutOptions{
 		Raw: raw.Raw, Reader: raw.Reader, ExternalRaw: raw.ExternalRaw, Store: raw.Store,
-		Secondaries:   secs,
-		Role:          role,
-		Mode:          mode,
-		WindowRecords: cfg.RecoveryWindowRecords,
-		WindowTime:    cfg.RecoveryWindowTime,
-		FlushInterval: cfg.CoverageFlushInterval,
-		Observer:      topo,
-		Logger:        log,
-		Audit:         k.dq.audit(),
+		Secondaries:    secs,
+		Role:           role,
+		Mode:           mode,
+		WindowRecords:  cfg.RecoveryWindowRecords,
+		WindowTime:     cfg.RecoveryWindowTime,
+		FlushInterval:  cfg.CoverageFlushInterval,
+		HealthInterval: cfg.SinkHealthInterval,
+		Observer:       topo,
+		Logger:         log,
+		Audit:          k.dq.audit(),
 	}
 	k.fc.fanoutOptions(cfg, &opts) // admission, queue bytes, batch sizes, write results
 	fan, err := engine.NewFanout(ctx, opts)

@@ -16,6 +16,7 @@
 //	quarantine.go   Quarantine, QuarantinedRecord, each secondary's quarantine lane (own goroutine and buffer; sheds when full)
 //	reject.go       a sink's rejections turned into quarantine records; counts by reason code
 //	coverage.go     the flusher: writes coverage to the offset store and reports the gauges every FlushInterval
+//	health.go       the health poller: each secondary's Health every HealthInterval, reported and logged on change
 //	store.go        CoverageStore: the offset store as the fan-out uses it, with its lag/lead contract
 //	offsetstore.go  OffsetStore: coverage, cursors and raw end in memory, merged into what is persisted
 //	offsetfile.go   the offset file in raw's directory (OpenOffsetStore): format, lock, durable replace

@@ -88,6 +88,10 @@ type FanoutOptions struct {
 	// FlushInterval is how often coverage is written to the offset store
 	// (and the Observer's gauges are reported).
 	FlushInterval time.Duration
+	// HealthInterval is how often each secondary's health is polled and
+	// reported (Observer.SecondaryHealth); zero means
+	// DefaultHealthInterval.
+	HealthInterval time.Duration
 	// RetryMin and RetryMax bound the backoff between failed commits.
 	RetryMin, RetryMax time.Duration
 	Observer           Observer
@@ -185,8 +189,9 @@ func NewFanout(ctx context.Context, opts FanoutOptions) (*Fanout, error) {
 		go s.run(wctx)
 		go s.runQuarantine(wctx)
 	}
-	f.wg.Add(1)
+	f.wg.Add(2)
 	go f.flusher(wctx)
+	go f.healthPoller(wctx)
 	return f, nil
 }
 
@@ -222,6 +227,9 @@ func (o FanoutOptions) withDefaults() FanoutOptions {
 	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = DefaultFlushInterval
+	}
+	if o.HealthInterval <= 0 {
+		o.HealthInterval = DefaultHealthInterval
 	}
 	if o.RetryMin <= 0 {
 		o.RetryMin = DefaultRetryMin

@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/weir-io/weir/record"
+import (
+	"github.com/weir-io/weir/record"
+	"github.com/weir-io/weir/sink"
+)
 
 // Observer sees what the fan-out does, for metrics. Calls come from the
 // fan-out's goroutines and must not block. Embed NopObserver to implement
@@ -35,6 +38,9 @@ type Observer interface {
 	// positions the furthest-behind one has not durably received; 0 when
 	// every secondary holds all of raw. Reported every flush interval.
 	RecoveryBacklog(positions uint64)
+	// SecondaryHealth: what the sink's Health answered at a poll (every
+	// FanoutOptions.HealthInterval).
+	SecondaryHealth(sinkName string, h sink.Health)
 }
 
 // NopObserver ignores everything.
@@ -49,3 +55,4 @@ func (NopObserver) QuarantineSkipped(string, int)              {}
 func (NopObserver) Coverage(string, uint64, uint64, uint64)    {}
 func (NopObserver) Unrecoverable(string, uint64)               {}
 func (NopObserver) RecoveryBacklog(uint64)                     {}
+func (NopObserver) SecondaryHealth(string, sink.Health)        {}

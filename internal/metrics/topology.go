@@ -5,6 +5,7 @@ import (
 
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/record"
+	"github.com/weir-io/weir/sink"
 )
 
 // Topology holds the metrics of the raw-first fan-out (secondaries,
@@ -26,6 +27,7 @@ type Topology struct {
 	lag         *prometheus.GaugeVec
 	missing     *prometheus.GaugeVec
 	durable     *prometheus.GaugeVec
+	health      *prometheus.GaugeVec
 
 	srcWritten  *prometheus.CounterVec
 	srcCommits  *prometheus.CounterVec
@@ -54,6 +56,7 @@ func (m *Metrics) Topology() *Topology {
 		t.coverage = f.gaugeVec("weir_secondary_coverage_end", "End of the contiguous prefix of raw positions the secondary has durably received.", "sink")
 		t.lag = f.gaugeVec("weir_secondary_lag_positions", "Raw positions below raw's end the secondary has not durably received: queued for live delivery or missing.", "sink")
 		t.missing = f.gaugeVec("weir_secondary_missing_positions", "Raw positions below raw's end the secondary has not received (not counting those queued live).", "sink")
+		t.health = f.gaugeVec("weir_secondary_health", "1 for the secondary's state at the last health poll (sink_health_interval), 0 for the others (all 0 before the first poll). Degraded also when its stream's contract is over its reject threshold, its breaker is open or its dedup store cannot be reached; the log says why.", "sink", "state")
 		t.durable = f.gaugeVec("weir_secondary_durable", "1 when the secondary's commits wait for stable storage, 0 with durable = false (its coverage may then be ahead of what survives a power loss of its host).", "sink")
 		t.srcWritten = f.counterVec("weir_source_records_written_total", "Records a source wrote through its gate (durable there when counted: the write-ahead buffer, primary raw with gate = raw, or its own origin with own_raw).", "source")
 		t.srcCommits = f.counterVec("weir_source_position_commits_total", "Position commits a source made after a durable write (Kafka offset commits per partition, JetStream acks, file cursor saves).", "source")
@@ -79,6 +82,9 @@ func (t *Topology) Secondary(name string) {
 	t.coverage.WithLabelValues(name)
 	t.lag.WithLabelValues(name)
 	t.missing.WithLabelValues(name)
+	for _, st := range healthStates {
+		t.health.WithLabelValues(name, st.String())
+	}
 }
 
 // SecondaryDurable sets weir_secondary_durable of a secondary: 1 when it
@@ -133,6 +139,13 @@ func (t *Topology) QuarantineSkipped(sinkName string, records int) {
 // Unrecoverable implements engine.Observer.
 func (t *Topology) Unrecoverable(sinkName string, positions uint64) {
 	t.gone.WithLabelValues(sinkName).Add(float64(positions))
+}
+
+// SecondaryHealth implements engine.Observer.
+func (t *Topology) SecondaryHealth(sinkName string, h sink.Health) {
+	for _, st := range healthStates {
+		t.health.WithLabelValues(sinkName, st.String()).Set(boolValue(st == h.State))
+	}
 }
 
 // Coverage implements engine.Observer.

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/weir-io/weir/record"
+	"github.com/weir-io/weir/sink"
 )
 
 func TestTopologyObserver(t *testing.T) {
@@ -37,6 +38,10 @@ func TestTopologyObserver(t *testing.T) {
 	tp.QuarantineSkipped("pg", 4)
 	tp.Coverage("pg", 100, 20, 15)
 	tp.RecoveryBacklog(20)
+	if n, _ := testutil.GatherAndCount(reg, "weir_secondary_health"); n != 3 {
+		t.Errorf("weir_secondary_health before a poll: %d series, want 3", n)
+	}
+	tp.SecondaryHealth("pg", sink.Health{State: sink.Degraded, Reason: "dedup store down"})
 	tp.SourceStarted("k")
 	tp.SourceWritten("k", 9)
 	tp.SourceCommitted("k")
@@ -58,6 +63,9 @@ func TestTopologyObserver(t *testing.T) {
 		{testutil.ToFloat64(tp.coverage.WithLabelValues("pg")), 100, "coverage"},
 		{testutil.ToFloat64(tp.lag.WithLabelValues("pg")), 20, "lag"},
 		{testutil.ToFloat64(tp.missing.WithLabelValues("pg")), 15, "missing"},
+		{testutil.ToFloat64(tp.health.WithLabelValues("pg", "degraded")), 1, "health degraded"},
+		{testutil.ToFloat64(tp.health.WithLabelValues("pg", "healthy")), 0, "health not healthy"},
+		{testutil.ToFloat64(tp.health.WithLabelValues("pg", "down")), 0, "health not down"},
 		{testutil.ToFloat64(tp.durable.WithLabelValues("pg")), 0, "not durable"},
 		{testutil.ToFloat64(tp.durable.WithLabelValues("copy")), 1, "durable"},
 		{testutil.ToFloat64(tp.backlog), 20, "backlog"},

@@ -20,7 +20,14 @@ import (
 // pgRows lists a table's (payload, weir_record_id) rows by payload.
 func pgRows(t *testing.T, conn *pgx.Conn, table string) map[string][]sink.RecordID {
 	t.Helper()
-	rows, err := conn.Query(context.Background(), "SELECT payload, weir_record_id FROM "+pgx.Identifier{table}.Sanitize())
+	return pgSourceRows(t, conn, table, "")
+}
+
+// pgSourceRows is pgRows of the rows whose source is source ("": all).
+func pgSourceRows(t *testing.T, conn *pgx.Conn, table, source string) map[string][]sink.RecordID {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), "SELECT payload, weir_record_id FROM "+pgx.Identifier{table}.Sanitize()+
+		" WHERE $1 = '' OR source = $1", source)
 	if err != nil {
 		return nil // not created yet
 	}
