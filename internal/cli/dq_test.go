@@ -20,8 +20,8 @@ import (
 // through a Trail on a fake clock.
 func writeTrail(t *testing.T, w dqaudit.Writer) {
 	t.Helper()
-	now := time.Date(2026, 3, 4, 5, 6, 10, 0, time.UTC)
-	tr := dqaudit.New(dqaudit.Options{Writer: w, Now: func() time.Time { return now }})
+	clock := testenv.NewClock(time.Date(2026, 3, 4, 5, 6, 10, 0, time.UTC))
+	tr := dqaudit.New(dqaudit.Options{Writer: w, Now: clock.Now})
 	id := func(n byte) sink.RecordID { return sink.RecordID{15: n} }
 	tr.Add("orders", "pg", "orders@3", []dqaudit.Obs{
 		{Outcome: dqaudit.Passed}, {Outcome: dqaudit.Passed},
@@ -33,7 +33,7 @@ func writeTrail(t *testing.T, w dqaudit.Writer) {
 	tr.Recovered("pg", 100, 200, "skip-quarantine")
 	tr.Recovered("pg", 200, 300, "skip-quarantine")
 	tr.Recovered("pg", 300, 400, "rehydrate")
-	now = now.Add(time.Minute) // the next window
+	clock.Advance(time.Minute) // the next window
 	tr.Add("orders", "pg", "orders@3", []dqaudit.Obs{
 		{Outcome: dqaudit.Passed},
 		{Outcome: dqaudit.Rejected, Code: "dq", Rule: "positive_amount", ID: id(3)},
