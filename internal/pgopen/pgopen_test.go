@@ -65,16 +65,7 @@ func TestSynchronousCommitOn(t *testing.T) {
 // its cancel request unanswered — holds pgx's polite close for 15 s; Close
 // gives up on it after CloseGrace and closes the sockets, leaking nothing.
 func TestCloseStalledServer(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	target, err := testenv.PostgresTarget(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testenv.NewProxy(t, target)
-	via, err := testenv.PostgresVia(dsn, p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	via, p := testenv.PostgresProxy(t, testenv.Postgres(t))
 	pool, err := pgopen.Open(context.Background(), via, 2, 5*time.Second, "SELECT 1")
 	if err != nil {
 		t.Fatal(err)

@@ -66,15 +66,7 @@ type pgTable struct {
 func newPGTable(t testing.TB, prefix string) *pgTable {
 	t.Helper()
 	dsn := testenv.Postgres(t)
-	target, err := testenv.PostgresTarget(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, target)
-	via, err := testenv.PostgresVia(dsn, proxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	via, proxy := testenv.PostgresProxy(t, dsn)
 	table := testenv.TableName(prefix)
 	conn, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {
