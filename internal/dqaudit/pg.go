@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weir-io/weir/internal/pgopen"
 )
@@ -20,7 +19,7 @@ const pgColumns = `kind, stream, sink, contract, window_from, window_to, outcome
 
 // PGWriter inserts entries into a PostgreSQL table (see the package doc).
 type PGWriter struct {
-	pool      *pgxpool.Pool
+	pool      *pgopen.Pool
 	table     string // quoted
 	insertSQL string
 }
@@ -142,7 +141,8 @@ func nullable(s string) any {
 	return s
 }
 
-// Close closes the connections.
+// Close closes the connections; against a server that stopped answering
+// it gives up on a polite close after pgopen.CloseGrace.
 func (w *PGWriter) Close() error {
 	w.pool.Close()
 	return nil

@@ -63,18 +63,21 @@ func Config(dsn string, maxConns int32, timeout time.Duration) (*pgxpool.Config,
 }
 
 // Open connects a pool (Config) and runs each of ddl on it, all within
-// timeout.
-func Open(ctx context.Context, dsn string, maxConns int32, timeout time.Duration, ddl ...string) (*pgxpool.Pool, error) {
+// timeout. Its Close is bounded (Pool).
+func Open(ctx context.Context, dsn string, maxConns int32, timeout time.Duration, ddl ...string) (*Pool, error) {
 	cfg, err := Config(dsn, maxConns, timeout)
 	if err != nil {
 		return nil, err
 	}
+	cs := &conns{open: map[*conn]struct{}{}}
+	cfg.ConnConfig.DialFunc = cs.track(cfg.ConnConfig.DialFunc)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pp, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
+	pool := &Pool{Pool: pp, conns: cs}
 	for _, q := range ddl {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			pool.Close()

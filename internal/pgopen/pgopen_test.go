@@ -60,3 +60,41 @@ func TestSynchronousCommitOn(t *testing.T) {
 		t.Fatalf("a bad DSN: %v (must not quote it)", err)
 	}
 }
+
+// A server that accepts bytes but never answers — a statement in flight,
+// its cancel request unanswered — holds pgx's polite close for 15 s; Close
+// gives up on it after CloseGrace and closes the sockets, leaking nothing.
+func TestCloseStalledServer(t *testing.T) {
+	via, p := testenv.PostgresProxy(t, testenv.Postgres(t))
+	pool, err := pgopen.Open(context.Background(), via, 2, 5*time.Second, "SELECT 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stall()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	_, err = pool.Exec(ctx, "SELECT pg_sleep(0)")
+	cancel()
+	if err == nil {
+		t.Fatal("a statement through a stalled server succeeded")
+	}
+	start := time.Now()
+	pool.Close()
+	if took := time.Since(start); took > pgopen.CloseGrace+2*time.Second {
+		t.Fatalf("Close took %v against a stalled server", took)
+	}
+	p.Resume()
+}
+
+// Against a server that answers, Close ends the connections politely,
+// well within CloseGrace.
+func TestCloseHealthy(t *testing.T) {
+	pool, err := pgopen.Open(context.Background(), testenv.Postgres(t), 2, 5*time.Second, "SELECT 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	pool.Close()
+	if took := time.Since(start); took >= pgopen.CloseGrace {
+		t.Fatalf("Close took %v against a healthy server", took)
+	}
+}

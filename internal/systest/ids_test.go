@@ -189,9 +189,12 @@ func waitSecondary(t *testing.T, d *daemon, name string, n int) map[string]sink.
 	}
 }
 
+// idsByPayload reads a file sink's dir (retrying while a running daemon
+// renames a file under the read) and maps each payload to its id; two
+// ids for one payload fail the test.
 func idsByPayload(t *testing.T, dir string) map[string]sink.RecordID {
 	t.Helper()
-	lines, err := filesink.ReadDirFS(vfs.OS, dir, true)
+	lines, err := readSinkLines(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

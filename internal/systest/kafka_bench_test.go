@@ -77,15 +77,7 @@ func kafkaPostgresOnce(b *testing.B, n int, wait time.Duration, raw string) {
 	defer cl.Close()
 
 	dsn := testenv.Postgres(b)
-	target, err := testenv.PostgresTarget(dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	proxy := testenv.NewProxy(b, target)
-	via, err := testenv.PostgresVia(dsn, proxy.Addr())
-	if err != nil {
-		b.Fatal(err)
-	}
+	via, proxy := testenv.PostgresProxy(b, dsn)
 	table := testenv.TableName("weir_bench")
 	conn, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {

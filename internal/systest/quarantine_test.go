@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/client"
-	"github.com/weir-io/weir/internal/quarantine"
-	"github.com/weir-io/weir/internal/vfs"
 )
 
 // A Postgres secondary with a jsonb payload column refuses the records
@@ -62,14 +60,7 @@ func TestSecondaryQuarantine(t *testing.T) {
 	}
 	// The quarantine lane's writer runs on its own; give it a moment.
 	qdir := filepath.Join(d.dir, "quarantine", "pg")
-	var got []quarantine.Entry
-	deadline := time.Now().Add(10 * time.Second)
-	for len(got) < bad && time.Now().Before(deadline) {
-		if got, err = quarantine.ReadDir(vfs.OS, qdir); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	got := waitQuarantineDir(t, qdir, bad, 10*time.Second)
 	if len(got) != bad {
 		t.Fatalf("quarantine holds %d records, want %d", len(got), bad)
 	}

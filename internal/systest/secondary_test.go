@@ -66,15 +66,7 @@ type pgTable struct {
 func newPGTable(t testing.TB, prefix string) *pgTable {
 	t.Helper()
 	dsn := testenv.Postgres(t)
-	target, err := testenv.PostgresTarget(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, target)
-	via, err := testenv.PostgresVia(dsn, proxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	via, proxy := testenv.PostgresProxy(t, dsn)
 	table := testenv.TableName(prefix)
 	conn, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {
@@ -90,16 +82,21 @@ func newPGTable(t testing.TB, prefix string) *pgTable {
 // pgSecondaryTOML is a [[secondary]] named "pg" writing to table at dsn,
 // with extra keys for the secondary itself and for [secondary.postgres].
 func pgSecondaryTOML(dsn, table, secondaryKeys, postgresKeys string) string {
+	return namedPGSecondaryTOML("pg", dsn, table, secondaryKeys, postgresKeys)
+}
+
+// namedPGSecondaryTOML is pgSecondaryTOML for a secondary called name.
+func namedPGSecondaryTOML(name, dsn, table, secondaryKeys, postgresKeys string) string {
 	return fmt.Sprintf(`
 [[secondary]]
-name = "pg"
+name = %q
 type = "postgres"
 %s
 [secondary.postgres]
 dsn = %q
 table = %q
 %s
-`, secondaryKeys, dsn, table, postgresKeys)
+`, name, secondaryKeys, dsn, table, postgresKeys)
 }
 
 func rawIDs(t *testing.T, d *daemon) map[sink.RecordID]bool {

@@ -178,6 +178,21 @@ func PostgresTarget(dsn string) (string, error) {
 	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), nil
 }
 
+// PostgresProxy starts a Proxy to the server of dsn, closed when the test
+// ends, and returns it with dsn rewritten to connect through it.
+func PostgresProxy(t testing.TB, dsn string) (via string, p *Proxy) {
+	t.Helper()
+	target, err := PostgresTarget(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = NewProxy(t, target)
+	if via, err = PostgresVia(dsn, p.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	return via, p
+}
+
 // MySQLVia rewrites a go-sql-driver DSN to connect over TCP to addr.
 func MySQLVia(dsn, addr string) (string, error) {
 	cfg, err := mysql.ParseDSN(dsn)

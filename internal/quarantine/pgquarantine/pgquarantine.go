@@ -9,7 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/pgopen"
@@ -40,7 +39,7 @@ type Options struct {
 // Writer inserts quarantined records into the table. It is safe for
 // concurrent use and implements engine.Quarantine.
 type Writer struct {
-	pool      *pgxpool.Pool
+	pool      *pgopen.Pool
 	table     string // quoted
 	timeout   time.Duration
 	insertSQL string
@@ -169,7 +168,8 @@ func text(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
-// Close closes the connections.
+// Close closes the connections; against a server that stopped answering
+// it gives up on a polite close after pgopen.CloseGrace.
 func (w *Writer) Close() error {
 	w.pool.Close()
 	return nil

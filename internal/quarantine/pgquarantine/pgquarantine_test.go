@@ -206,15 +206,7 @@ func TestRewriteAddsNoRow(t *testing.T) {
 func TestStalledServerReturnsWithTheContext(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	name := table(t, dsn)
-	target, err := testenv.PostgresTarget(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testenv.NewProxy(t, target)
-	via, err := testenv.PostgresVia(dsn, p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	via, p := testenv.PostgresProxy(t, dsn)
 	w, err := pgquarantine.Open(context.Background(), pgquarantine.Options{DSN: via, Table: name, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
