@@ -124,7 +124,7 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 		}
 		secCfg := engine.SecondaryConfig{Sink: k.dq.wrap(s, sc.Name), Name: sc.Name, QueueBatches: sc.QueueBatches, QueueBytes: sc.QueueMaxBytes,
 			QuarantineBuffer: sc.QuarantineBuffer, QuarantineBytes: sc.QuarantineBufferBytes, StartAtEnd: sc.StartAtEnd}
-		q, err := openQuarantine(ctx, k, sc)
+		q, err := openQuarantine(ctx, k, sc, secLog)
 		if err != nil {
 			secs = append(secs, secCfg)
 			return nil, errors.Join(fmt.Errorf("secondary %q: quarantine lane: %w", sc.Name, err), closeSecondaries(secs))
@@ -139,11 +139,22 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 
 // openQuarantine opens a secondary's quarantine destination: a Postgres
 // table (quarantine_postgres_url), else its NDJSON directory; nil (log
-// and count only) when quarantine_max_bytes is 0.
-func openQuarantine(ctx context.Context, k kinds, sc config.SecondaryConfig) (engine.Quarantine, error) {
+// and count only) when quarantine_max_bytes is 0. A table that cannot be
+// opened now is opened at the lane's next write: quarantine is a view,
+// and its server being down must not stop the node from starting (the
+// lane sheds, counted, meanwhile).
+func openQuarantine(ctx context.Context, k kinds, sc config.SecondaryConfig, log *slog.Logger) (engine.Quarantine, error) {
 	switch {
 	case sc.QuarantinePostgresURL != "":
-		return pgquarantine.Open(ctx, pgquarantine.Options{DSN: sc.QuarantinePostgresURL, Table: sc.QuarantineTable})
+		open := func(ctx context.Context) (*pgquarantine.Writer, error) {
+			return pgquarantine.Open(ctx, pgquarantine.Options{DSN: sc.QuarantinePostgresURL, Table: sc.QuarantineTable})
+		}
+		w, err := open(ctx)
+		if err == nil {
+			return w, nil
+		}
+		log.Warn("quarantine table cannot be opened; opening it at the next write, shedding meanwhile", "table", sc.QuarantineTable, "err", err)
+		return &lazyQuarantine{open: open}, nil
 	case sc.QuarantineMaxBytes > 0 && sc.QuarantineDir != "":
 		return quarantine.Open(quarantine.Options{FS: k.fs, Dir: sc.QuarantineDir, MaxBytes: sc.QuarantineMaxBytes})
 	}
@@ -299,6 +310,45 @@ func (s *sources) stop(ctx context.Context, log *slog.Logger) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return errors.Join(s.errs...)
+}
+
+// lazyQuarantine is a quarantine table that could not be opened at
+// start: each write first tries to open it, and fails (the lane sheds)
+// until that succeeds.
+type lazyQuarantine struct {
+	open func(context.Context) (*pgquarantine.Writer, error)
+
+	mu     sync.Mutex
+	w      *pgquarantine.Writer
+	closed bool
+}
+
+func (l *lazyQuarantine) Quarantine(ctx context.Context, recs []engine.QuarantinedRecord) error {
+	l.mu.Lock()
+	if l.w == nil && !l.closed {
+		w, err := l.open(ctx)
+		if err != nil {
+			l.mu.Unlock()
+			return fmt.Errorf("open quarantine table: %w", err)
+		}
+		l.w = w
+	}
+	w := l.w
+	l.mu.Unlock()
+	if w == nil {
+		return errors.New("quarantine table is closed")
+	}
+	return w.Quarantine(ctx, recs)
+}
+
+func (l *lazyQuarantine) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.w == nil {
+		return nil
+	}
+	return l.w.Close()
 }
 
 // lazySink is a secondary whose sink could not be opened at start. Every
