@@ -45,7 +45,7 @@ func openQuality(ctx context.Context, cfg *config.Config, fs vfs.FS, m *metrics.
 	}
 	log = log.With("component", "contracts")
 	q := &quality{m: m.Quality(), log: log, pauses: map[string]source.Pausable{}}
-	w, err := openAuditWriter(ctx, cfg, fs)
+	w, err := openAuditWriter(ctx, cfg, fs, log)
 	if err != nil {
 		return nil, fmt.Errorf("dq-audit trail: %w", err)
 	}
@@ -68,11 +68,46 @@ func openQuality(ctx context.Context, cfg *config.Config, fs vfs.FS, m *metrics.
 
 // openAuditWriter opens where the trail is kept: dq_audit.postgres_url's
 // table, else dq_audit.dir.
-func openAuditWriter(ctx context.Context, cfg *config.Config, fs vfs.FS) (dqaudit.Writer, error) {
-	if cfg.DQAudit.PostgresURL != "" {
+// A table whose server is down at start is opened at the trail's next
+// write: the trail keeps its entries meanwhile (dqaudit.MaxPending), and
+// the node starts.
+func openAuditWriter(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) (dqaudit.Writer, error) {
+	if cfg.DQAudit.PostgresURL == "" {
+		return dqaudit.OpenDir(fs, cfg.DQAudit.Dir)
+	}
+	open := func(ctx context.Context) (dqaudit.Writer, error) {
 		return dqaudit.OpenPostgres(ctx, cfg.DQAudit.PostgresURL, cfg.DQAudit.Table)
 	}
-	return dqaudit.OpenDir(fs, cfg.DQAudit.Dir)
+	w, err := open(ctx)
+	if err == nil {
+		return w, nil
+	}
+	log.Warn("dq-audit table cannot be opened; the trail keeps its entries and opens it at the next write", "table", cfg.DQAudit.Table, "err", err)
+	return &lazyAudit{open: open}, nil
+}
+
+// lazyAudit is a dq-audit table opened at its first write that succeeds.
+type lazyAudit struct {
+	open func(context.Context) (dqaudit.Writer, error)
+	w    dqaudit.Writer // touched only by the trail's writes and Close, which it serialises
+}
+
+func (l *lazyAudit) Write(ctx context.Context, entries []dqaudit.Entry) error {
+	if l.w == nil {
+		w, err := l.open(ctx)
+		if err != nil {
+			return fmt.Errorf("open dq-audit table: %w", err)
+		}
+		l.w = w
+	}
+	return l.w.Write(ctx, entries)
+}
+
+func (l *lazyAudit) Close() error {
+	if l.w == nil {
+		return nil
+	}
+	return l.w.Close()
 }
 
 // stream builds one contract's checks.
