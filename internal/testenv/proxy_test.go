@@ -62,6 +62,11 @@ func TestProxyStall(t *testing.T) {
 	if got, err := roundTrip(c, "a", time.Second); err != nil || got != "a" {
 		t.Fatalf("before the stall: %q, %v", got, err)
 	}
+	// The echo's byte is counted just after it is written back, so the
+	// client may read it first: wait for both bytes to be counted.
+	for deadline := time.Now().Add(time.Second); p.Forwarded() < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	p.Stall()
 	before := p.Forwarded()
 	if got, err := roundTrip(c, "b", 200*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
