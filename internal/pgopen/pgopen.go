@@ -2,7 +2,8 @@
 // PostgreSQL writers (the dq-audit trail, the quarantine table): a table
 // name checked and quoted, and a pool whose connections keep
 // synchronous_commit on, so that a COMMIT that returned is on the server's
-// disk.
+// disk. Its Pool, whose Close is bounded against a stalled server, is the
+// PostgreSQL sink's pool too (NewPool).
 package pgopen
 
 import (
@@ -69,15 +70,12 @@ func Open(ctx context.Context, dsn string, maxConns int32, timeout time.Duration
 	if err != nil {
 		return nil, err
 	}
-	cs := &conns{open: map[*conn]struct{}{}}
-	cfg.ConnConfig.DialFunc = cs.track(cfg.ConnConfig.DialFunc)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	pp, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := NewPool(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	pool := &Pool{Pool: pp, conns: cs}
 	for _, q := range ddl {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			pool.Close()
@@ -85,6 +83,19 @@ func Open(ctx context.Context, dsn string, maxConns int32, timeout time.Duration
 		}
 	}
 	return pool, nil
+}
+
+// NewPool connects a pool of cfg whose Close is bounded (Pool): every
+// socket it dials is tracked. The PostgreSQL sink opens its pools here
+// too, with its own configuration.
+func NewPool(ctx context.Context, cfg *pgxpool.Config) (*Pool, error) {
+	cs := &conns{open: map[*conn]struct{}{}}
+	cfg.ConnConfig.DialFunc = cs.track(cfg.ConnConfig.DialFunc)
+	pp, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Pool{Pool: pp, conns: cs}, nil
 }
 
 func firstLine(s string) string {

@@ -170,6 +170,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/weir-io/weir/internal/pgopen"
 	"github.com/weir-io/weir/internal/sink/sqlsink"
 	"github.com/weir-io/weir/sink"
 )
@@ -265,7 +266,7 @@ type Sink struct {
 	opts  Options
 	ident pgx.Identifier
 	table string // quoted, possibly schema-qualified
-	pool  *pgxpool.Pool
+	pool  *pgopen.Pool
 	log   *slog.Logger
 
 	insertSQL string
@@ -374,16 +375,18 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	// Its Close is bounded: a server that stopped answering does not hold
+	// the daemon's shutdown for pgx's 15 s per cancel request.
+	pool, err := pgopen.NewPool(ctx, cfg)
 	if err != nil {
 		return nil, classify("connect", err, false)
 	}
-	if err := s.prepareTable(ctx, pool); err != nil {
+	if err := s.prepareTable(ctx, pool.Pool); err != nil {
 		pool.Close()
 		return nil, err
 	}
 	if opts.Positions {
-		if err := s.prepareRaw(ctx, pool); err != nil {
+		if err := s.prepareRaw(ctx, pool.Pool); err != nil {
 			pool.Close()
 			return nil, err
 		}
