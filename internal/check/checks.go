@@ -51,9 +51,6 @@ func New(o Options) (*Checks, error) {
 	return c, nil
 }
 
-// Streams are the streams checked.
-func (c *Checks) Streams() []*Stream { return c.streams }
-
 // Close stops the streams' breaker timers.
 func (c *Checks) Close() {
 	for _, s := range c.streams {
@@ -89,9 +86,6 @@ func (s *Sink) MaxBatchSize() int { return s.inner.MaxBatchSize() }
 // Close implements sink.Sink: it closes the inner sink.
 func (s *Sink) Close() error { return s.inner.Close() }
 
-// Inner is the sink behind the checks.
-func (s *Sink) Inner() sink.Sink { return s.inner }
-
 // Health implements sink.Sink: the inner sink's, or Degraded when a
 // stream's fail ratio is over its threshold, its breaker is open or its
 // dedup store cannot be reached.
@@ -101,14 +95,7 @@ func (s *Sink) Health(ctx context.Context) sink.Health {
 		return h
 	}
 	for _, st := range s.c.streams {
-		st.mu.Lock()
-		n, r := st.win.totals()
-		st.mu.Unlock()
-		ratio := -1.0
-		if n > 0 && n >= st.Limits.MinRecords {
-			ratio = float64(r) / float64(n)
-		}
-		if sh, bad := st.health(ratio); bad {
+		if sh, bad := st.health(); bad {
 			return sh
 		}
 	}
@@ -128,7 +115,7 @@ func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, err
 		s.last = v
 		s.mu.Unlock()
 	}
-	if v.drop == nil {
+	if v.dropped == nil {
 		res, err := s.inner.Commit(ctx, b)
 		if err == nil {
 			s.forget()
@@ -137,7 +124,7 @@ func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, err
 	}
 	clean, idx := make([]sink.Record, 0, v.clean), make([]int, 0, v.clean)
 	for i := range b.Records {
-		if !v.drop[i] {
+		if !v.dropped[i] {
 			clean = append(clean, b.Records[i])
 			idx = append(idx, i)
 		}

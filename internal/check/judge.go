@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/weir-io/weir/internal/contract"
 	"github.com/weir-io/weir/internal/dqaudit"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
@@ -40,7 +41,7 @@ func (NopObserver) FailRatio(string, float64)                        {}
 type verdicts struct {
 	token    sink.DedupToken
 	rejected []sink.Rejection // by index into the batch, in order
-	drop     []bool           // nil, or true for each rejected or duplicate record
+	dropped  []bool           // nil, or true for each rejected or duplicate record
 	clean    int              // records to commit
 	n        int              // records in the batch
 }
@@ -49,16 +50,10 @@ type verdicts struct {
 type group struct {
 	s    *Stream
 	idx  []int // into the batch
-	res  []resultOf
-	keys [][]byte
+	res  []contract.Result
+	keys [][]byte // res[i].Key of a record that passed, for dedup
 	ids  []sink.RecordID
 	dup  []bool
-}
-
-type resultOf struct {
-	code        record.Code
-	rule, error string
-	warned      []string
 }
 
 // judge judges a batch: each record by its stream's contract, then each
@@ -89,10 +84,9 @@ const parallelMin = 64
 func (g *group) check(recs []sink.Record) {
 	one := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			r := g.s.Contract.Check(&recs[g.idx[i]])
-			g.res[i] = resultOf{code: r.Code, rule: r.Rule, error: r.Error, warned: r.Warned}
-			if r.Passed() {
-				g.keys[i] = r.Key
+			g.res[i] = g.s.Contract.Check(&recs[g.idx[i]])
+			if g.res[i].Passed() {
+				g.keys[i] = g.res[i].Key
 			}
 		}
 	}
@@ -136,7 +130,7 @@ func (c *Checks) group(recs []sink.Record) []*group {
 		g.ids = append(g.ids, recs[i].ID)
 	}
 	for _, g := range groups {
-		g.res = make([]resultOf, len(g.idx))
+		g.res = make([]contract.Result, len(g.idx))
 		g.keys = make([][]byte, len(g.idx))
 		g.dup = make([]bool, len(g.idx))
 	}
@@ -164,21 +158,22 @@ func (c *Checks) settle(sinkName string, g *group, v *verdicts) {
 	for i, at := range g.idx {
 		r := &g.res[i]
 		o := &obs[i]
-		o.ID, o.Warned = g.ids[i], r.warned
-		for _, w := range r.warned {
+		o.ID, o.Warned = g.ids[i], r.Warned
+		for _, w := range r.Warned {
 			rules[ruleKey{w, true}]++
 		}
 		switch {
-		case r.code != record.CodeUnknown:
-			o.Outcome, o.Code, o.Rule = dqaudit.Rejected, r.code.String(), r.rule
-			byCode[r.code]++
-			rules[ruleKey{r.rule, false}]++
-			v.reject(at, sink.Rejection{Index: at, Reason: r.error, Code: r.code, Contract: name, Rule: r.rule})
+		case !r.Passed():
+			o.Outcome, o.Code, o.Rule = dqaudit.Rejected, r.Code.String(), r.Rule
+			byCode[r.Code]++
+			rules[ruleKey{r.Rule, false}]++
+			v.drop(at)
+			v.rejected = append(v.rejected, sink.Rejection{Index: at, Reason: r.Error, Code: r.Code, Contract: name, Rule: r.Rule})
 		case g.dup[i]:
 			o.Outcome = dqaudit.Duplicate
 			dups++
-			v.dropDup(at)
-		case len(r.warned) > 0:
+			v.drop(at)
+		case len(r.Warned) > 0:
 			o.Outcome = dqaudit.Warned
 			warned++
 		default:
@@ -220,18 +215,12 @@ func (c *Checks) observe(stream string, passed, warned, dups int, byCode map[rec
 	}
 }
 
-// drop leaves record at out of the inner commit.
-func (v *verdicts) dropAt(at int) {
-	if v.drop == nil {
-		v.drop = make([]bool, v.n)
+// drop leaves record at out of the inner commit (a reject or a
+// duplicate).
+func (v *verdicts) drop(at int) {
+	if v.dropped == nil {
+		v.dropped = make([]bool, v.n)
 	}
-	v.drop[at] = true
+	v.dropped[at] = true
 	v.clean--
 }
-
-func (v *verdicts) reject(at int, r sink.Rejection) {
-	v.dropAt(at)
-	v.rejected = append(v.rejected, r)
-}
-
-func (v *verdicts) dropDup(at int) { v.dropAt(at) }

@@ -118,12 +118,11 @@ func (s *Stream) tally(now time.Time, judged, rejected int64) float64 {
 		s.win.width = s.Limits.Window / windowBuckets
 	}
 	s.win.add(now, judged, rejected)
-	n, r := s.win.totals()
-	if n == 0 || n < s.Limits.MinRecords {
+	ratio, n := s.ratioLocked()
+	if ratio < 0 {
 		s.mu.Unlock()
 		return -1
 	}
-	ratio := float64(r) / float64(n)
 	trip := s.Limits.BreakerRatio > 0 && !s.tripped && !s.closed && ratio > s.Limits.BreakerRatio && s.OnTrip != nil
 	var why string
 	if trip {
@@ -137,6 +136,16 @@ func (s *Stream) tally(now time.Time, judged, rejected int64) float64 {
 		s.OnTrip(true, why)
 	}
 	return ratio
+}
+
+// ratioLocked is the window's reject ratio and record count, the ratio
+// -1 before MinRecords; s.mu is held.
+func (s *Stream) ratioLocked() (ratio float64, n int64) {
+	n, r := s.win.totals()
+	if n == 0 || n < s.Limits.MinRecords {
+		return -1, n
+	}
+	return float64(r) / float64(n), n
 }
 
 // reset ends the breaker's cool-down: the source resumes and the window
@@ -171,8 +180,12 @@ func (s *Stream) Tripped() bool {
 }
 
 // health is the stream's contribution to a wrapped sink's health.
-func (s *Stream) health(ratio float64) (sink.Health, bool) {
-	if s.Tripped() {
+func (s *Stream) health() (sink.Health, bool) {
+	s.mu.Lock()
+	ratio, _ := s.ratioLocked()
+	tripped := s.tripped
+	s.mu.Unlock()
+	if tripped {
 		return sink.Health{State: sink.Degraded, Reason: fmt.Sprintf("stream %q: contract breaker open", s.Name)}, true
 	}
 	if s.Limits.DegradedRatio > 0 && ratio > s.Limits.DegradedRatio {

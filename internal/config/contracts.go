@@ -93,17 +93,10 @@ func (cc *ContractConfig) Spec() contract.Spec {
 	return s
 }
 
-func checkPointer(s string) error {
-	if s != "" && !strings.HasPrefix(s, "/") {
-		return fmt.Errorf("%q is not a JSON pointer: it must start with '/' (RFC 6901)", s)
-	}
-	return nil
-}
-
 func contractFields() []component.Field {
 	type C = ContractConfig
 	pointer := setting.Text("a JSON pointer (RFC 6901), such as /ts", func(s string) string {
-		if err := checkPointer(s); err != nil {
+		if err := contract.CheckPointer(s); err != nil {
 			return err.Error()
 		}
 		return ""
@@ -134,7 +127,7 @@ func contractFields() []component.Field {
 		component.Key("schema_file", setting.OptionalPath("a JSON Schema file (drafts 2019-09, 2020-12)"), "",
 			"A JSON Schema the payloads must satisfy (drafts 2019-09 and 2020-12; 2020-12 unless $schema says otherwise); empty: payloads must only be JSON.",
 			func(c *C) *string { return &c.SchemaFile }),
-		component.Key("natural_key", setting.List("JSON pointers", checkPointer), []string(nil),
+		component.Key("natural_key", setting.List("JSON pointers", contract.CheckPointer), []string(nil),
 			"JSON pointers whose values identify a record; with unique = true they key content dedup.",
 			func(c *C) *[]string { return &c.NaturalKey }),
 		component.Key("event_time", pointer, "", "A JSON pointer to the record's own time; part of the dedup key when set.",

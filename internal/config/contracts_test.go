@@ -2,7 +2,6 @@ package config
 
 import (
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -178,17 +177,7 @@ source = "orders"
 [[contract.rule]]
 name = "x"`, []string{`[[contract]] "orders" rule #1: expr is required`}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err, _ := loadTOML(t, tc.topo+tc.body)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error lacks %q:\n%v", w, err)
-				}
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantLoadError(t, tc.topo+tc.body, tc.want) })
 	}
 }
 

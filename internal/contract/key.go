@@ -41,6 +41,13 @@ func parsePointer(s string) (pointer, error) {
 	return pointer{tokens: toks}, nil
 }
 
+// CheckPointer reports whether s is an RFC 6901 JSON pointer, as a
+// contract's natural_key and event_time must be.
+func CheckPointer(s string) error {
+	_, err := parsePointer(s)
+	return err
+}
+
 // resolve finds the pointer's value in a decoded document. A missing
 // member, an index out of range and a JSON null all resolve to nothing.
 func (p pointer) resolve(v any) (any, bool) {

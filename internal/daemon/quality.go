@@ -27,7 +27,7 @@ import (
 type quality struct {
 	checks *check.Checks
 	trail  *dqaudit.Trail
-	stores []dedup.Store
+	stores []streamStore
 	m      *metrics.Quality
 	log    *slog.Logger
 
@@ -35,6 +35,12 @@ type quality struct {
 	pauses map[string]source.Pausable // the breaker's voter of each [[source]] stream
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
+}
+
+// streamStore is a stream's dedup store.
+type streamStore struct {
+	stream string
+	store  dedup.Store
 }
 
 // openQuality compiles every [[contract]], opens the dedup stores and
@@ -62,7 +68,7 @@ func openQuality(ctx context.Context, cfg *config.Config, fs vfs.FS, m *metrics.
 	if err != nil {
 		return nil, errors.Join(err, q.close(ctx))
 	}
-	q.watch(cfg.Contracts)
+	q.watch()
 	return q, nil
 }
 
@@ -130,7 +136,7 @@ func (q *quality) stream(ctx context.Context, cc *config.ContractConfig) (*check
 	if err != nil {
 		return nil, fmt.Errorf("contract for stream %q: dedup: %w", cc.Source, err)
 	}
-	q.stores = append(q.stores, store)
+	q.stores = append(q.stores, streamStore{cc.Source, store})
 	st.Dedup = dedup.New(store, dedup.Options{Stream: cc.Source, Observer: q.m, Logger: q.log.With("stream", cc.Source)})
 	return st, nil
 }
@@ -197,7 +203,7 @@ func (q *quality) audit() engine.RecoveryAudit {
 
 // watch reports the seen-sets' sizes and the trail's counts every few
 // seconds, until close.
-func (q *quality) watch(ccs []config.ContractConfig) {
+func (q *quality) watch() {
 	ctx, cancel := context.WithCancel(context.Background())
 	q.stop = cancel
 	q.wg.Add(1)
@@ -206,7 +212,7 @@ func (q *quality) watch(ccs []config.ContractConfig) {
 		t := time.NewTicker(5 * time.Second)
 		defer t.Stop()
 		for {
-			q.report(ccs)
+			q.report()
 			select {
 			case <-ctx.Done():
 				return
@@ -216,14 +222,10 @@ func (q *quality) watch(ccs []config.ContractConfig) {
 	}()
 }
 
-func (q *quality) report(ccs []config.ContractConfig) {
-	i := 0
-	for _, cc := range ccs {
-		if cc.Dedup != nil && i < len(q.stores) {
-			keys, bytes := q.stores[i].Held()
-			q.m.Held(cc.Source, keys, bytes)
-			i++
-		}
+func (q *quality) report() {
+	for _, s := range q.stores {
+		keys, bytes := s.store.Held()
+		q.m.Held(s.stream, keys, bytes)
 	}
 	st := q.trail.Stats()
 	q.m.Audit(int64(st.Pending), st.Written, st.Dropped, st.WriteErrors)
@@ -247,7 +249,7 @@ func (q *quality) close(ctx context.Context) error {
 		errs = append(errs, q.trail.Close(ctx))
 	}
 	for _, s := range q.stores {
-		errs = append(errs, s.Close())
+		errs = append(errs, s.store.Close())
 	}
 	return errors.Join(errs...)
 }

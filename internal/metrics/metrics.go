@@ -82,9 +82,9 @@ type Metrics struct {
 	topoOnce    sync.Once
 	topo        *Topology
 	flowOnce    sync.Once
-	quality     *Quality
-	qualityOnce sync.Once
 	flow        *Flow
+	qualityOnce sync.Once
+	quality     *Quality
 
 	// Server.
 	connOpen      prometheus.Gauge

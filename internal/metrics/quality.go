@@ -90,7 +90,9 @@ func (q *Quality) RuleFailed(stream, rule string, warn bool, n int) {
 func (q *Quality) FailRatio(stream string, ratio float64) { q.ratio.WithLabelValues(stream).Set(ratio) }
 
 // Breaker reports a stream's breaker opening or closing.
-func (q *Quality) Breaker(stream string, open bool) { q.breaker.WithLabelValues(stream).Set(b2f(open)) }
+func (q *Quality) Breaker(stream string, open bool) {
+	q.breaker.WithLabelValues(stream).Set(boolValue(open))
+}
 
 // Lookup implements dedup.Observer.
 func (q *Quality) Lookup(stream string, keys int, took time.Duration, err error) {
@@ -105,7 +107,9 @@ func (q *Quality) Lookup(stream string, keys int, took time.Duration, err error)
 func (q *Quality) Dropped(stream string, n int) { q.dropped.WithLabelValues(stream).Add(float64(n)) }
 
 // Degraded implements dedup.Observer.
-func (q *Quality) Degraded(stream string, on bool) { q.degraded.WithLabelValues(stream).Set(b2f(on)) }
+func (q *Quality) Degraded(stream string, on bool) {
+	q.degraded.WithLabelValues(stream).Set(boolValue(on))
+}
 
 // Held reports a stream's seen-set size.
 func (q *Quality) Held(stream string, keys, bytes int64) {
@@ -123,11 +127,4 @@ func (q *Quality) Audit(pending, written, dropped, writeErrors int64) {
 	q.audit.WithLabelValues("written").Set(float64(written))
 	q.audit.WithLabelValues("dropped").Set(float64(dropped))
 	q.audit.WithLabelValues("write_errors").Set(float64(writeErrors))
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }
