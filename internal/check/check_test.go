@@ -15,6 +15,7 @@ import (
 	"github.com/weir-io/weir/internal/contract"
 	"github.com/weir-io/weir/internal/dedup"
 	"github.com/weir-io/weir/internal/dqaudit"
+	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
@@ -310,5 +311,30 @@ func TestThresholdAndBreaker(t *testing.T) {
 	}
 	if h := s.Health(ctx); h.State != sink.Healthy {
 		t.Errorf("health after the cool-down = %+v, want healthy (the window starts afresh)", h)
+	}
+}
+
+// A stream over its threshold that then goes quiet is healthy again once
+// its bad records have left the window.
+func TestDegradedEndsWithTheWindow(t *testing.T) {
+	clock := testenv.NewClock(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
+	st := &check.Stream{Name: "orders", Contract: orders(t, nil),
+		Limits: check.Limits{Window: time.Minute, MinRecords: 1, DegradedRatio: 0.2}}
+	c, err := check.New(check.Options{Streams: []*check.Stream{st}, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := c.Wrap(&recorder{}, "pg")
+	ctx := context.Background()
+	if _, err := s.Commit(ctx, sink.NewBatch([]sink.Record{rec("orders", 1, `bad`), rec("orders", 2, `bad`)})); err != nil {
+		t.Fatal(err)
+	}
+	if h := s.Health(ctx); h.State != sink.Degraded {
+		t.Fatalf("health after a bad batch = %+v, want degraded", h)
+	}
+	clock.Advance(2 * time.Minute) // nothing judged since
+	if h := s.Health(ctx); h.State != sink.Healthy {
+		t.Fatalf("health a window after the last bad record = %+v, want healthy", h)
 	}
 }

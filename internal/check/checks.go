@@ -95,7 +95,7 @@ func (s *Sink) Health(ctx context.Context) sink.Health {
 		return h
 	}
 	for _, st := range s.c.streams {
-		if sh, bad := st.health(); bad {
+		if sh, bad := st.health(s.c.now()); bad {
 			return sh
 		}
 	}

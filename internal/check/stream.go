@@ -179,9 +179,12 @@ func (s *Stream) Tripped() bool {
 	return s.tripped
 }
 
-// health is the stream's contribution to a wrapped sink's health.
-func (s *Stream) health() (sink.Health, bool) {
+// health is the stream's contribution to a wrapped sink's health at now:
+// the window is moved on first, so a stream that went quiet after a bad
+// burst is judged on what the window still holds, not on the burst.
+func (s *Stream) health(now time.Time) (sink.Health, bool) {
 	s.mu.Lock()
+	s.win.add(now, 0, 0)
 	ratio, _ := s.ratioLocked()
 	tripped := s.tripped
 	s.mu.Unlock()
