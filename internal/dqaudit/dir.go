@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/weir-io/weir/internal/synclog"
 	"github.com/weir-io/weir/internal/vfs"
 )
 
@@ -34,15 +34,13 @@ var ErrClosed = errors.New("dqaudit: writer closed")
 // DirWriter appends entries to the NDJSON files of one directory (see the
 // package doc). It is safe for concurrent use.
 type DirWriter struct {
-	fs      vfs.FS
-	dir     string
-	maxSize int64
+	fs  vfs.FS
+	dir string
 
 	mu     sync.Mutex
-	f      vfs.File
-	size   int64
-	failed error
+	log    *synclog.Log
 	buf    []byte
+	lastNS int64 // of the last file name, so that names never repeat
 }
 
 var _ Writer = (*DirWriter)(nil)
@@ -58,23 +56,37 @@ func OpenDir(fsys vfs.FS, dir string) (*DirWriter, error) {
 	if err := fsys.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("dqaudit: create %s: %w", dir, err)
 	}
-	return &DirWriter{fs: fsys, dir: dir, maxSize: FileMaxBytes}, nil
+	w := &DirWriter{fs: fsys, dir: dir}
+	w.log = w.newLog(FileMaxBytes)
+	return w, nil
+}
+
+// newLog is the writer's synclog, rolling files at fileMax bytes.
+func (w *DirWriter) newLog(fileMax int64) *synclog.Log {
+	return synclog.New(synclog.Options{FS: w.fs, Dir: w.dir, FileMaxBytes: fileMax, Name: w.nextName,
+		Stopped: ErrStopped, Closed: ErrClosed})
+}
+
+// nextName is a-<unix nanos>.ndjson, later than any name before it.
+func (w *DirWriter) nextName() string {
+	w.lastNS = max(time.Now().UnixNano(), w.lastNS+1)
+	return filePrefix + strconv.FormatInt(w.lastNS, 10) + fileSuffix
 }
 
 // Dir is the writer's directory.
 func (w *DirWriter) Dir() string { return w.dir }
 
 // Write appends entries, one line each, and returns once they are
-// fdatasynced.
+// fdatasynced (internal/synclog: a failed write or fdatasync stops the
+// writer, and the part of the batch that landed is cut off, so that no
+// unacknowledged entry is read back: the Trail writes it again, with
+// another writer).
 func (w *DirWriter) Write(_ context.Context, entries []Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.failed != nil {
-		return w.failed
-	}
 	buf := w.buf[:0]
 	for i := range entries {
 		b, err := json.Marshal(&entries[i])
@@ -84,82 +96,17 @@ func (w *DirWriter) Write(_ context.Context, entries []Entry) error {
 		buf = append(append(buf, b...), '\n')
 	}
 	w.buf = buf
-	n := int64(len(buf))
-	if w.f == nil || w.size > 0 && w.size+n > w.maxSize {
-		if err := w.roll(); err != nil {
-			return err
-		}
+	if err := w.log.Append(buf); err != nil {
+		return fmt.Errorf("dqaudit: %w", err)
 	}
-	// On failure, cut what part of the batch landed, so that no
-	// unacknowledged entry is read back (the Trail writes it again, with
-	// another writer); after a failed fdatasync the cut is not synced
-	// (an fdatasync is never retried).
-	if _, err := w.f.Write(buf); err != nil {
-		if w.f.Truncate(w.size) == nil {
-			_ = w.f.Sync()
-		}
-		return w.stop(fmt.Errorf("write %s: %w", w.f.Name(), err))
-	}
-	if err := w.f.Sync(); err != nil {
-		_ = w.f.Truncate(w.size)
-		return w.stop(fmt.Errorf("fdatasync %s: %w", w.f.Name(), err))
-	}
-	w.size += n
 	return nil
-}
-
-// roll closes the current file (its bytes are synced) and creates the next
-// one durably.
-func (w *DirWriter) roll() error {
-	if w.f != nil {
-		if err := w.f.Close(); err != nil {
-			return w.stop(fmt.Errorf("close %s: %w", w.f.Name(), err))
-		}
-		w.f, w.size = nil, 0
-	}
-	ns := time.Now().UnixNano()
-	var f vfs.File
-	var err error
-	for range 100 { // another writer may have taken the name
-		f, err = w.fs.Create(filepath.Join(w.dir, filePrefix+strconv.FormatInt(ns, 10)+fileSuffix), 0o600)
-		if !errors.Is(err, os.ErrExist) {
-			break
-		}
-		ns++
-	}
-	if err != nil {
-		return fmt.Errorf("dqaudit: create a file in %s: %w", w.dir, err)
-	}
-	if err := w.fs.SyncDir(w.dir); err != nil {
-		f.Close()
-		return w.stop(fmt.Errorf("sync directory %s: %w", w.dir, err))
-	}
-	w.f = f
-	return nil
-}
-
-func (w *DirWriter) stop(err error) error {
-	w.failed = fmt.Errorf("%w: %w", ErrStopped, err)
-	if w.f != nil {
-		w.f.Close()
-		w.f = nil
-	}
-	return w.failed
 }
 
 // Close closes the current file; later Writes fail.
 func (w *DirWriter) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.failed == nil {
-		w.failed = ErrClosed
-	}
-	if w.f == nil {
-		return nil
-	}
-	err := w.f.Close()
-	w.f = nil
-	return err
+	return w.log.Close()
 }
 
 // ReadDir reads every entry of the trail files in dir, oldest file first.

@@ -35,7 +35,9 @@
 // quarantine into one directory without a lock. Every batch is written and
 // fdatasynced before Quarantine returns; a file's directory entry is synced
 // when it is created. A failed write or fdatasync stops the writer for good
-// (the sync is never retried): later batches are refused and shed.
+// (the sync is never retried): later batches are refused and shed. The
+// files themselves are written by internal/synclog, as the dq-audit
+// trail's are.
 package quarantine
 
 import (
@@ -55,6 +57,7 @@ import (
 
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/synclog"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
@@ -78,6 +81,9 @@ var ErrFull = errors.New("quarantine: full")
 // ErrStopped wraps the failure that stopped a writer.
 var ErrStopped = errors.New("quarantine: writer stopped after a failed write or fdatasync")
 
+// errClosed refuses a batch after Close.
+var errClosed = errors.New("quarantine: writer closed")
+
 // Options configure Open. Zero fields take their defaults.
 type Options struct {
 	FS  vfs.FS
@@ -95,12 +101,10 @@ type Options struct {
 type Writer struct {
 	opts Options
 
-	mu     sync.Mutex
-	f      vfs.File
-	size   int64 // bytes in f
-	total  int64 // bytes in every quarantine file of Dir
-	failed error
-	buf    []byte
+	mu    sync.Mutex
+	log   *synclog.Log
+	total int64 // bytes in every quarantine file of Dir
+	buf   []byte
 }
 
 var _ engine.Quarantine = (*Writer)(nil)
@@ -130,6 +134,8 @@ func Open(opts Options) (*Writer, error) {
 		return nil, err
 	}
 	w := &Writer{opts: opts}
+	w.log = synclog.New(synclog.Options{FS: opts.FS, Dir: opts.Dir, FileMaxBytes: opts.FileMaxBytes, Name: w.nextName,
+		Stopped: ErrStopped, Closed: errClosed})
 	for _, n := range names {
 		fi, err := opts.FS.Stat(filepath.Join(opts.Dir, n))
 		if err != nil {
@@ -159,9 +165,6 @@ func (w *Writer) Quarantine(_ context.Context, recs []engine.QuarantinedRecord) 
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.failed != nil {
-		return w.failed
-	}
 	now := w.opts.Now().UTC()
 	buf := w.buf[:0]
 	for i := range recs {
@@ -172,68 +175,26 @@ func (w *Writer) Quarantine(_ context.Context, recs []engine.QuarantinedRecord) 
 	if w.total+n > w.opts.MaxBytes {
 		return fmt.Errorf("%w: %d bytes held, %d more would pass max_bytes %d", ErrFull, w.total, n, w.opts.MaxBytes)
 	}
-	if w.f == nil || w.size > 0 && w.size+n > w.opts.FileMaxBytes {
-		if err := w.roll(now); err != nil {
-			return err
-		}
+	if err := w.log.Append(buf); err != nil {
+		return fmt.Errorf("quarantine: %w", err)
 	}
-	if _, err := w.f.Write(buf); err != nil {
-		return w.stop(fmt.Errorf("write %s: %w", w.f.Name(), err))
-	}
-	if err := w.f.Sync(); err != nil {
-		return w.stop(fmt.Errorf("fdatasync %s: %w", w.f.Name(), err))
-	}
-	w.size += n
 	w.total += n
 	return nil
 }
 
-// roll closes the current file (its bytes are already synced) and creates
-// the next one durably.
-func (w *Writer) roll(now time.Time) error {
-	if w.f != nil {
-		if err := w.f.Close(); err != nil {
-			return w.stop(fmt.Errorf("close %s: %w", w.f.Name(), err))
-		}
-		w.f, w.size = nil, 0
-	}
+// nextName is q-<unix nanos>-<random>.ndjson: an ingest node and a
+// recovery node may quarantine into one directory without a lock.
+func (w *Writer) nextName() string {
 	var rnd [4]byte
 	rand.Read(rnd[:])
-	name := filepath.Join(w.opts.Dir, filePrefix+strconv.FormatInt(now.UnixNano(), 10)+"-"+hex.EncodeToString(rnd[:])+fileSuffix)
-	f, err := w.opts.FS.Create(name, 0o600)
-	if err != nil {
-		return fmt.Errorf("quarantine: create %s: %w", name, err)
-	}
-	if err := w.opts.FS.SyncDir(w.opts.Dir); err != nil {
-		f.Close()
-		return w.stop(fmt.Errorf("sync directory %s: %w", w.opts.Dir, err))
-	}
-	w.f = f
-	return nil
+	return filePrefix + strconv.FormatInt(w.opts.Now().UnixNano(), 10) + "-" + hex.EncodeToString(rnd[:]) + fileSuffix
 }
 
-func (w *Writer) stop(err error) error {
-	w.failed = fmt.Errorf("%w: %w", ErrStopped, err)
-	if w.f != nil {
-		w.f.Close()
-		w.f = nil
-	}
-	return w.failed
-}
-
-// Close closes the current file.
+// Close closes the current file; later batches are refused.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.f == nil {
-		return nil
-	}
-	err := w.f.Close()
-	w.f = nil
-	if w.failed == nil {
-		w.failed = errors.New("quarantine: writer closed")
-	}
-	return err
+	return w.log.Close()
 }
 
 func appendLine(buf []byte, q *engine.QuarantinedRecord, now time.Time) []byte {
