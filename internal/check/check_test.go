@@ -320,7 +320,8 @@ func TestDegradedEndsWithTheWindow(t *testing.T) {
 	clock := testenv.NewClock(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
 	st := &check.Stream{Name: "orders", Contract: orders(t, nil),
 		Limits: check.Limits{Window: time.Minute, MinRecords: 1, DegradedRatio: 0.2}}
-	c, err := check.New(check.Options{Streams: []*check.Stream{st}, Now: clock.Now})
+	obs := &ratios{}
+	c, err := check.New(check.Options{Streams: []*check.Stream{st}, Now: clock.Now, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,4 +338,15 @@ func TestDegradedEndsWithTheWindow(t *testing.T) {
 	if h := s.Health(ctx); h.State != sink.Healthy {
 		t.Fatalf("health a window after the last bad record = %+v, want healthy", h)
 	}
+	if obs.last != -1 {
+		t.Fatalf("reject ratio reported a window later = %v, want -1 (the window is empty)", obs.last)
+	}
 }
+
+// ratios keeps the last reject ratio reported.
+type ratios struct {
+	check.NopObserver
+	last float64
+}
+
+func (r *ratios) FailRatio(_ string, ratio float64) { r.last = ratio }

@@ -88,15 +88,15 @@ func (s *Sink) Close() error { return s.inner.Close() }
 
 // Health implements sink.Sink: the inner sink's, or Degraded when a
 // stream's fail ratio is over its threshold, its breaker is open or its
-// dedup store cannot be reached.
+// dedup store cannot be reached. It reports each stream's ratio to the
+// observer too, its window moved on to now.
 func (s *Sink) Health(ctx context.Context) sink.Health {
 	h := s.inner.Health(ctx)
-	if h.State != sink.Healthy {
-		return h
-	}
 	for _, st := range s.c.streams {
-		if sh, bad := st.health(s.c.now()); bad {
-			return sh
+		sh, bad, ratio := st.health(s.c.now())
+		s.c.obs.FailRatio(st.Name, ratio) // moved on, for a stream gone quiet
+		if bad && h.State == sink.Healthy {
+			h = sh
 		}
 	}
 	return h

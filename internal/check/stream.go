@@ -182,23 +182,24 @@ func (s *Stream) Tripped() bool {
 // health is the stream's contribution to a wrapped sink's health at now:
 // the window is moved on first, so a stream that went quiet after a bad
 // burst is judged on what the window still holds, not on the burst.
-func (s *Stream) health(now time.Time) (sink.Health, bool) {
+// It also returns the window's reject ratio (-1 before MinRecords).
+func (s *Stream) health(now time.Time) (h sink.Health, bad bool, ratio float64) {
 	s.mu.Lock()
 	s.win.add(now, 0, 0)
-	ratio, _ := s.ratioLocked()
+	ratio, _ = s.ratioLocked()
 	tripped := s.tripped
 	s.mu.Unlock()
 	if tripped {
-		return sink.Health{State: sink.Degraded, Reason: fmt.Sprintf("stream %q: contract breaker open", s.Name)}, true
+		return sink.Health{State: sink.Degraded, Reason: fmt.Sprintf("stream %q: contract breaker open", s.Name)}, true, ratio
 	}
 	if s.Limits.DegradedRatio > 0 && ratio > s.Limits.DegradedRatio {
 		return sink.Health{State: sink.Degraded, Reason: fmt.Sprintf("stream %q: %.1f%% of records rejected by %s (threshold %.1f%%)",
-			s.Name, 100*ratio, s.Contract.Name(), 100*s.Limits.DegradedRatio)}, true
+			s.Name, 100*ratio, s.Contract.Name(), 100*s.Limits.DegradedRatio)}, true, ratio
 	}
 	if s.Dedup != nil {
 		if h := s.Dedup.Health(); h.State != sink.Healthy {
-			return h, true
+			return h, true, ratio
 		}
 	}
-	return sink.Health{}, false
+	return sink.Health{}, false, ratio
 }
