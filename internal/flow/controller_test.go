@@ -11,25 +11,8 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/flow"
+	"github.com/weir-io/weir/internal/testenv"
 )
-
-// clock is a settable clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // pausable records Pause and Resume.
 type pausable struct {
@@ -93,7 +76,7 @@ func (o *observer) StuckStage(from, to flow.StuckStage) {
 type rig struct {
 	c     *flow.Controller
 	b     *flow.Budget
-	clk   *clock
+	clk   *testenv.Clock
 	heap  atomic.Int64
 	queue atomic.Uint64 // math.Float64bits of the fill
 	obs   *observer
@@ -102,7 +85,7 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	r := &rig{clk: &clock{now: t0}, obs: &observer{}}
+	r := &rig{clk: testenv.NewClock(t0), obs: &observer{}}
 	r.b = warm(t, 1000)
 	r.c = flow.NewController(flow.Options{
 		Budget: r.b, MemoryLimit: 1000, Estimator: flow.NewEstimator(0), Thresholds: flow.DefaultThresholds(),
@@ -122,7 +105,7 @@ func (r *rig) set(heap int64, queue float64) {
 
 // step advances the clock by d and samples.
 func (r *rig) step(d time.Duration) flow.Sample {
-	r.clk.Add(d)
+	r.clk.Advance(d)
 	return r.c.Sample()
 }
 

@@ -12,31 +12,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/sink"
 )
-
-// clock is an injectable Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
 
@@ -185,7 +167,7 @@ var nameRE = regexp.MustCompile(`^weir-\d{20}-\d{6}\.ndjson(\.open)?$`)
 
 func TestRollBySize(t *testing.T) {
 	dir := t.TempDir()
-	clk := &clock{t: t0}
+	clk := testenv.NewClock(t0)
 	s := open(t, Options{Dir: dir, MaxBytes: 4096, MaxAge: time.Hour, Now: clk.Now})
 	var want []sink.Record
 	for i := 0; i < 40; i++ {
@@ -242,7 +224,7 @@ func TestOversizedBatchGetsItsOwnFile(t *testing.T) {
 
 func TestRollByAge(t *testing.T) {
 	dir := t.TempDir()
-	clk := &clock{t: t0}
+	clk := testenv.NewClock(t0)
 	s := open(t, Options{Dir: dir, MaxAge: time.Minute, Now: clk.Now})
 	commit(t, s, batch(0, 3, 10))
 	clk.Advance(30 * time.Second)
@@ -284,7 +266,7 @@ func TestRollByAge(t *testing.T) {
 
 func TestNamesStayUniqueAcrossRestartsAndClockSteps(t *testing.T) {
 	dir := t.TempDir()
-	clk := &clock{t: t0}
+	clk := testenv.NewClock(t0)
 	for range 3 {
 		s := open(t, Options{Dir: dir, Now: clk.Now})
 		commit(t, s, batch(0, 1, 1))
