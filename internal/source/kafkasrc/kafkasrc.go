@@ -349,6 +349,7 @@ func (s *Source) clientOpts() []kgo.Opt {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.RebalanceTimeout(s.opts.RebalanceTimeout),
 		kgo.SessionTimeout(s.opts.SessionTimeout),
+		kgo.OnPartitionsAssigned(s.assigned),
 		kgo.OnPartitionsRevoked(s.revoked),
 		kgo.OnPartitionsLost(s.lost),
 	}
@@ -661,6 +662,13 @@ func (s *Source) dropPending(done map[string]map[int32]kgo.EpochOffset) {
 			delete(s.pending, t)
 		}
 	}
+}
+
+// assigned logs the partitions this member is given, with the member id
+// and generation the broker knows it by (to match a describe of the group).
+func (s *Source) assigned(_ context.Context, cl *kgo.Client, as map[string][]int32) {
+	member, gen := cl.GroupMetadata()
+	s.log.Info("partitions assigned", "partitions", as, "member", member, "generation", gen)
 }
 
 // revoked runs (gated against polls) before partitions go to another
