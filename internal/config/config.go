@@ -108,6 +108,8 @@ type Config struct {
 	Contracts []ContractConfig
 	DQAudit   DQAuditConfig // [dq_audit]
 
+	Coordination CoordinationConfig // [coordination] (docs/coordination.md)
+
 	LogLevel  string // log_level: debug|info|warn|error
 	LogFormat string // log_format: text|json
 
@@ -311,6 +313,7 @@ func validate(ks []knob, c *Config, wd string) []error {
 	resolve("socket_path", &c.SocketPath, DefaultSocketName)
 	resolve("wab_dir", &c.WABDir, DefaultWABName)
 	resolve("dq_audit.dir", &c.DQAudit.Dir, DefaultDQAuditDirName)
+	resolve("coordination.data_dir", &c.Coordination.DataDir, DefaultCoordDirName)
 	// Every sink kind's directory, in use or not: a flag may set any.
 	for _, sk := range c.Components.Sinks() {
 		if f := sk.Dir(); f != nil {
@@ -327,6 +330,7 @@ func validate(ks []knob, c *Config, wd string) []error {
 	errs = append(errs, validateTLS(ks, c, wd)...)
 	errs = append(errs, validateSinkKind(ks, c, wd)...)
 	errs = append(errs, validateFlow(ks, c)...)
+	errs = append(errs, validateCoordination(ks, c)...)
 	if c.DrainRetryMax < c.DrainRetryBase {
 		k := knobByKey(ks, "drain_retry_max")
 		errs = append(errs, invalid(k, formatDuration(c.DrainRetryMax),

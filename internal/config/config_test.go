@@ -143,7 +143,11 @@ func TestDefaults(t *testing.T) {
 			StuckWarnAfter: 2 * time.Minute, StuckFailAfter: 5 * time.Minute, StuckExitAfter: 5 * time.Minute,
 			StuckClearAfter: 30 * time.Second, Profile: "default", QuorumBudgetPercent: 50, QuorumBatchPercent: 50,
 		},
-		DQAudit:   DQAuditConfig{Dir: "/srv/weir/data/dq-audit", Table: DefaultDQAuditTable, Window: time.Minute, Sample: 16},
+		DQAudit: DQAuditConfig{Dir: "/srv/weir/data/dq-audit", Table: DefaultDQAuditTable, Window: time.Minute, Sample: 16},
+		Coordination: CoordinationConfig{DataDir: "/srv/weir/data/coordination", PeerListen: DefaultCoordPeerListen,
+			ClientListen: DefaultCoordClientListen, BackupInterval: DefaultCoordBackupInterval, BackupKeep: DefaultCoordBackupKeep,
+			ReadyTimeout: DefaultCoordReadyTimeout, HandoffGrace: DefaultCoordHandoffGrace, SessionTTL: DefaultCoordSessionTTL,
+			LeaseTTL: DefaultCoordLeaseTTL, ClaimPositions: DefaultCoordClaimPositions},
 		LogLevel:  "info",
 		LogFormat: "text",
 	}
@@ -269,6 +273,22 @@ var samples = map[string][2]string{
 	"dq_audit.table":                 {"dq_a", "public.dq_b"},
 	"dq_audit.window":                {"30s", "5m"},
 	"dq_audit.sample":                {"4", "32"},
+	"coordination.mode":              {"1", "3"},
+	"coordination.node":              {"weir-0", "weir-1"},
+	"coordination.data_dir":          {"/tmp/coord-a", "/tmp/coord-b"},
+	"coordination.peer_listen":       {"127.0.0.1:12380", "127.0.0.1:22380"},
+	"coordination.client_listen":     {"127.0.0.1:12379", "127.0.0.1:22379"},
+	"coordination.join":              {"127.0.0.1:2379", "127.0.0.1:2379,127.0.0.2:2379"},
+	"coordination.endpoints":         {"10.0.0.1:2379", "10.0.0.1:2379,10.0.0.2:2379"},
+	"coordination.backup_url":        {"file:///tmp/bk", "s3://bucket/weir?region=us-east-1"},
+	"coordination.backup_interval":   {"1m", "10m"},
+	"coordination.backup_keep":       {"2", "9"},
+	"coordination.ready_timeout":     {"5s", "1m"},
+	"coordination.handoff_grace":     {"3s", "40s"},
+	"coordination.session_ttl":       {"4s", "20s"},
+	"coordination.recovery_leases":   {"false", "false"}, // true needs coordination.mode: TestCoordinationValidation
+	"coordination.lease_ttl":         {"3s", "30s"},
+	"coordination.claim_positions":   {"4096", "1048576"},
 	"log_level":                      {"debug", "error"},
 	"log_format":                     {"json", "text"},
 	"sink.durable":                   {"true", "true"},
@@ -765,5 +785,45 @@ tls_reload_interval = "1m"
 	if _, err := load([]string{"--config", file, "--tcp-listen="}, nil, nil, wd); err == nil ||
 		!strings.Contains(err.Error(), "has no effect while tcp_listen is empty") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestCoordinationValidation: coordination.mode takes 0, 1, 3, 5 or 7;
+// 2 and the other even sizes are refused with the reason; features that
+// need coordination refuse to start without it.
+func TestCoordinationValidation(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // "" is valid
+	}{
+		{[]string{"--coordination-mode=0"}, ""},
+		{[]string{"--coordination-mode=1"}, ""},
+		{[]string{"--coordination-mode=3"}, ""},
+		{[]string{"--coordination-mode=5"}, ""},
+		{[]string{"--coordination-mode=7"}, ""},
+		{[]string{"--coordination-mode=2"}, "losing either member halts every write"},
+		{[]string{"--coordination-mode=4"}, "an even size adds a voter without adding failure tolerance; use 3 or 5"},
+		{[]string{"--coordination-mode=6"}, "use 5 or 7"},
+		{[]string{"--coordination-mode=9"}, "coordination.mode"},
+		{[]string{"--coordination-mode=-1"}, "coordination.mode"},
+		{[]string{"--coordination-recovery-leases=true"}, "needs coordination: set coordination.mode"},
+		{[]string{"--coordination-mode=1", "--coordination-recovery-leases=true"}, ""},
+		{[]string{"--coordination-mode=1", "--coordination-peer-listen=127.0.0.1:2379"}, "must differ from coordination.peer_listen"},
+		{[]string{"--coordination-join=nohostport"}, "not host:port"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			c, err := load(append([]string{"--data-dir=/srv/weir/data"}, tc.args...), nil, nil, "/")
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("accepted; want an error containing %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+			if err == nil && c.Coordination.On() && c.Coordination.Node == "" {
+				t.Fatal("coordination on with no node name: want the host name")
+			}
+		})
 	}
 }

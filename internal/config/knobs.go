@@ -399,6 +399,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 	}
 	ks = append(ks, flowKnobs()...)
 	ks = append(ks, dqAuditKnobs()...)
+	ks = append(ks, coordKnobs()...)
 	return append(ks,
 		hostKnob("metrics_bind", DefaultMetricsBind, "Address the metrics and health endpoint listens on: an IP address or a host name. The endpoint is unauthenticated; keep it on loopback or a private network.",
 			func(p *partial) **string { return &p.MetricsBind }, func(c *Config) *string { return &c.MetricsBind }),
@@ -468,6 +469,7 @@ type partial struct {
 
 	flow    flowPartial
 	dqAudit dqAuditPartial
+	coord   coordPartial
 
 	// topology holds the [[secondary]] and [[source]] tables as read from
 	// the file; they have no flag or environment form.
