@@ -189,14 +189,6 @@ func (c *Config) BudgetLimit() (limit int64, from string) {
 	return limit, from
 }
 
-// BatchPercent is the share of every batch size the profile runs with
-// (100, or flow.quorum_batch_percent under the quorum profile).
-func (c *Config) BatchPercent() int {
-	if c.Flow.Profile == "quorum" {
-		return c.Flow.QuorumBatchPercent
-	}
-	return 100
-}
 
 // BudgetOptions are the flow.BudgetOptions for limit.
 func (c *Config) BudgetOptions(limit int64) flow.BudgetOptions {

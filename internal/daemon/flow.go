@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/weir-io/weir/internal/config"
@@ -26,6 +27,14 @@ type flowControl struct {
 	drainEst *flow.Estimator
 	stop     context.CancelFunc
 	done     chan struct{}
+
+	// quorum is whether the quorum profile is in force: set by
+	// flow.profile = "quorum", or while the node holds a coordination
+	// quorum role (setQuorum).
+	quorum             atomic.Bool
+	limits             [2]int64 // the budget under the default and the quorum profile
+	quorumBatchPercent int
+	log                *slog.Logger
 }
 
 // exitGrace is how long a stuck daemon is given to shut down on its own
@@ -44,7 +53,10 @@ func startFlow(cfg *config.Config, m *metrics.Metrics, log *slog.Logger, stuck f
 	fm := m.Flow(cfg.Thresholds())
 	bo.ObserveWait = fm.AdmissionWaited
 	f := &flowControl{budget: flow.NewBudget(bo), m: fm, on: cfg.Flow.Admission, done: make(chan struct{}),
-		drainEst: flow.NewEstimator(int64(cfg.Flow.RecordSizeEstimate))}
+		drainEst: flow.NewEstimator(int64(cfg.Flow.RecordSizeEstimate)), log: log,
+		quorumBatchPercent: cfg.Flow.QuorumBatchPercent}
+	f.limits = profileLimits(cfg)
+	f.quorum.Store(cfg.Flow.Profile == "quorum")
 	f.ctl = flow.NewController(flow.Options{
 		Budget: f.budget, Estimator: f.drainEst, MemoryLimit: processLimit(), Thresholds: cfg.Thresholds(), Stuck: cfg.StuckThresholds(),
 		Interval: cfg.Flow.SampleInterval, Log: log, Observer: fm,
@@ -65,6 +77,43 @@ func startFlow(cfg *config.Config, m *metrics.Metrics, log *slog.Logger, stuck f
 		f.ctl.Run(ctx)
 	}()
 	return f
+}
+
+// profileLimits is the budget under the default profile and under the
+// quorum profile.
+func profileLimits(cfg *config.Config) [2]int64 {
+	c := *cfg
+	c.Flow.Profile = "default"
+	def, _ := c.BudgetLimit()
+	c.Flow.Profile = "quorum"
+	q, _ := c.BudgetLimit()
+	return [2]int64{def, q}
+}
+
+// setQuorum switches the quorum profile on or off while the node runs (a
+// coordination role taken or given up): the budget's limit at once, batch
+// sizes from the next batch on. flow.profile = "quorum" keeps it on.
+func (f *flowControl) setQuorum(cfg *config.Config, on bool) {
+	on = on || cfg.Flow.Profile == "quorum"
+	if f.quorum.Swap(on) == on {
+		return
+	}
+	limit := f.limits[0]
+	if on {
+		limit = f.limits[1]
+	}
+	f.budget.SetLimit(limit)
+	f.log.Info("flow-control profile switched", "profile", map[bool]string{false: "default", true: "quorum"}[on],
+		"budget_bytes", limit, "batch_percent", f.batchPercent())
+}
+
+// batchPercent is the share of every batch size the profile in force
+// runs with.
+func (f *flowControl) batchPercent() int {
+	if f.quorum.Load() {
+		return f.quorumBatchPercent
+	}
+	return 100
 }
 
 // processLimit is the memory the process may use, when GOMEMLIMIT or a

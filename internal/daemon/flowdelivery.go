@@ -29,7 +29,7 @@ func (f *flowControl) pacer(cfg *config.Config) flow.Pacer {
 	if f == nil {
 		return nil
 	}
-	return flow.WithBatchPercent(f.ctl, cfg.BatchPercent)
+	return flow.WithBatchPercent(f.ctl, f.batchPercent)
 }
 
 // drainOptions sets the drain's flow control: admission with an estimator

@@ -103,3 +103,32 @@ func TestDeliveryQueuesWatched(t *testing.T) {
 		}
 	}
 }
+
+// A coordination role switches the quorum profile on and off while the
+// node runs: the budget's limit at once and the pacer's batch share from
+// the next batch; flow.profile = "quorum" keeps it on.
+func TestQuorumProfileSwitch(t *testing.T) {
+	cfg := loadConfig(t, t.TempDir(), "memory_budget = \"64MiB\"\n[flow]\nquorum_budget_percent = 25\nquorum_batch_percent = 40\n")
+	fc := testFlow(t, cfg)
+	p := fc.pacer(cfg)
+	check := func(limit int64, scaled int) {
+		t.Helper()
+		if got := fc.budget.Stats().Limit; got != limit {
+			t.Errorf("budget limit %d, want %d", got, limit)
+		}
+		if got := p.Scale(100); got != scaled {
+			t.Errorf("pacer makes %d of 100, want %d", got, scaled)
+		}
+	}
+	check(64<<20, 100)
+	fc.setQuorum(cfg, true)
+	check(16<<20, 40)
+	fc.setQuorum(cfg, true) // no change
+	check(16<<20, 40)
+	fc.setQuorum(cfg, false)
+	check(64<<20, 100)
+
+	cfg.Flow.Profile = "quorum"
+	fc.setQuorum(cfg, false) // flow.profile keeps it on
+	check(16<<20, 40)
+}
