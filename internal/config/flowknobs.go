@@ -189,7 +189,6 @@ func (c *Config) BudgetLimit() (limit int64, from string) {
 	return limit, from
 }
 
-
 // BudgetOptions are the flow.BudgetOptions for limit.
 func (c *Config) BudgetOptions(limit int64) flow.BudgetOptions {
 	return flow.BudgetOptions{Limit: limit, WarmupFraction: float64(c.Flow.WarmupPercent) / 100,
