@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/weir-io/weir/internal/vfs"
 )
 
 // RestoreHook returns the function the cluster code calls when it would
@@ -71,7 +73,7 @@ func (s *Store) Restore(ctx context.Context, info Info, dataDir, name, peerURL s
 	if err := unix.Rename(out, dataDir); err != nil {
 		return fmt.Errorf("backup: restore: move into place: %w", err)
 	}
-	if err := syncDirs(parent); err != nil {
+	if err := vfs.OS.SyncDir(parent); err != nil {
 		return fmt.Errorf("backup: restore: %w", err)
 	}
 	s.log.Info("coordination store restored from backup", "key", info.Key, "revision", info.Revision,

@@ -18,6 +18,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"gocloud.dev/blob"
+
+	"github.com/weir-io/weir/internal/vfs"
 )
 
 // Save streams a snapshot of the store cli talks to into the bucket, then
@@ -110,11 +112,11 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader) (int64, error)
 	}
 	if s.localDir != "" {
 		dir := filepath.Dir(filepath.Join(s.localDir, filepath.FromSlash(key)))
-		dirs := []string{s.localDir}
-		if dir != s.localDir {
-			dirs = append(dirs, dir) // a snapshot's directory, and its entry in the root
+		err := vfs.OS.SyncDir(dir)
+		if err == nil && dir != s.localDir {
+			err = vfs.OS.SyncDir(s.localDir) // snapshots/ itself is an entry in the root
 		}
-		if err := syncDirs(dirs...); err != nil {
+		if err != nil {
 			return n, fmt.Errorf("backup: write %s: %w", key, err)
 		}
 	}
@@ -199,20 +201,4 @@ func snapshotNanos(key string) (int64, bool) {
 	}
 	nanos, err := strconv.ParseInt(digits, 10, 64)
 	return nanos, err == nil
-}
-
-// syncDirs fsyncs each directory, so a rename or creation in it is durable.
-func syncDirs(dirs ...string) error {
-	for _, d := range dirs {
-		f, err := os.Open(d)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("fsync %s: %w", d, err)
-		}
-	}
-	return nil
 }
