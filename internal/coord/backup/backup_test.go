@@ -3,6 +3,7 @@ package backup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -11,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/weir-io/weir/internal/coord/etcdtest"
 )
@@ -86,11 +90,29 @@ func TestRestoreHookWithoutBackup(t *testing.T) {
 	}
 }
 
-func TestOpenRefusesOtherSchemes(t *testing.T) {
+func TestOpenRefuses(t *testing.T) {
 	for _, u := range []string{"gs://bucket/x", "mem://", "/var/lib/weir/backup", "azblob://c"} {
 		if _, err := Open(testCtx(t), u, testLog(), nil); !errors.Is(err, ErrScheme) {
 			t.Errorf("Open(%q) = %v, want ErrScheme", u, err)
 		}
+	}
+	// Two slashes: "var" would be a host and the directory /lib/weir/backup.
+	if _, err := Open(testCtx(t), "file://var/lib/weir/backup", testLog(), nil); err == nil ||
+		!strings.Contains(err.Error(), "names host") {
+		t.Errorf("Open of a file URL with a host = %v, want refused", err)
+	}
+	// A relative directory is fine, and created.
+	t.Chdir(t.TempDir())
+	s, err := Open(testCtx(t), "file://./rel/backups", testLog(), nil)
+	if err != nil {
+		t.Fatalf("Open of a relative file URL: %v", err)
+	}
+	defer s.Close()
+	if s.localDir != "rel/backups" {
+		t.Errorf("local directory %q, want rel/backups", s.localDir)
+	}
+	if _, err := os.Stat("rel/backups"); err != nil {
+		t.Errorf("directory not created: %v", err)
 	}
 }
 
@@ -263,5 +285,48 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 20s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSnapshotStreamCutKeepsLatest loses the etcd server in the middle of
+// the snapshot stream (a proxy drops the connection after 128 KiB): the
+// partial snapshot is aborted, not stored, and "latest" is unchanged.
+func TestSnapshotStreamCutKeepsLatest(t *testing.T) {
+	s, _ := openStore(t, fileURL(t))
+	ctx := testCtx(t)
+	srv := etcdtest.Start(t)
+	proxy := startCutProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"), 128<<10)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: 5 * time.Second,
+		Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	big := strings.Repeat("x", 16<<10)
+	for i := range 40 { // a snapshot of well over 640 KiB
+		if _, err := cli.Put(ctx, fmt.Sprintf("k/%03d", i), big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := s.Save(ctx, cli, "weir-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Bytes < 512<<10 {
+		t.Fatalf("snapshot of %d bytes is too small to cut midway", first.Bytes)
+	}
+	proxy.arm()
+	if _, err := s.Save(ctx, cli, "weir-0"); err == nil {
+		t.Fatal("Save over a cut snapshot stream succeeded")
+	}
+	if latest, ok, err := s.Latest(ctx); err != nil || !ok || latest != first {
+		t.Fatalf("Latest = %+v, %v, %v; want the first snapshot %+v", latest, ok, err, first)
+	}
+	if got := snapshotKeys(t, s); !slices.Equal(got, []string{first.Key}) {
+		t.Fatalf("snapshots = %v, want only %s", got, first.Key)
+	}
+	entries, err := os.ReadDir(filepath.Join(s.localDir, "snapshots"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("snapshot directory holds %v (%v): a partial upload was left behind", entries, err)
 	}
 }

@@ -6,9 +6,9 @@
 //
 // # What is backed up, and when
 //
-// Everything etcd holds: membership-independent keys, values, leases and
-// their revisions — the coordination state weir keeps there (recovery window
-// claims, leases, election keys). A snapshot is taken every backup interval
+// Everything etcd's backend holds — keys, values, their revisions, leases —
+// which is the coordination state weir keeps there (recovery window claims,
+// leases, election keys). The membership in it is replaced at restore. A snapshot is taken every backup interval
 // by the node that is the etcd leader (Store.Run with an isLeader check), and
 // once more when the last member stops gracefully (Store.SaveHook, called by
 // the cluster code before it stops the server). Losing a single-member

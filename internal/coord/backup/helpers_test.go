@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,4 +180,87 @@ func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 
 	}
 	t.Fatalf("metric %s{%s} not found", name, label)
 	return 0
+}
+
+// cutProxy forwards loopback TCP connections to target; once armed it
+// drops every connection after after more bytes have come back from the
+// target — a server lost in the middle of a response.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	after  int64
+	armed  atomic.Bool
+	sent   atomic.Int64 // bytes from the target since arming
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func startCutProxy(t *testing.T, target string, after int64) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, after: after}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *cutProxy) URL() string { return "http://" + p.ln.Addr().String() }
+
+func (p *cutProxy) arm() { p.sent.Store(0); p.armed.Store(true) }
+
+func (p *cutProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); _, _ = io.Copy(s, c); s.Close() }()
+		go func() { defer p.wg.Done(); p.back(c, s); c.Close() }()
+	}
+}
+
+// back copies the target's bytes to the client, cutting both when armed
+// and past the limit.
+func (p *cutProxy) back(c, s net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := s.Read(buf)
+		if n > 0 && p.armed.Load() && p.sent.Add(int64(n)) > p.after {
+			s.Close()
+			return
+		}
+		if n > 0 {
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *cutProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
 }

@@ -49,7 +49,8 @@ type Info struct {
 
 // Store is a backup location. Set its exported fields before first use.
 type Store struct {
-	// Keep is how many snapshots a successful Save leaves (default 5).
+	// Keep is how many snapshots a successful Save leaves (default 5; at
+	// least 1).
 	Keep int
 	// RevisionBump is added to the restored store's revision (default 1e9;
 	// 0 keeps it), so revisions never go backwards across a restore.
@@ -82,6 +83,11 @@ func Open(ctx context.Context, rawURL string, log *slog.Logger, reg prometheus.R
 	var localDir string
 	switch u.Scheme {
 	case fileblob.Scheme:
+		if u.Host != "" && u.Host != "." && u.Host != "localhost" {
+			// file://var/lib/x would quietly mean /lib/x
+			return nil, fmt.Errorf("backup: file URL %q names host %q: want file:///absolute/dir or file://./relative/dir",
+				u.Redacted(), u.Host)
+		}
 		b, localDir, err = openFile(ctx, u, q)
 	case s3blob.Scheme:
 		prefix = strings.Trim(u.Path, "/") + "/" + prefix
