@@ -42,15 +42,41 @@ func Start(t testing.TB) *Server {
 // StartIn runs a single-member cluster named name with its data in dir.
 // The caller stops it.
 func StartIn(dir, name string) (*Server, error) {
+	peer, client, err := freeURLs()
+	if err != nil {
+		return nil, err
+	}
+	return start(dir, name, peer, client)
+}
+
+// StartFrom runs the member name from a data directory made elsewhere (a
+// restored snapshot), listening on peerURL, the peer URL the data records
+// for it. The caller stops it.
+func StartFrom(dir, name, peerURL string) (*Server, error) {
+	peer, err := url.Parse(peerURL)
+	if err != nil {
+		return nil, fmt.Errorf("peer URL: %w", err)
+	}
+	_, client, err := freeURLs()
+	if err != nil {
+		return nil, err
+	}
+	return start(dir, name, *peer, client)
+}
+
+// FreePeerURL returns a loopback URL on a port the kernel says is free, for
+// a data directory to be made for StartFrom.
+func FreePeerURL() (string, error) {
+	peer, _, err := freeURLs()
+	return peer.String(), err
+}
+
+func start(dir, name string, peer, client url.URL) (*Server, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = name
 	cfg.Dir = dir
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	peer, client, err := freeURLs()
-	if err != nil {
-		return nil, err
-	}
 	cfg.ListenPeerUrls = []url.URL{peer}
 	cfg.AdvertisePeerUrls = []url.URL{peer}
 	cfg.ListenClientUrls = []url.URL{client}
