@@ -23,8 +23,14 @@ import (
 // failed to claim is passed over.
 const claimSkipIntervals = 5
 
-// releaseTimeout bounds the release of a claim.
-const releaseTimeout = 5 * time.Second
+// releaseTimeout bounds the release of a claim, and claimTimeout the
+// look for a window to claim: the worker that waits on them also delivers
+// the live batches, which must not stall while the claims store cannot
+// answer (quorum lost).
+const (
+	releaseTimeout = 5 * time.Second
+	claimTimeout   = 5 * time.Second
+)
 
 // errClaimLost stops a window's coverage once its claim's lease is gone.
 var errClaimLost = errors.New("engine: the recovery window's claim was lost")
@@ -103,6 +109,8 @@ func (s *secondary) claimCell(ctx context.Context) (bool, error) {
 	if _, ok := cov.FirstGap(end); !ok {
 		return false, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	defer cancel()
 	held, err := s.f.opts.Claims.Held(ctx, s.name+"/")
 	if err != nil {
 		return false, fmt.Errorf("list held recovery windows: %w", err)

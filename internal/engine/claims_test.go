@@ -1,12 +1,8 @@
 package engine_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/engine/enginetest"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -119,37 +116,6 @@ func (c *memClaim) Release(context.Context) error {
 	return nil
 }
 
-// logBuffer collects a fan-out's JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(b, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-// lines returns the logged records whose message is msg.
-func (b *logBuffer) lines(msg string) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // fillRaw commits n records to a raw in rawDir and notes its end in the
 // offset store there, as an ingest node would.
 func fillRaw(t *testing.T, rawDir string, n int) sink.Raw {
@@ -192,13 +158,13 @@ func (o *ownerSink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult
 	return o.memSink.Commit(ctx, b)
 }
 
-func recoveryNode(t *testing.T, raw sink.RawReader, rawDir string, snk sink.Sink, claims engine.Claims, logs *logBuffer) *engine.Fanout {
+func recoveryNode(t *testing.T, raw sink.RawReader, rawDir string, snk sink.Sink, claims engine.Claims, logs *enginetest.Logs) *engine.Fanout {
 	t.Helper()
 	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
 		Reader: raw, Store: openStore(t, rawDir), Role: engine.RoleRecovery,
 		FlushInterval: 20 * time.Millisecond, RecoveryInterval: 10 * time.Millisecond,
 		RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, WindowRecords: 200,
-		Claims: claims, ClaimPositions: 500, Logger: logs.logger(),
+		Claims: claims, ClaimPositions: 500, Logger: logs.Logger(),
 		Secondaries: []engine.SecondaryConfig{{Sink: snk, Name: "mem"}},
 	})
 	if err != nil {
@@ -223,10 +189,10 @@ func TestClaimedRecoveryTwoNodes(t *testing.T) {
 	mem.delay = 2 * time.Millisecond
 	var nodes []*engine.Fanout
 	var sinks []*ownerSink
-	var logs []*logBuffer
+	var logs []*enginetest.Logs
 	for _, name := range []string{"a", "b"} {
 		o := &ownerSink{memSink: mem, node: name, srv: srv, pos: pos, size: size}
-		lb := &logBuffer{}
+		lb := &enginetest.Logs{}
 		nodes, sinks, logs = append(nodes, recoveryNode(t, raw, rawDir, o, srv.node(name), lb)), append(sinks, o), append(logs, lb)
 	}
 	checker := startChecker(t, openStore(t, rawDir), raw, "mem", memHas(mem))
@@ -250,8 +216,8 @@ func TestClaimedRecoveryTwoNodes(t *testing.T) {
 	}
 	checker.finish()
 	for i, name := range []string{"a", "b"} {
-		claimed := logs[i].lines("recovery window claimed")
-		released := logs[i].lines("recovery window released")
+		claimed := logs[i].Records("recovery window claimed")
+		released := logs[i].Records("recovery window released")
 		if len(claimed) == 0 || len(released) < len(claimed)-1 {
 			t.Errorf("node %s: %d windows claimed, %d released", name, len(claimed), len(released))
 		}
@@ -262,10 +228,10 @@ func TestClaimedRecoveryTwoNodes(t *testing.T) {
 // heldMidWindow starts a recovery node on 300 positions of raw, with
 // claims, and returns once it commits the first window of window mem/0 to
 // a sink that holds the commit until mem.hold is closed.
-func heldMidWindow(t *testing.T) (rawDir string, srv *claimServer, mem *memSink, logs *logBuffer, f *engine.Fanout) {
+func heldMidWindow(t *testing.T) (rawDir string, srv *claimServer, mem *memSink, logs *enginetest.Logs, f *engine.Fanout) {
 	rawDir = t.TempDir()
 	raw := fillRaw(t, rawDir, 300)
-	srv, mem, logs = newClaimServer(), newMemSink("mem"), &logBuffer{}
+	srv, mem, logs = newClaimServer(), newMemSink("mem"), &enginetest.Logs{}
 	mem.hold = make(chan struct{})
 	f = recoveryNode(t, raw, rawDir, mem, srv.node("a"), logs)
 	waitFor(t, "a commit under the claim", func() bool { return mem.calls.Load() > 0 })
@@ -282,7 +248,7 @@ func TestClaimedRecoveryLostLease(t *testing.T) {
 	srv.mu.Unlock()
 	srv.expire("mem/0")
 	close(mem.hold)
-	waitFor(t, "the window released", func() bool { return len(logs.lines("recovery window released")) > 0 })
+	waitFor(t, "the window released", func() bool { return len(logs.Records("recovery window released")) > 0 })
 	time.Sleep(100 * time.Millisecond) // flushes happen meanwhile
 	if cov := openStore(t, rawDir).Coverage("mem"); cov.Count(300) != 0 {
 		t.Fatalf("coverage recorded after the lease was lost: %v", &cov)
@@ -294,7 +260,7 @@ func TestClaimedRecoveryLostLease(t *testing.T) {
 	srv.refuse = false
 	srv.mu.Unlock()
 	waitCaughtUp(t, f, 10*time.Second)
-	claimed := logs.lines("recovery window claimed")
+	claimed := logs.Records("recovery window claimed")
 	if len(claimed) < 2 || claimed[1]["token"].(float64) <= claimed[0]["token"].(float64) {
 		t.Fatalf("claims after the lost lease: %v", claimed)
 	}
@@ -313,7 +279,7 @@ func TestClaimedRecoveryStaleClaimFenced(t *testing.T) {
 	}
 	close(mem.hold)
 	waitFor(t, "the fenced claim given up", func() bool {
-		return len(logs.lines("a newer claim holds the window; giving it up")) > 0
+		return len(logs.Records("a newer claim holds the window; giving it up")) > 0
 	})
 	time.Sleep(100 * time.Millisecond)
 	if cov := openStore(t, rawDir).Coverage("mem"); cov.Count(300) != 0 {
