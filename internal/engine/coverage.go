@@ -35,15 +35,20 @@ func (f *Fanout) flusher(ctx context.Context) {
 			lastErrLog = time.Now()
 			f.log.Error("offset store write failed; coverage lags until it succeeds", "err", err)
 		}
-		f.report()
+		f.report(ctx)
 	}
 }
 
-func (f *Fanout) report() {
+func (f *Fanout) report(ctx context.Context) {
 	var backlog uint64
 	for _, st := range f.Stats().Sinks {
 		f.obs.Coverage(st.Name, st.CoveredPrefix, st.Lag, st.Missing)
 		backlog = max(backlog, st.Lag)
 	}
 	f.obs.RecoveryBacklog(backlog)
+	if f.opts.Claims != nil {
+		for _, s := range f.secs {
+			s.reportWindows(ctx)
+		}
+	}
 }

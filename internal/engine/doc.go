@@ -12,6 +12,8 @@
 //	fanout.go       Fanout: FanoutOptions, SecondaryConfig, NewFanout, Commit / Appended (raw first, then offered to the secondaries), Close
 //	secondary.go    a secondary's worker: bounded live queue, run loop, deliver / commitChunk with retry, cover after the ack
 //	recovery.go     recovery windows over coverage gaps, window halving, stepping over positions raw no longer keeps
+//	claims.go       Claims and Claim (recovery windows shared among nodes by lease), FencedStore, WindowKey, the window grid
+//	claimed.go      claimed recovery: take a window with a gap nobody holds, enter its fence, replay it, give it up
 //	admission.go    flow control: live batches and recovery windows reserved from the memory budget, queue fill, batch sizes and write results for the pacer
 //	quarantine.go   Quarantine, QuarantinedRecord, each secondary's quarantine lane (own goroutine and buffer; sheds when full)
 //	reject.go       a sink's rejections turned into quarantine records; counts by reason code
@@ -19,6 +21,7 @@
 //	health.go       the health poller: each secondary's Health every HealthInterval, reported and logged on change
 //	store.go        CoverageStore: the offset store as the fan-out uses it, with its lag/lead contract
 //	offsetstore.go  OffsetStore: coverage, cursors and raw end in memory, merged into what is persisted
+//	fence.go        Fence, ErrFenced, OffsetStore.Enter and CoverFenced: coverage recorded only under a window's newest claim
 //	offsetfile.go   the offset file in raw's directory (OpenOffsetStore): format, lock, durable replace
 //	cursorstore.go  FileCursorStore: source cursors in one durably replaced file
 //	spanset.go      SpanSet: sets of raw positions (coverage, queued spans), with their encoding
@@ -67,6 +70,18 @@
 // persists what was covered in memory later (coverage.go; Flush in
 // offsetstore.go), so what is written may lag the acks, never lead them,
 // and a merge with what another writer persisted only unites coverage.
+//
+// No coverage under a superseded claim. With FanoutOptions.Claims a
+// secondary recovers only a window it has claimed (claimed.go), enters
+// the claim's token in the offset store before replaying anything
+// (OffsetStore.Enter, refused when a newer claim entered), and records the
+// window's coverage with OffsetStore.CoverFenced, which checks inside the
+// store's locked read-merge-write that the token is still the window's
+// newest (fence.go) and gives memory the span only once it is durable. A
+// holder whose lease ended — and whose window another node then claimed —
+// therefore records nothing, even before it hears that it lost the lease;
+// what it wrote to the sink is harmless (record ids). It also stops
+// recording as soon as its claim's Lost fires.
 //
 // Recovery from raw in bounded windows. secondary.recoverWindow
 // (recovery.go) reads at most the current window of records from the first

@@ -117,6 +117,18 @@ type FanoutOptions struct {
 	// windows by flow control's state and profile, and is told how every
 	// commit to a secondary went. nil: unscaled, nothing told.
 	Pacer flow.Pacer
+
+	// Claims shares recovery among the nodes on one raw: a secondary's
+	// recovery works only on windows of ClaimPositions raw positions it
+	// has claimed, and records their coverage under the claim's fencing
+	// token (claimed.go); Store must then be a FencedStore. The windows
+	// with a gap that no node holds are reported on every node
+	// (Observer.RecoveryWindows), recovering or not. nil: this node is the
+	// only one recovering its raw.
+	Claims Claims
+	// ClaimPositions is the size of a claimable window, in raw positions.
+	// Zero means DefaultClaimPositions.
+	ClaimPositions uint64
 }
 
 // RecoveryAudit hears of recovered windows (*dqaudit.Trail).
@@ -143,6 +155,7 @@ type Fanout struct {
 	raw    sink.Raw
 	reader sink.RawReader
 	store  CoverageStore
+	fenced FencedStore // the store, with Claims
 	obs    Observer
 	log    *slog.Logger
 	secs   []*secondary
@@ -166,6 +179,7 @@ func NewFanout(ctx context.Context, opts FanoutOptions) (*Fanout, error) {
 	opts = opts.withDefaults()
 	f := &Fanout{opts: opts, raw: opts.Raw, reader: opts.Reader, store: opts.Store, obs: opts.Observer,
 		log: opts.Logger.With("component", "fanout", "role", opts.Role.String())}
+	f.fenced, _ = opts.Store.(FencedStore)
 	end, err := f.startEnd(ctx)
 	if err != nil {
 		return nil, err
@@ -209,6 +223,9 @@ func (o *FanoutOptions) check() error {
 	if o.Store == nil {
 		return errors.New("engine: fan-out: no offset store")
 	}
+	if _, ok := o.Store.(FencedStore); o.Claims != nil && !ok {
+		return fmt.Errorf("engine: fan-out: claimed recovery needs an offset store that checks fencing tokens; %s does not", o.Store.Where())
+	}
 	return nil
 }
 
@@ -242,6 +259,9 @@ func (o FanoutOptions) withDefaults() FanoutOptions {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ClaimPositions == 0 {
+		o.ClaimPositions = DefaultClaimPositions
 	}
 	if o.RecordSizeEstimate <= 0 {
 		o.RecordSizeEstimate = flow.DefaultRecordSizeEstimate

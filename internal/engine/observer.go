@@ -41,6 +41,11 @@ type Observer interface {
 	// SecondaryHealth: what the sink's Health answered at a poll (every
 	// FanoutOptions.HealthInterval).
 	SecondaryHealth(sinkName string, h sink.Health)
+	// RecoveryWindows, with FanoutOptions.Claims: the sink's claimable
+	// recovery windows below raw's end that hold a gap and that no node
+	// holds, and the claims this node holds on the sink's windows.
+	// Reported every flush interval.
+	RecoveryWindows(sinkName string, unclaimed, held uint64)
 }
 
 // NopObserver ignores everything.
@@ -56,3 +61,4 @@ func (NopObserver) Coverage(string, uint64, uint64, uint64)    {}
 func (NopObserver) Unrecoverable(string, uint64)               {}
 func (NopObserver) RecoveryBacklog(uint64)                     {}
 func (NopObserver) SecondaryHealth(string, sink.Health)        {}
+func (NopObserver) RecoveryWindows(string, uint64, uint64)     {}

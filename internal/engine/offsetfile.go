@@ -20,19 +20,27 @@ import (
 
 // The offset file:
 //
-//	[8]byte  magic "WEIROFF1"
+//	[8]byte  magic "WEIROFF2"
 //	uvarint  number of source cursors, then for each (sorted by name):
 //	         uvarint name length, name, uvarint cursor length, cursor
 //	uvarint  number of sinks, then for each (sorted by name):
 //	         uvarint name length, name, the sink's coverage (SpanSet encoding)
+//	uvarint  number of fences, then for each (sorted by window key):
+//	         uvarint key length, key, uvarint token (OffsetStore.Enter)
 //	u64      raw end: the primary-raw end the writer had acknowledged
 //	u32      CRC32C (Castagnoli) of everything before it
+//
+// A file with the magic "WEIROFF1" (written before fences existed) is the
+// same without the fences section; it is still read, and the next write
+// replaces it with the current format (which a build older than fencing
+// cannot read).
 //
 // Fixed-width integers are big-endian. Like the cursor file it is only
 // ever replaced whole (temporary file, fdatasync, rename, directory fsync),
 // so a crash leaves the old or the new content, never a mix.
 const (
-	offsetMagic     = "WEIROFF1"
+	offsetMagic     = "WEIROFF2"
+	offsetMagicV1   = "WEIROFF1" // no fences
 	maxOffsetFile   = 64 << 20
 	offsetTmpSuffix = ".tmp"
 	offsetLockName  = ".lock"
@@ -101,7 +109,7 @@ func (f *offsetFile) Read(ctx context.Context) (*OffsetState, error) {
 	return f.readDisk()
 }
 
-func (f *offsetFile) Update(ctx context.Context, merge func(*OffsetState) *OffsetState) error {
+func (f *offsetFile) Update(ctx context.Context, merge func(*OffsetState) (*OffsetState, error)) error {
 	f.mu.Lock()
 	broken := f.broken
 	f.mu.Unlock()
@@ -117,7 +125,11 @@ func (f *offsetFile) Update(ctx context.Context, merge func(*OffsetState) *Offse
 	if err != nil {
 		return err
 	}
-	return f.write(encodeOffsets(merge(st)))
+	next, err := merge(st)
+	if err != nil {
+		return err
+	}
+	return f.write(encodeOffsets(next))
 }
 
 // lock takes the store's advisory lock, waiting (until ctx ends) while
@@ -216,70 +228,136 @@ func encodeOffsets(st *OffsetState) []byte {
 		b = append(b, n...)
 		b, _ = st.Coverage[n].AppendBinary(b)
 	}
+	names = slices.Sorted(maps.Keys(st.Fences))
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, n := range names {
+		b = binary.AppendUvarint(b, uint64(len(n)))
+		b = append(b, n...)
+		b = binary.AppendUvarint(b, st.Fences[n])
+	}
 	b = binary.BigEndian.AppendUint64(b, st.RawEnd)
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
 func decodeOffsets(b []byte) (*OffsetState, error) {
-	if len(b) < len(offsetMagic)+12 || string(b[:len(offsetMagic)]) != offsetMagic {
-		return nil, errors.New("bad magic or short file")
+	if len(b) < len(offsetMagic)+12 {
+		return nil, errors.New("short file")
+	}
+	magic := string(b[:len(offsetMagic)])
+	if magic != offsetMagic && magic != offsetMagicV1 {
+		return nil, errors.New("bad magic")
 	}
 	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
 		return nil, errors.New("checksum mismatch")
 	}
-	r := body[len(offsetMagic) : len(body)-8]
+	r := &offsetReader{b: body[len(offsetMagic) : len(body)-8]}
 	st := &OffsetState{Cursors: map[string]source.Cursor{}, Coverage: map[string]*SpanSet{},
-		RawEnd: binary.BigEndian.Uint64(body[len(body)-8:])}
-	bytesOf := func() ([]byte, error) {
-		n, k := binary.Uvarint(r)
-		if k <= 0 || n > uint64(len(r)-k) {
-			return nil, errors.New("truncated field")
-		}
-		v := r[k : k+int(n)]
-		r = r[k+int(n):]
-		return v, nil
-	}
-	count := func() (uint64, error) {
-		n, k := binary.Uvarint(r)
-		if k <= 0 || n > uint64(len(r)) {
-			return 0, errors.New("bad count")
-		}
-		r = r[k:]
-		return n, nil
-	}
-	n, err := count()
-	if err != nil {
+		Fences: map[string]uint64{}, RawEnd: binary.BigEndian.Uint64(body[len(body)-8:])}
+	if err := r.cursors(st); err != nil {
 		return nil, err
 	}
-	for i := uint64(0); i < n; i++ {
-		name, err := bytesOf()
-		if err != nil {
-			return nil, fmt.Errorf("cursor %d: %w", i, err)
+	if err := r.coverage(st); err != nil {
+		return nil, err
+	}
+	if magic != offsetMagicV1 {
+		if err := r.fences(st); err != nil {
+			return nil, err
 		}
-		c, err := bytesOf()
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%d trailing bytes", len(r.b))
+	}
+	return st, nil
+}
+
+// offsetReader reads the sections of an offset file's body.
+type offsetReader struct{ b []byte }
+
+// bytes reads a uvarint length and that many bytes.
+func (r *offsetReader) bytes() ([]byte, error) {
+	n, k := binary.Uvarint(r.b)
+	if k <= 0 || n > uint64(len(r.b)-k) {
+		return nil, errors.New("truncated field")
+	}
+	v := r.b[k : k+int(n)]
+	r.b = r.b[k+int(n):]
+	return v, nil
+}
+
+// uvarint reads a uvarint.
+func (r *offsetReader) uvarint() (uint64, error) {
+	n, k := binary.Uvarint(r.b)
+	if k <= 0 {
+		return 0, errors.New("bad uvarint")
+	}
+	r.b = r.b[k:]
+	return n, nil
+}
+
+// count reads a section's entry count: no more entries than bytes left.
+func (r *offsetReader) count() (uint64, error) {
+	n, err := r.uvarint()
+	if err != nil || n > uint64(len(r.b)) {
+		return 0, errors.New("bad count")
+	}
+	return n, nil
+}
+
+func (r *offsetReader) cursors(st *OffsetState) error {
+	n, err := r.count()
+	if err != nil {
+		return err
+	}
+	for i := uint64(0); i < n; i++ {
+		name, err := r.bytes()
 		if err != nil {
-			return nil, fmt.Errorf("cursor %q: %w", name, err)
+			return fmt.Errorf("cursor %d: %w", i, err)
+		}
+		c, err := r.bytes()
+		if err != nil {
+			return fmt.Errorf("cursor %q: %w", name, err)
 		}
 		st.Cursors[string(name)] = slices.Clone(source.Cursor(c))
 	}
-	if n, err = count(); err != nil {
-		return nil, err
+	return nil
+}
+
+func (r *offsetReader) coverage(st *OffsetState) error {
+	n, err := r.count()
+	if err != nil {
+		return err
 	}
 	for i := uint64(0); i < n; i++ {
-		name, err := bytesOf()
+		name, err := r.bytes()
 		if err != nil {
-			return nil, fmt.Errorf("sink %d: %w", i, err)
+			return fmt.Errorf("sink %d: %w", i, err)
 		}
-		set, rest, err := decodeSpanSet(r)
+		set, rest, err := decodeSpanSet(r.b)
 		if err != nil {
-			return nil, fmt.Errorf("sink %q: %w", name, err)
+			return fmt.Errorf("sink %q: %w", name, err)
 		}
-		r = rest
+		r.b = rest
 		st.Coverage[string(name)] = &set
 	}
-	if len(r) != 0 {
-		return nil, fmt.Errorf("%d trailing bytes", len(r))
+	return nil
+}
+
+func (r *offsetReader) fences(st *OffsetState) error {
+	n, err := r.count()
+	if err != nil {
+		return err
 	}
-	return st, nil
+	for i := uint64(0); i < n; i++ {
+		key, err := r.bytes()
+		if err != nil {
+			return fmt.Errorf("fence %d: %w", i, err)
+		}
+		tok, err := r.uvarint()
+		if err != nil {
+			return fmt.Errorf("fence %q: %w", key, err)
+		}
+		st.Fences[string(key)] = tok
+	}
+	return nil
 }

@@ -11,12 +11,16 @@ import (
 )
 
 // OffsetState is what an offset store persists: the cursors of
-// store-managed sources, each secondary's coverage, and the raw end a
-// writer acknowledged.
+// store-managed sources, each secondary's coverage, the raw end a writer
+// acknowledged, and the fencing token of every recovery window a claim
+// entered (OffsetStore.Enter).
 type OffsetState struct {
 	Cursors  map[string]source.Cursor
 	Coverage map[string]*SpanSet
 	RawEnd   uint64
+	// Fences maps a recovery window's key to the highest fencing token
+	// registered for it; merging keeps the highest per key.
+	Fences map[string]uint64
 }
 
 // OffsetPersister keeps an OffsetState where primary raw lives: a file in
@@ -34,8 +38,10 @@ type OffsetPersister interface {
 	// Update of the same store meanwhile. The new state is durable when
 	// Update returns nil; after an error the persisted state is the old
 	// one or the new one. What merge returns replaces the state whole: a
-	// cursor it lacks is deleted (OffsetStore.RemoveCursor).
-	Update(ctx context.Context, merge func(persisted *OffsetState) *OffsetState) error
+	// cursor it lacks is deleted (OffsetStore.RemoveCursor). A merge that
+	// returns an error refuses the update: nothing is written, and Update
+	// returns that error.
+	Update(ctx context.Context, merge func(persisted *OffsetState) (*OffsetState, error)) error
 }
 
 // OffsetStore keeps, next to primary raw and never inside the sinks it
@@ -64,6 +70,7 @@ type OffsetStore struct {
 	saved    map[string]bool // cursors this process saved
 	coverage map[string]*SpanSet
 	replace  map[string]bool // coverage to write as is, not merged
+	fences   map[string]uint64
 	rawEnd   uint64
 	dirty    bool
 	writeMu  sync.Mutex // one write at a time
@@ -76,7 +83,7 @@ func NewOffsetStore(ctx context.Context, p OffsetPersister) (*OffsetStore, error
 	s := &OffsetStore{
 		p:       p,
 		cursors: map[string]source.Cursor{}, saved: map[string]bool{},
-		coverage: map[string]*SpanSet{}, replace: map[string]bool{},
+		coverage: map[string]*SpanSet{}, replace: map[string]bool{}, fences: map[string]uint64{},
 	}
 	st, err := p.Read(ctx)
 	if err != nil {
@@ -136,16 +143,26 @@ func (s *OffsetStore) Known(sinkName string) bool {
 func (s *OffsetStore) Cover(sinkName string, lo, hi uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.coverage[sinkName]
+	if addCoverage(s.coverage, sinkName, lo, hi) {
+		s.dirty = true
+	}
+}
+
+// addCoverage adds [lo, hi) to the sink's coverage in m, registering the
+// sink; it reports whether m changed.
+func addCoverage(m map[string]*SpanSet, sinkName string, lo, hi uint64) bool {
+	c := m[sinkName]
+	changed := false
 	if c == nil {
 		c = &SpanSet{}
-		s.coverage[sinkName] = c
-		s.dirty = true
+		m[sinkName] = c
+		changed = true
 	}
 	if hi > lo && !c.ContainsSpan(lo, hi) {
 		c.Add(lo, hi)
-		s.dirty = true
+		changed = true
 	}
+	return changed
 }
 
 // Clamp drops the sink's coverage at and above end and makes the next
@@ -226,6 +243,9 @@ func (s *OffsetStore) merge(st *OffsetState) {
 		}
 		mine.AddSet(c)
 	}
+	for w, tok := range st.Fences {
+		s.fences[w] = max(s.fences[w], tok)
+	}
 	s.rawEnd = max(s.rawEnd, st.RawEnd)
 }
 
@@ -235,6 +255,7 @@ func (s *OffsetStore) snapshot() *OffsetState {
 		Cursors:  maps.Clone(s.cursors),
 		Coverage: make(map[string]*SpanSet, len(s.coverage)),
 		RawEnd:   s.rawEnd,
+		Fences:   maps.Clone(s.fences),
 	}
 	for name, c := range s.coverage {
 		cp := c.Clone()
@@ -244,6 +265,16 @@ func (s *OffsetStore) snapshot() *OffsetState {
 }
 
 func (s *OffsetStore) flush(ctx context.Context, force bool) error {
+	return s.update(ctx, force, nil, nil)
+}
+
+// update writes memory, merged with what is persisted, in one Update of
+// the persister (unless nothing changed and not force). gate, when set,
+// sees the persisted state (nil: none) and the state about to be written,
+// under the persister's exclusion; it may add to next, or refuse the
+// write with an error. applied runs, under s.mu, once the write is
+// durable.
+func (s *OffsetStore) update(ctx context.Context, force bool, gate func(persisted, next *OffsetState) error, applied func()) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	s.mu.Lock()
@@ -253,24 +284,37 @@ func (s *OffsetStore) flush(ctx context.Context, force bool) error {
 	}
 	s.mu.Unlock()
 	var replaced map[string]bool
-	err := s.p.Update(ctx, func(persisted *OffsetState) *OffsetState {
+	wrote := false
+	err := s.p.Update(ctx, func(persisted *OffsetState) (*OffsetState, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if persisted != nil {
 			s.merge(persisted)
 		}
+		next := s.snapshot()
+		if gate != nil {
+			if err := gate(persisted, next); err != nil {
+				return nil, err
+			}
+		}
+		wrote = true
 		s.dirty = false
 		replaced = maps.Clone(s.replace)
-		return s.snapshot()
+		return next, nil
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		s.dirty = true
+		if wrote {
+			s.dirty = true
+		}
 		return err
 	}
 	for name := range replaced {
 		delete(s.replace, name)
+	}
+	if applied != nil {
+		applied()
 	}
 	return nil
 }

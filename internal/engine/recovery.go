@@ -16,19 +16,42 @@ const minWindowRecords = 16
 // errWindowTimeout says a recovery commit missed its window deadline.
 var errWindowTimeout = errors.New("engine: recovery window deadline exceeded")
 
+// coverFunc records raw positions [lo, hi) as durably received by the
+// secondary; it is called only after the secondary's durable ack.
+type coverFunc func(ctx context.Context, lo, hi uint64) error
+
+// coverPlain records coverage in the store's memory, for its next flush.
+func (s *secondary) coverPlain(_ context.Context, lo, hi uint64) error {
+	s.f.store.Cover(s.name, lo, hi)
+	return nil
+}
+
+// covered is the sink's coverage with the positions queued for live
+// delivery counted as covered.
+func (s *secondary) covered() SpanSet {
+	cov := s.f.store.Coverage(s.name)
+	s.qmu.Lock()
+	cov.AddSet(&s.inQ)
+	s.qmu.Unlock()
+	return cov
+}
+
 // recoverWindow replays one window of the first gap in the sink's
 // coverage (positions queued for live delivery count as covered). It
 // reports whether there was anything to do.
 func (s *secondary) recoverWindow(ctx context.Context) (bool, error) {
 	end := s.f.end.Load()
-	cov := s.f.store.Coverage(s.name)
-	s.qmu.Lock()
-	cov.AddSet(&s.inQ)
-	s.qmu.Unlock()
+	cov := s.covered()
 	gap, ok := cov.FirstGap(end)
 	if !ok {
 		return false, nil
 	}
+	return s.replayGap(ctx, gap, end, s.coverPlain)
+}
+
+// replayGap replays one window from the start of gap, a gap in the sink's
+// coverage below raw's end, and records what the sink acked with cover.
+func (s *secondary) replayGap(ctx context.Context, gap Span, end uint64, cover coverFunc) (bool, error) {
 	held, want, err := s.reserveWindow(ctx, int(min(uint64(s.f.scale(s.window)), gap.Len())))
 	if err != nil {
 		return false, err
@@ -39,7 +62,7 @@ func (s *secondary) recoverWindow(ctx context.Context) (bool, error) {
 	cancel()
 	var gone sink.PositionsGone
 	if errors.As(err, &gone) && errors.Is(err, sink.ErrPositionGone) {
-		return s.stepOver(gap, gone)
+		return s.stepOver(ctx, gap, gone, cover)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -57,15 +80,14 @@ func (s *secondary) recoverWindow(ctx context.Context) (bool, error) {
 	if keep == 0 {
 		if len(recs) > 0 {
 			// Raw holds nothing in the gap: the next record is past it.
-			s.f.store.Cover(s.name, gap.Lo, gap.Hi)
-			return true, nil
+			return true, cover(ctx, gap.Lo, gap.Hi)
 		}
 		// Raw returned nothing below an end it acknowledged: never
 		// guess that the gap is empty; look again later.
 		return false, fmt.Errorf("raw returned nothing from %d below its end %d", gap.Lo, end)
 	}
 	s.fitWindow(&held, recs)
-	err = s.deliver(ctx, gap.Lo, recs[:keep], true)
+	err = s.deliver(ctx, gap.Lo, recs[:keep], true, cover)
 	switch {
 	case errors.Is(err, errWindowTimeout):
 		s.window = max(minWindowRecords, s.window/2)
@@ -87,13 +109,15 @@ func (s *secondary) recoverWindow(ctx context.Context) (bool, error) {
 // reach the sink: it is covered — there is nothing left to deliver — and
 // counted and logged as unrecoverable, so that recovery goes on with what
 // raw still keeps instead of asking for the lost span forever.
-func (s *secondary) stepOver(gap Span, gone sink.PositionsGone) (bool, error) {
+func (s *secondary) stepOver(ctx context.Context, gap Span, gone sink.PositionsGone, cover coverFunc) (bool, error) {
 	lo, hi := gone.GonePositions()
 	if lo > gap.Lo || hi <= gap.Lo {
 		return false, fmt.Errorf("raw reported positions [%d, %d) gone when asked for %d: %w", lo, hi, gap.Lo, gone)
 	}
 	hi = min(hi, gap.Hi)
-	s.f.store.Cover(s.name, gap.Lo, hi)
+	if err := cover(ctx, gap.Lo, hi); err != nil {
+		return true, err
+	}
 	s.unrecoverable.Add(int64(hi - gap.Lo))
 	s.f.obs.Unrecoverable(s.name, hi-gap.Lo)
 	s.f.log.Error("positions the secondary lacks are no longer kept by raw; they cannot be recovered into it",

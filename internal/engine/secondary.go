@@ -31,6 +31,13 @@ type secondary struct {
 
 	window int // current recovery window, records
 
+	// With FanoutOptions.Claims (claimed.go): the window this worker holds
+	// under a claim, windows it failed to claim (key → retry time), and
+	// how many claims it holds, for the metrics.
+	cell   *heldCell
+	skip   map[string]time.Time
+	leases atomic.Int64
+
 	dropped, delivered, recovered, quarantined, shed, skipped, failures, unrecoverable atomic.Int64
 }
 
@@ -68,7 +75,7 @@ func (f *Fanout) newSecondary(i int, c SecondaryConfig, end uint64, seen map[str
 	}
 	s := &secondary{f: f, cfg: c, name: name, snk: c.Sink,
 		queue: make(chan *liveBatch, c.QueueBatches), quar: make(chan QuarantinedRecord, c.QuarantineBuffer),
-		window: f.opts.WindowRecords, perRecord: f.opts.RecordSizeEstimate}
+		window: f.opts.WindowRecords, perRecord: f.opts.RecordSizeEstimate, skip: map[string]time.Time{}}
 	if !f.store.Known(name) && c.StartAtEnd {
 		f.store.Cover(name, 0, end)
 	} else {
@@ -123,6 +130,7 @@ func (s *secondary) unqueue(lb *liveBatch) {
 // between.
 func (s *secondary) run(ctx context.Context) {
 	defer s.f.wg.Done()
+	defer s.dropCell("stopping") // a claim held when the fan-out stops
 	role := s.f.opts.Role
 	tick := time.NewTicker(s.f.opts.RecoveryInterval)
 	defer tick.Stop()
@@ -142,7 +150,7 @@ func (s *secondary) run(ctx context.Context) {
 		}
 		live = 0
 		if role.recovers() {
-			did, err := s.recoverWindow(ctx)
+			did, err := s.recover(ctx)
 			if err != nil && ctx.Err() == nil {
 				s.f.log.Error("recovery window failed", "sink", s.name, "err", err)
 			}
@@ -161,13 +169,14 @@ func (s *secondary) run(ctx context.Context) {
 
 func (s *secondary) deliverLive(ctx context.Context, lb *liveBatch) {
 	defer s.unqueue(lb)
-	_ = s.deliver(ctx, lb.first, lb.recs, false)
+	_ = s.deliver(ctx, lb.first, lb.recs, false, s.coverPlain)
 }
 
 // deliver commits recs (positions from lo on; positions between lo and a
 // record hold nothing) in chunks of the sink's MaxBatchSize, retrying each
-// until it is accounted for, and covers each chunk after its ack.
-func (s *secondary) deliver(ctx context.Context, lo uint64, recs []sink.Positioned, recovery bool) error {
+// until it is accounted for, and covers each chunk after its ack; it
+// stops at the first cover that fails.
+func (s *secondary) deliver(ctx context.Context, lo uint64, recs []sink.Positioned, recovery bool, cover coverFunc) error {
 	for len(recs) > 0 {
 		chunk := recs[:min(s.chunkSize(len(recs)), len(recs))]
 		recs = recs[len(chunk):]
@@ -175,7 +184,9 @@ func (s *secondary) deliver(ctx context.Context, lo uint64, recs []sink.Position
 			return err
 		}
 		hi := chunk[len(chunk)-1].Pos + 1
-		s.f.store.Cover(s.name, lo, hi)
+		if err := cover(ctx, lo, hi); err != nil {
+			return err
+		}
 		lo = hi
 	}
 	return nil

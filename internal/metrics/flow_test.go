@@ -179,6 +179,7 @@ func TestMonitoringDocListsEveryMetric(t *testing.T) {
 	tp := m.Topology()
 	tp.Secondary("pg")
 	tp.SecondaryDurable("pg", true)
+	tp.ClaimedRecovery("pg")
 	tp.SourceStarted("s")
 	tp.SourceWritten("s", 1)
 	tp.SourceCommitted("s")

@@ -28,6 +28,8 @@ type Topology struct {
 	missing     *prometheus.GaugeVec
 	durable     *prometheus.GaugeVec
 	health      *prometheus.GaugeVec
+	unclaimed   *prometheus.GaugeVec
+	leases      *prometheus.GaugeVec
 
 	srcWritten  *prometheus.CounterVec
 	srcCommits  *prometheus.CounterVec
@@ -58,6 +60,8 @@ func (m *Metrics) Topology() *Topology {
 		t.missing = f.gaugeVec("weir_secondary_missing_positions", "Raw positions below raw's end the secondary has not received (not counting those queued live).", "sink")
 		t.health = f.gaugeVec("weir_secondary_health", "1 for the secondary's state at the last health poll (sink_health_interval), 0 for the others (all 0 before the first poll). Degraded also when its stream's contract is over its reject threshold, its breaker is open or its dedup store cannot be reached; the log says why.", "sink", "state")
 		t.durable = f.gaugeVec("weir_secondary_durable", "1 when the secondary's commits wait for stable storage, 0 with durable = false (its coverage may then be ahead of what survives a power loss of its host).", "sink")
+		t.unclaimed = f.gaugeVec("weir_recovery_windows_unclaimed", "With recovery leases: the secondary's claimable recovery windows below raw's end that hold a gap and that no node holds — work waiting for a recovery node; updated every coverage_flush_interval.", "sink")
+		t.leases = f.gaugeVec("weir_recovery_leases_held", "With recovery leases: the secondary's recovery windows this node holds a claim on (0 or 1: one worker per secondary).", "sink")
 		t.srcWritten = f.counterVec("weir_source_records_written_total", "Records a source wrote through its gate (durable there when counted: the write-ahead buffer, primary raw with gate = raw, or its own origin with own_raw).", "source")
 		t.srcCommits = f.counterVec("weir_source_position_commits_total", "Position commits a source made after a durable write (Kafka offset commits per partition, JetStream acks, file cursor saves).", "source")
 		t.srcRestarts = f.counterVec("weir_source_restarts_total", "Times a source stopped with an error and was restarted after a backoff.", "source")
@@ -85,6 +89,15 @@ func (t *Topology) Secondary(name string) {
 	for _, st := range healthStates {
 		t.health.WithLabelValues(name, st.String())
 	}
+}
+
+// ClaimedRecovery makes the recovery-lease series of one secondary exist
+// from the first scrape (weir_recovery_windows_unclaimed,
+// weir_recovery_leases_held); call it when recovery windows are claimed
+// by lease.
+func (t *Topology) ClaimedRecovery(name string) {
+	t.unclaimed.WithLabelValues(name)
+	t.leases.WithLabelValues(name)
 }
 
 // SecondaryDurable sets weir_secondary_durable of a secondary: 1 when it
@@ -157,6 +170,12 @@ func (t *Topology) Coverage(sinkName string, prefix, lag, missing uint64) {
 
 // RecoveryBacklog implements engine.Observer.
 func (t *Topology) RecoveryBacklog(positions uint64) { t.backlog.Set(float64(positions)) }
+
+// RecoveryWindows implements engine.Observer.
+func (t *Topology) RecoveryWindows(sinkName string, unclaimed, held uint64) {
+	t.unclaimed.WithLabelValues(sinkName).Set(float64(unclaimed))
+	t.leases.WithLabelValues(sinkName).Set(float64(held))
+}
 
 // SourceStarted makes a source's series exist and marks it running.
 func (t *Topology) SourceStarted(name string) {

@@ -38,6 +38,14 @@ func TestTopologyObserver(t *testing.T) {
 	tp.QuarantineSkipped("pg", 4)
 	tp.Coverage("pg", 100, 20, 15)
 	tp.RecoveryBacklog(20)
+	if n, _ := testutil.GatherAndCount(reg, "weir_recovery_windows_unclaimed", "weir_recovery_leases_held"); n != 0 {
+		t.Errorf("recovery lease series exported without recovery leases: %d", n)
+	}
+	tp.ClaimedRecovery("pg")
+	if n, _ := testutil.GatherAndCount(reg, "weir_recovery_windows_unclaimed", "weir_recovery_leases_held"); n != 2 {
+		t.Errorf("recovery lease series after ClaimedRecovery: %d, want 2", n)
+	}
+	tp.RecoveryWindows("pg", 7, 1)
 	if n, _ := testutil.GatherAndCount(reg, "weir_secondary_health"); n != 3 {
 		t.Errorf("weir_secondary_health before a poll: %d series, want 3", n)
 	}
@@ -69,6 +77,8 @@ func TestTopologyObserver(t *testing.T) {
 		{testutil.ToFloat64(tp.durable.WithLabelValues("pg")), 0, "not durable"},
 		{testutil.ToFloat64(tp.durable.WithLabelValues("copy")), 1, "durable"},
 		{testutil.ToFloat64(tp.backlog), 20, "backlog"},
+		{testutil.ToFloat64(tp.unclaimed.WithLabelValues("pg")), 7, "unclaimed windows"},
+		{testutil.ToFloat64(tp.leases.WithLabelValues("pg")), 1, "leases held"},
 		{testutil.ToFloat64(tp.srcWritten.WithLabelValues("k")), 9, "written"},
 		{testutil.ToFloat64(tp.srcCommits.WithLabelValues("k")), 1, "commits"},
 		{testutil.ToFloat64(tp.srcRestarts.WithLabelValues("k")), 1, "restarts"},

@@ -2,9 +2,10 @@
 // write-ahead buffer to write through and a way to read back what it holds
 // (WAB), a drain from it into a file primary raw (DrainToFileRaw), a
 // source run in a goroutine (Start), a gate that crashes after the durable
-// write (CrashAfter), and the position invariant Checker (checker.go),
-// which fails a test the moment a committed source position leads what the
-// gate made durable.
+// write (CrashAfter), the position invariant Checker (checker.go), which
+// fails a test the moment a committed source position leads what the gate
+// made durable, the offset store's fencing checks for any persister
+// (Fences, fences.go), and a log collector a test reads back (Logs).
 //
 // Only tests import it: it is never part of the daemon's build, which
 // cmd/weir's TestDaemonBuildHasNoTestSupport checks.

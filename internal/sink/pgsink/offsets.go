@@ -3,6 +3,7 @@ package pgsink
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,7 @@ import (
 //	"events"   'raw_end'   ''           next position   —
 //	"events"   'cursor'    source name  —               the cursor
 //	"events"   'coverage'  sink name    —               the SpanSet encoding
+//	"events"   'fence'     window key   fencing token   —
 //
 // The raw end commits in the same transaction as the rows it numbers, so
 // it is exact; the store only reads it. Coverage and cursors follow a
@@ -51,7 +53,8 @@ func (o *pgOffsets) read(ctx context.Context, q queryer) (*engine.OffsetState, e
 		return nil, classify("read the offset store", err, false)
 	}
 	defer rows.Close()
-	st := &engine.OffsetState{Cursors: map[string]source.Cursor{}, Coverage: map[string]*engine.SpanSet{}}
+	st := &engine.OffsetState{Cursors: map[string]source.Cursor{}, Coverage: map[string]*engine.SpanSet{},
+		Fences: map[string]uint64{}}
 	for rows.Next() {
 		var (
 			kind, name string
@@ -74,6 +77,10 @@ func (o *pgOffsets) read(ctx context.Context, q queryer) (*engine.OffsetState, e
 				return nil, fmt.Errorf("%w: %s, coverage of %q: %w", engine.ErrCorruptOffsets, o.Where(), name, err)
 			}
 			st.Coverage[name] = &set
+		case kindFence:
+			if pos != nil {
+				st.Fences[name] = uint64(*pos)
+			}
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -88,7 +95,7 @@ func (o *pgOffsets) Read(ctx context.Context) (*engine.OffsetState, error) {
 	return o.read(ctx, o.s.pool)
 }
 
-func (o *pgOffsets) Update(ctx context.Context, merge func(*engine.OffsetState) *engine.OffsetState) error {
+func (o *pgOffsets) Update(ctx context.Context, merge func(*engine.OffsetState) (*engine.OffsetState, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, o.s.opts.Timeout)
 	defer cancel()
 	tx, err := o.s.pool.Begin(ctx)
@@ -103,10 +110,28 @@ func (o *pgOffsets) Update(ctx context.Context, merge func(*engine.OffsetState) 
 	if err != nil {
 		return err
 	}
-	next := merge(st)
+	next, err := merge(st)
+	if err != nil {
+		return err
+	}
 	if err := o.deleteCursors(ctx, tx, st, next); err != nil {
 		return err
 	}
+	if err := o.writeValues(ctx, tx, next); err != nil {
+		return err
+	}
+	if err := o.writeFences(ctx, tx, st, next); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return classify("offset store: commit", err, false)
+	}
+	return nil
+}
+
+// writeValues upserts the cursor and coverage rows of next in the
+// update's transaction.
+func (o *pgOffsets) writeValues(ctx context.Context, tx pgx.Tx, next *engine.OffsetState) error {
 	var kinds, names []string
 	var values [][]byte
 	for name, c := range next.Cursors {
@@ -116,17 +141,42 @@ func (o *pgOffsets) Update(ctx context.Context, merge func(*engine.OffsetState) 
 		b, _ := c.AppendBinary(nil)
 		kinds, names, values = append(kinds, kindCoverage), append(names, name), append(values, b)
 	}
-	if len(kinds) > 0 {
-		_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (raw_table, kind, name, value)
-			SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bytea[])
-			ON CONFLICT (raw_table, kind, name) DO UPDATE SET value = EXCLUDED.value, updated_at = now()`, o.s.offsets),
-			o.s.table, kinds, names, values)
-		if err != nil {
-			return classify("offset store: write", err, false)
-		}
+	if len(kinds) == 0 {
+		return nil
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return classify("offset store: commit", err, false)
+	_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (raw_table, kind, name, value)
+		SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bytea[])
+		ON CONFLICT (raw_table, kind, name) DO UPDATE SET value = EXCLUDED.value, updated_at = now()`, o.s.offsets),
+		o.s.table, kinds, names, values)
+	if err != nil {
+		return classify("offset store: write", err, false)
+	}
+	return nil
+}
+
+// writeFences upserts, in the update's transaction, the fence rows of
+// next whose token is above the persisted one; a token never goes down.
+func (o *pgOffsets) writeFences(ctx context.Context, tx pgx.Tx, persisted, next *engine.OffsetState) error {
+	var names []string
+	var tokens []int64
+	for w, tok := range next.Fences {
+		if tok <= persisted.Fences[w] {
+			continue
+		}
+		if tok > math.MaxInt64 {
+			return fmt.Errorf("pgsink: offset store: fencing token %d of window %q does not fit a bigint", tok, w)
+		}
+		names, tokens = append(names, w), append(tokens, int64(tok))
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (raw_table, kind, name, position)
+		SELECT $1, '%s', * FROM unnest($2::text[], $3::bigint[])
+		ON CONFLICT (raw_table, kind, name) DO UPDATE SET position = GREATEST(%s.position, EXCLUDED.position), updated_at = now()`,
+		o.s.offsets, kindFence, o.s.offsets), o.s.table, names, tokens)
+	if err != nil {
+		return classify("offset store: write fences", err, false)
 	}
 	return nil
 }

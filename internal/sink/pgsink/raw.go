@@ -26,6 +26,7 @@ const (
 	kindRawEnd   = "raw_end"
 	kindCursor   = "cursor"
 	kindCoverage = "coverage"
+	kindFence    = "fence"
 )
 
 var _ sink.Raw = (*Sink)(nil)

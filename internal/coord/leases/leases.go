@@ -1,0 +1,209 @@
+// Package leases hands recovery windows out among the weir nodes sharing
+// one raw, through etcd: it is the engine.Claims the fan-out's claimed
+// recovery uses (docs/coordination.md, "Distributed recovery").
+//
+// A node's claims hang on one etcd lease, kept alive by one
+// concurrency.Session of the configured TTL. Claiming a window is one
+// transaction on its key (prefix + window): if the key does not exist,
+// put the node's name under the session's lease, else read it. The
+// revision of that put is the claim's fencing token — etcd revisions only
+// grow, so a later claim of the same window always carries a larger one
+// — and the engine checks it in the offset store with every coverage
+// write. A claim is lost when the session ends (its lease expired or was
+// revoked, the client closed, or Close); its key is gone with the lease,
+// and another node may claim the window. A lost session is replaced by a
+// new one at the next Claim.
+//
+// The lock alone does not make the work exclusive — a holder may not yet
+// know that its lease has expired — which is why every write made under
+// a claim carries the token: the offset store refuses one that a newer
+// claim has superseded.
+package leases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/weir-io/weir/internal/engine"
+)
+
+// ErrClosed is returned by Claim after Close.
+var ErrClosed = errors.New("leases: closed")
+
+// Claims is engine.Claims on etcd.
+type Claims struct {
+	cli    *clientv3.Client
+	prefix string
+	node   string
+	ttl    int // seconds
+	log    *slog.Logger
+
+	mu     sync.Mutex // the session, closed
+	sess   *concurrency.Session
+	closed bool
+	wg     sync.WaitGroup // claims' watchers
+}
+
+var _ engine.Claims = (*Claims)(nil)
+
+// New starts the node's session (a lease of ttl, rounded to whole
+// seconds, at least one) for claims under prefix (e.g.
+// "/weir/recovery/windows/"). Close ends it, releasing every claim.
+func New(ctx context.Context, cli *clientv3.Client, prefix string, ttl time.Duration, node string, log *slog.Logger) (*Claims, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Claims{cli: cli, prefix: prefix, node: node, ttl: max(1, int(ttl.Round(time.Second)/time.Second)),
+		log: log.With("component", "leases", "node", node)}
+	s, err := c.newSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.sess = s
+	return c, nil
+}
+
+// newSession grants a lease of the TTL and keeps it alive until the
+// client closes or the session is closed.
+func (c *Claims) newSession(ctx context.Context) (*concurrency.Session, error) {
+	g, err := c.cli.Grant(ctx, int64(c.ttl))
+	if err != nil {
+		return nil, fmt.Errorf("leases: grant a lease of %ds: %w", c.ttl, err)
+	}
+	s, err := concurrency.NewSession(c.cli, concurrency.WithLease(g.ID), concurrency.WithTTL(c.ttl))
+	if err != nil {
+		_, _ = c.cli.Revoke(ctx, g.ID)
+		return nil, fmt.Errorf("leases: keep lease %x alive: %w", g.ID, err)
+	}
+	// etcd raises a TTL below its minimum (about 1.5 election timeouts).
+	c.log.Info("recovery lease granted", "lease", fmt.Sprintf("%x", g.ID), "ttl_seconds", g.TTL)
+	return s, nil
+}
+
+// session returns the live session, replacing one that ended.
+func (c *Claims) session(ctx context.Context) (*concurrency.Session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	select {
+	case <-c.sess.Done():
+		c.log.Warn("recovery lease lost: every claim under it is lost; taking a new lease", "lease", fmt.Sprintf("%x", c.sess.Lease()))
+		s, err := c.newSession(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.sess = s
+	default:
+	}
+	return c.sess, nil
+}
+
+// Claim implements engine.Claims: one transaction creates the window's
+// key under the session's lease unless it exists.
+func (c *Claims) Claim(ctx context.Context, window string) (engine.Claim, bool, error) {
+	s, err := c.session(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	key := c.prefix + window
+	resp, err := c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, c.node, clientv3.WithLease(s.Lease()))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return nil, false, fmt.Errorf("leases: claim %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			c.log.Debug("recovery window held by another node", "window", window, "holder", string(kvs[0].Value))
+		}
+		return nil, false, nil
+	}
+	cl := &claim{c: c, key: key, token: uint64(resp.Header.Revision), lost: make(chan struct{}), released: make(chan struct{})}
+	c.wg.Add(1)
+	go cl.watch(s.Done())
+	return cl, true, nil
+}
+
+// Held implements engine.Claims: the windows under prefix that some node
+// holds now.
+func (c *Claims) Held(ctx context.Context, prefix string) (map[string]bool, error) {
+	resp, err := c.cli.Get(ctx, c.prefix+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("leases: list %s%s: %w", c.prefix, prefix, err)
+	}
+	out := make(map[string]bool, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out[strings.TrimPrefix(string(kv.Key), c.prefix)] = true
+	}
+	return out, nil
+}
+
+// Close ends the session: its lease is revoked, so every claim under it
+// is released at once (and lost).
+func (c *Claims) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	s := c.sess
+	c.mu.Unlock()
+	err := s.Close()
+	c.wg.Wait()
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("leases: revoke lease %x: %w", s.Lease(), err)
+	}
+	return nil
+}
+
+// claim is one window held under the session's lease.
+type claim struct {
+	c        *Claims
+	key      string
+	token    uint64
+	lost     chan struct{}
+	released chan struct{}
+	once     sync.Once
+}
+
+func (cl *claim) Token() uint64         { return cl.token }
+func (cl *claim) Lost() <-chan struct{} { return cl.lost }
+
+// watch closes lost when the session ends or the claim is released.
+func (cl *claim) watch(sessionDone <-chan struct{}) {
+	defer cl.c.wg.Done()
+	select {
+	case <-sessionDone:
+	case <-cl.released:
+	}
+	close(cl.lost)
+}
+
+// Release implements engine.Claim: the window's key is deleted if it is
+// still this claim's (its create revision is the token), so a stale
+// release never frees a newer holder's claim.
+func (cl *claim) Release(ctx context.Context) error {
+	cl.once.Do(func() { close(cl.released) })
+	_, err := cl.c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(cl.key), "=", int64(cl.token))).
+		Then(clientv3.OpDelete(cl.key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("leases: release %s: %w", cl.key, err)
+	}
+	return nil
+}
