@@ -97,7 +97,11 @@ func (s *secondary) coverCell(c *heldCell) coverFunc {
 			return errClaimLost
 		default:
 		}
-		return s.f.fenced.CoverFenced(ctx, s.name, lo, hi, c.fence)
+		if err := s.f.fenced.CoverFenced(ctx, s.name, lo, hi, c.fence); err != nil {
+			return err
+		}
+		s.f.log.Debug("fenced coverage recorded", "sink", s.name, "window", c.fence.Window, "token", c.fence.Token, "from", lo, "to", hi)
+		return nil
 	}
 }
 

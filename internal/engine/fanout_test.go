@@ -645,7 +645,9 @@ func TestFanoutQuarantineSheds(t *testing.T) {
 	st := waitCaughtUp(t, f, 10*time.Second)
 	close(block)
 	for i, m := range []*memSink{mem, memB} {
-		if m.count() != 100 || st.Sinks[i].QuarantineShed == 0 || st.Sinks[i].Quarantined != 100 {
+		// Delivery is at least once: a window recovery replays while its
+		// live batch is in flight counts its rejects again.
+		if m.count() != 100 || st.Sinks[i].QuarantineShed == 0 || st.Sinks[i].Quarantined < 100 {
 			t.Fatalf("shedding (%d): sink %d, %+v", i, m.count(), st.Sinks[i])
 		}
 	}
