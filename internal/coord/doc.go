@@ -56,11 +56,15 @@
 // the lowest-ordinal other live voter; if a worker is checked in, it writes
 // its handoff key, waits until a replacement has been promoted, moves
 // leadership again if it came back, and removes itself (MemberRemove, sent
-// to the other members). Without a replacement it stays a member and writes
-// its departed key: a three-member cluster with one departed keeps quorum
-// with no reconfiguration, and two is never a resting size. The last live
-// voter calls Config.BeforeLastStop (a final backup) instead. Then the
-// session is revoked, the server is stopped (Server.Stop) and closed.
+// to the other members) — in mode 1 too, passing through two voters for a
+// few seconds. Without a replacement it stays a member and writes its
+// departed key: a three-member cluster with one departed keeps quorum with
+// no reconfiguration, and two is never a resting size. The last live voter
+// (or one that reaches no quorum) calls Config.BeforeLastStop (a final
+// backup) instead. Then the check-in is revoked (2 s at most), the client
+// closed, the server stopped (Server.Stop) and closed; etcd's Close waits
+// up to its request timeout (about 7 s) for other nodes' client streams on
+// this member, so allow HandoffGrace + 10 s for a termination.
 //
 // # What each failure loses
 //

@@ -8,9 +8,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// handoff is Close's part for a member: move leadership, get replaced and
-// leave, or stay a member recorded as departed; the last voter takes its
-// final backup instead.
+// handoff is Close's part for a member: move leadership, get replaced by a
+// waiting worker and leave (in mode 1 too), or else stay a member recorded
+// as departed; the last live voter takes its final backup instead.
 func (n *Node) handoff(ctx context.Context) error {
 	srv := n.server()
 	if srv == nil || len(n.cfg.Endpoints) > 0 {
@@ -29,17 +29,20 @@ func (n *Node) handoff(ctx context.Context) error {
 		return n.lastStop(ctx)
 	}
 	n.moveLeader(ctx, v)
-	if v.lowestVoter(n.cfg.Node) == "" {
-		return n.lastStop(ctx)
-	}
 	if len(v.workers()) > 0 {
 		err := n.replace(ctx, v.effective())
 		if err == nil {
 			return nil
 		}
-		n.log.Warn("not replaced within the grace period; staying a member, recorded as departed", "err", err)
+		n.log.Warn("not replaced within the grace period", "err", err)
 	}
-	return n.recordDeparted(ctx)
+	if v.lowestVoter(n.cfg.Node) != "" {
+		return n.recordDeparted(ctx)
+	}
+	if err := n.del(context.WithoutCancel(ctx), handoffPrefix+n.cfg.Node); err != nil {
+		n.log.Warn("handoff request left behind; a restart clears it", "err", err)
+	}
+	return n.lastStop(ctx)
 }
 
 // moveLeader hands leadership, when this member holds it, to the
@@ -143,7 +146,7 @@ func (n *Node) lastStop(ctx context.Context) error {
 	if n.cfg.BeforeLastStop == nil {
 		return nil
 	}
-	cli, err := n.newClient([]string{n.cfg.clientURL()})
+	cli, err := n.newClient([]string{n.cfg.clientURL()}, false)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ func (n *Node) evaluate(ctx context.Context) {
 	}
 	switch n.Role() {
 	case RoleWorker:
-		if n.server() == nil && v.shouldStepUp(n.cfg.Node, n.cfg.Mode) {
+		if !n.hasServer() && v.shouldStepUp(n.cfg.Node, n.cfg.Mode) {
 			n.logErr(ctx, "step up", n.withLock(ctx, func(ctx context.Context) error { return n.stepUp(ctx) }))
 		}
 	case RoleLearner:
@@ -120,6 +120,14 @@ func (n *Node) noticeStop(ctx context.Context) {
 	n.log.Error("embedded member stopped on its own (removed from the cluster, or failed); holding no role until restarted",
 		"data_dir", n.cfg.DataDir)
 	n.setRole(ctx, RoleWorker)
+}
+
+// hasServer: a member was started here, even if it stopped since (then
+// its data dir is in use and the node does not step up again).
+func (n *Node) hasServer() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.srv != nil
 }
 
 func (n *Node) isLeader() bool {

@@ -93,7 +93,8 @@ func (n *Node) open(ctx context.Context) error {
 			eps = append([]string{n.cfg.clientURL()}, eps...)
 		}
 	}
-	cli, err := n.newClient(eps)
+	embedded := len(n.cfg.Endpoints) == 0
+	cli, err := n.newClient(eps, embedded)
 	if err != nil {
 		return err
 	}
@@ -101,19 +102,29 @@ func (n *Node) open(ctx context.Context) error {
 	if err := n.checkIn(ctx); err != nil {
 		return err
 	}
-	if n.Role() != RoleWorker {
+	if embedded {
 		n.syncEndpoints(ctx)
+	}
+	if n.Role() != RoleWorker {
 		return n.clearGone(ctx)
 	}
 	return nil
 }
 
-func (n *Node) newClient(eps []string) (*clientv3.Client, error) {
-	cli, err := clientv3.New(clientv3.Config{
+// autoSync is how often an embedded-mode client refreshes its endpoints
+// from the membership (an external cluster's endpoints are kept as given).
+const autoSync = 30 * time.Second
+
+func (n *Node) newClient(eps []string, sync bool) (*clientv3.Client, error) {
+	cc := clientv3.Config{
 		Endpoints:   eps,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.New(newSlogCore(n.log, zap.ErrorLevel)),
-	})
+	}
+	if sync {
+		cc.AutoSyncInterval = autoSync
+	}
+	cli, err := clientv3.New(cc)
 	if err != nil {
 		return nil, fmt.Errorf("coord: client for %v: %w", eps, err)
 	}

@@ -252,3 +252,31 @@ func lowestOther(lead *tnode, nodes []*tnode) string {
 	}
 	return best
 }
+
+// Mode 1 with a worker waiting: Close hands the single membership over
+// (two voters only while it moves), the data stays, no final backup is
+// needed.
+func TestModeOneHandsOffToWorker(t *testing.T) {
+	rec := &recorder{}
+	cfg := testConfig(t, rec, "weir-0", 1)
+	var lastStops atomic.Int32
+	cfg.BeforeLastStop = func(context.Context, *clientv3.Client) error { lastStops.Add(1); return nil }
+	n0 := start(t, rec, cfg)
+	if _, err := n0.Client().Put(ctxT(t, 5*time.Second), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	w := start(t, rec, testConfig(t, rec, "weir-1", 1, n0.cfg.ClientListen))
+	time.Sleep(2 * evalEvery)
+	if w.Role() != RoleWorker {
+		t.Fatalf("weir-1 %s with mode 1 full; want worker", w.Role())
+	}
+	closeNode(t, n0.Node)
+	if lastStops.Load() != 0 || rec.index("removed weir-0") < 0 {
+		t.Fatalf("events %v, last stops %d: want a handoff, no final backup", rec.list(), lastStops.Load())
+	}
+	waitVoters(t, w.Node, "weir-1")
+	resp, err := w.Client().Get(ctxT(t, 5*time.Second), "k")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("after handoff: %v, %v; want k", resp, err)
+	}
+}

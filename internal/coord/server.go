@@ -55,7 +55,7 @@ func hasMemberData(dir string) bool { return wal.Exist(filepath.Join(dir, "membe
 // stillListed asks the cluster at Join whether it lists this node (by name
 // or peer URL); reached is false when no member answered.
 func (n *Node) stillListed(ctx context.Context) (listed, reached bool) {
-	cli, err := n.newClient(toURLs(n.cfg.Join))
+	cli, err := n.newClient(toURLs(n.cfg.Join), false)
 	if err != nil {
 		return false, false
 	}
