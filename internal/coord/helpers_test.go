@@ -182,26 +182,6 @@ func leaderOf(t testing.TB, nodes ...*tnode) *tnode {
 	return lead
 }
 
-// gauge reads a coord gauge from reg (label value "" for none).
-func gauge(t testing.TB, reg *prometheus.Registry, name, role string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if role == "" || (len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == role) {
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return -1
-}
-
 // growThree starts weir-0 (bootstrap) and two workers and waits until all
 // three are voters.
 func growThree(t testing.TB, rec *recorder) []*tnode {

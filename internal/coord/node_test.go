@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weir-io/weir/internal/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -42,8 +43,8 @@ func TestBootstrapAndRestartMode1(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "metrics: 1 member, leader, role quorum", func() bool {
-		return gauge(t, n.reg, "weir_coordination_members", "") == 1 && gauge(t, n.reg, "weir_coordination_leader", "") == 1 &&
-			gauge(t, n.reg, "weir_coordination_role", "quorum") == 1 && gauge(t, n.reg, "weir_coordination_role", "worker") == 0
+		return testenv.Metric(t, n.reg, "weir_coordination_members", nil) == 1 && testenv.Metric(t, n.reg, "weir_coordination_leader", nil) == 1 &&
+			testenv.Metric(t, n.reg, "weir_coordination_role", map[string]string{"role": "quorum"}) == 1 && testenv.Metric(t, n.reg, "weir_coordination_role", map[string]string{"role": "worker"}) == 0
 	})
 	closeNode(t, n.Node)
 	if restores.Load() != 1 || lastStops.Load() != 1 {
@@ -90,8 +91,8 @@ func TestGrowthToThreeInOrdinalOrder(t *testing.T) {
 		last = i
 	}
 	eventually(t, 5*time.Second, "metrics on weir-2: 3 members, no learner, role quorum", func() bool {
-		return gauge(t, n2.reg, "weir_coordination_members", "") == 3 && gauge(t, n2.reg, "weir_coordination_learners", "") == 0 &&
-			gauge(t, n2.reg, "weir_coordination_role", "quorum") == 1
+		return testenv.Metric(t, n2.reg, "weir_coordination_members", nil) == 3 && testenv.Metric(t, n2.reg, "weir_coordination_learners", nil) == 0 &&
+			testenv.Metric(t, n2.reg, "weir_coordination_role", map[string]string{"role": "quorum"}) == 1
 	})
 }
 

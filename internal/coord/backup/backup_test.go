@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weir-io/weir/internal/coord/etcdtest"
+	"github.com/weir-io/weir/internal/testenv"
 )
 
 // roundTrip saves a seeded store into s, restores the latest snapshot
@@ -55,13 +56,13 @@ func roundTrip(t *testing.T, s *Store) {
 func TestFileRoundTrip(t *testing.T) {
 	s, reg := openStore(t, fileURL(t))
 	roundTrip(t, s)
-	if v := metric(t, reg, "weir_coordination_backups_total", "result=ok"); v != 1 {
+	if v := testenv.Metric(t, reg, "weir_coordination_backups_total", map[string]string{"result": "ok"}); v != 1 {
 		t.Fatalf("backups ok = %v, want 1", v)
 	}
-	if v := metric(t, reg, "weir_coordination_backup_bytes", ""); v <= 0 {
+	if v := testenv.Metric(t, reg, "weir_coordination_backup_bytes", nil); v <= 0 {
 		t.Fatalf("backup bytes = %v", v)
 	}
-	if v := metric(t, reg, "weir_coordination_backup_last_success_timestamp_seconds", ""); v < float64(time.Now().Add(-time.Minute).Unix()) {
+	if v := testenv.Metric(t, reg, "weir_coordination_backup_last_success_timestamp_seconds", nil); v < float64(time.Now().Add(-time.Minute).Unix()) {
 		t.Fatalf("last success = %v", v)
 	}
 }
@@ -149,7 +150,7 @@ func TestFailedUploadKeepsLatest(t *testing.T) {
 	if got := snapshotKeys(t, s); !slices.Equal(got, []string{first.Key}) {
 		t.Fatalf("snapshots = %v, want only %s", got, first.Key)
 	}
-	if v := metric(t, reg, "weir_coordination_backups_total", "result=error"); v != 2 {
+	if v := testenv.Metric(t, reg, "weir_coordination_backups_total", map[string]string{"result": "error"}); v != 2 {
 		t.Fatalf("backups error = %v, want 2", v)
 	}
 	dir, peer := filepath.Join(t.TempDir(), "data"), freePeer(t)
@@ -261,7 +262,7 @@ func TestRunSavesOnlyAsLeader(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 	waitFor(t, func() bool { return asked.Load() >= 5 })
-	if keys := snapshotKeys(t, s); len(keys) != 0 || metric(t, reg, "weir_coordination_backups_total", "result=ok") != 0 {
+	if keys := snapshotKeys(t, s); len(keys) != 0 || testenv.Metric(t, reg, "weir_coordination_backups_total", map[string]string{"result": "ok"}) != 0 {
 		t.Fatalf("a follower saved: %v", keys)
 	}
 	leader.Store(true)
@@ -272,7 +273,7 @@ func TestRunSavesOnlyAsLeader(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
-	if v := metric(t, reg, "weir_coordination_backups_total", "result=ok"); v < 1 {
+	if v := testenv.Metric(t, reg, "weir_coordination_backups_total", map[string]string{"result": "ok"}); v < 1 {
 		t.Fatalf("backups ok = %v", v)
 	}
 }

@@ -154,34 +154,6 @@ func snapshotKeys(t *testing.T, s *Store) []string {
 	}
 }
 
-// metric reads a counter or gauge from reg; label, when given, is name=value.
-func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if label != "" {
-				lp := m.GetLabel()
-				if len(lp) != 1 || lp[0].GetName()+"="+lp[0].GetValue() != label {
-					continue
-				}
-			}
-			if m.Counter != nil {
-				return m.Counter.GetValue()
-			}
-			return m.Gauge.GetValue()
-		}
-	}
-	t.Fatalf("metric %s{%s} not found", name, label)
-	return 0
-}
-
 // cutProxy forwards loopback TCP connections to target; once armed it
 // drops every connection after after more bytes have come back from the
 // target — a server lost in the middle of a response.
