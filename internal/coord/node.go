@@ -119,7 +119,13 @@ func (n *Node) newClient(eps []string, sync bool) (*clientv3.Client, error) {
 	cc := clientv3.Config{
 		Endpoints:   eps,
 		DialTimeout: 5 * time.Second,
-		Logger:      zap.New(newSlogCore(n.log, zap.ErrorLevel)),
+		// A member that is up but does not answer (paused, cut off)
+		// keeps its connection open: keepalive pings find it within
+		// a few seconds so requests move to another endpoint. 5 s is
+		// the least etcd's server accepts (GRPCKeepAliveMinTime).
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		Logger:               zap.New(newSlogCore(n.log, zap.ErrorLevel)),
 	}
 	if sync {
 		cc.AutoSyncInterval = autoSync
