@@ -90,6 +90,7 @@ func status(args []string, stdout, stderr io.Writer) int {
 	}
 	printSecondaries(stdout, m)
 	printContracts(stdout, m)
+	printCoordination(stdout, m)
 	if !ok {
 		return 1
 	}
@@ -234,6 +235,31 @@ func printContracts(stdout io.Writer, m metrics) {
 		}
 		fmt.Fprintln(stdout, line)
 	}
+}
+
+// printCoordination prints the node's coordination role, the members as
+// it last saw them (leader, learners, departed) and its recovery leases;
+// nothing when coordination is off.
+func printCoordination(stdout io.Writer, m metrics) {
+	if len(m.series("weir_coordination_members")) == 0 {
+		return
+	}
+	role := strings.Join(m.labelsWhere("weir_coordination_role", "role", func(v float64) bool { return v == 1 }), ",")
+	var members []string
+	for _, s := range m.series("weir_coordination_member") {
+		if s.value != 1 {
+			continue
+		}
+		name := s.labels["member"]
+		if st := s.labels["state"]; st != "voter" {
+			name += " (" + st + ")"
+		}
+		members = append(members, name)
+	}
+	sort.Strings(members)
+	fmt.Fprintf(stdout, "  coordination: role %s; %s voting members: %s; recovery leases held %s, windows unclaimed %s\n",
+		orDash(role), num(m.sum("weir_coordination_members", nil)), orDash(strings.Join(members, ", ")),
+		num(m.sum("weir_recovery_leases_held", nil)), num(m.sum("weir_recovery_windows_unclaimed", nil)))
 }
 
 func metricSet(fams map[string]*dto.MetricFamily) metrics {

@@ -97,3 +97,44 @@ weir_dedup_dropped_total{source="socket"} 0
 		}
 	}
 }
+
+func TestStatusShowsCoordination(t *testing.T) {
+	const body = `# TYPE weir_sink_health gauge
+weir_sink_health{sink="file",state="healthy"} 1
+# TYPE weir_coordination_members gauge
+weir_coordination_members 3
+# TYPE weir_coordination_role gauge
+weir_coordination_role{role="learner"} 0
+weir_coordination_role{role="quorum"} 1
+weir_coordination_role{role="worker"} 0
+# TYPE weir_coordination_member gauge
+weir_coordination_member{member="weir-1",state="leader"} 1
+weir_coordination_member{member="weir-0",state="voter"} 1
+weir_coordination_member{member="weir-2",state="departed"} 1
+# TYPE weir_recovery_leases_held gauge
+weir_recovery_leases_held{sink="pg"} 1
+# TYPE weir_recovery_windows_unclaimed gauge
+weir_recovery_windows_unclaimed{sink="pg"} 7
+`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			w.Write([]byte(body))
+		}
+	}))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	Main([]string{"status", "--metrics-addr", strings.TrimPrefix(srv.URL, "http://")}, nil, &out, &errb)
+	want := "coordination: role quorum; 3 voting members: weir-0, weir-1 (leader), weir-2 (departed); recovery leases held 1, windows unclaimed 7"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+	out.Reset()
+	srvOff := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("# TYPE weir_sink_health gauge\nweir_sink_health{sink=\"file\",state=\"healthy\"} 1\n"))
+	}))
+	defer srvOff.Close()
+	Main([]string{"status", "--metrics-addr", strings.TrimPrefix(srvOff.URL, "http://")}, nil, &out, &errb)
+	if strings.Contains(out.String(), "coordination") {
+		t.Errorf("status shows coordination with coordination off:\n%s", out.String())
+	}
+}

@@ -24,12 +24,13 @@ type kinds struct {
 	cfg     *config.Config
 	fs      vfs.FS
 	metrics prometheus.Registerer
-	fc      *flowControl // the node's flow control; nil in tests without telemetry
-	dq      *quality     // the data contracts; nil without [[contract]]
+	fc      *flowControl  // the node's flow control; nil in tests without telemetry
+	dq      *quality      // the data contracts; nil without [[contract]]
+	co      *coordination // the coordination cluster; nil with coordination.mode = 0
 }
 
 func newKinds(cfg *config.Config, fs vfs.FS, tel *telemetry) kinds {
-	return kinds{cfg: cfg, fs: fs, metrics: tel.reg, fc: tel.fc, dq: tel.dq}
+	return kinds{cfg: cfg, fs: fs, metrics: tel.reg, fc: tel.fc, dq: tel.dq, co: tel.co}
 }
 
 func (k kinds) env(name string, log *slog.Logger) component.Env {

@@ -27,8 +27,9 @@ type telemetry struct {
 	h   *metrics.Health
 	srv *metrics.Server
 	log *slog.Logger
-	fc  *flowControl // the memory budget and the flow controller
-	dq  *quality     // the data contracts; nil without [[contract]]
+	fc  *flowControl  // the memory budget and the flow controller
+	dq  *quality      // the data contracts; nil without [[contract]]
+	co  *coordination // the coordination cluster; nil with coordination.mode = 0
 }
 
 // startTelemetry makes the metrics and, unless metrics_port is 0, binds
@@ -48,6 +49,10 @@ func startTelemetry(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slo
 		return nil, fmt.Errorf("contracts: %w", err)
 	}
 	t.dq = dq
+	if t.co, err = startCoordination(ctx, cfg, t.fc, reg, base); err != nil {
+		t.fc.close()
+		return nil, errors.Join(err, t.closeQuality())
+	}
 	if cfg.MetricsPort == 0 {
 		log.Info("metrics endpoint disabled (metrics_port = 0)")
 		return t, nil
@@ -61,7 +66,7 @@ func startTelemetry(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slo
 	})
 	if err != nil {
 		t.fc.close()
-		return nil, errors.Join(fmt.Errorf("metrics endpoint (metrics_bind, metrics_port): %w", err), t.closeQuality())
+		return nil, errors.Join(fmt.Errorf("metrics endpoint (metrics_bind, metrics_port): %w", err), t.closeQuality(), t.closeCoordination())
 	}
 	t.srv = srv
 	return t, nil
@@ -104,12 +109,27 @@ func (t *telemetry) closeQuality() error {
 	return t.dq.close(ctx)
 }
 
+// closeCoordination hands off the node's coordination role and stops its
+// member, within coordination.handoff_grace and a little more for the
+// final backup.
+func (t *telemetry) closeCoordination() error {
+	if t.co == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t.co.grace+10*time.Second)
+	defer cancel()
+	return t.co.close(ctx)
+}
+
 // stop closes the endpoint; it is the last thing the daemon does, after
 // the sinks are closed (the dq-audit trail's last window is written
 // here).
 func (t *telemetry) stop() {
 	if err := t.closeQuality(); err != nil {
 		t.log.Error("closing the data contracts (dq-audit trail, dedup stores)", "err", err)
+	}
+	if err := t.closeCoordination(); err != nil {
+		t.log.Error("leaving the coordination cluster", "err", err)
 	}
 	t.fc.close()
 	if t.srv == nil {

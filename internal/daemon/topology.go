@@ -91,7 +91,8 @@ func startFanout(ctx context.Context, cfg *config.Config, k kinds, log *slog.Log
 		Logger:         log,
 		Audit:          k.dq.audit(),
 	}
-	k.fc.fanoutOptions(cfg, &opts) // admission, queue bytes, batch sizes, write results
+	k.fc.fanoutOptions(cfg, &opts)       // admission, queue bytes, batch sizes, write results
+	k.co.fanoutOptions(cfg, topo, &opts) // recovery windows claimed by lease
 	fan, err := engine.NewFanout(ctx, opts)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("start fan-out: %w", err), closeSecondaries(secs))
