@@ -1,0 +1,516 @@
+package systest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/weir-io/weir/client"
+	"github.com/weir-io/weir/internal/testenv"
+)
+
+// claimsPrefix is where recovery window claims live in etcd
+// (docs/coordination.md §Distributed recovery).
+const claimsPrefix = "/weir/recovery/windows/"
+
+// claimEvent is one change of a claim key, as a watch from the test saw it.
+type claimEvent struct {
+	at        time.Time
+	key       string
+	put       bool
+	createRev int64 // of the key written (put) or removed (delete: the previous value's)
+	holder    string
+	lease     int64
+}
+
+// claimWatch records every change under claimsPrefix from the moment it
+// starts.
+type claimWatch struct {
+	mu     sync.Mutex
+	events []claimEvent
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+func watchClaims(t *testing.T, endpoints []string) *claimWatch {
+	t.Helper()
+	// Keepalive moves the watch off a member that is stopped (SIGSTOP)
+	// but keeps its connections open.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &claimWatch{stop: cancel, done: make(chan struct{})}
+	// What is held now, then every change after it.
+	gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
+	now, err := cli.Get(gctx, claimsPrefix, clientv3.WithPrefix())
+	gcancel()
+	if err != nil {
+		cancel()
+		cli.Close()
+		t.Fatalf("read the claims: %v", err)
+	}
+	for _, kv := range now.Kvs {
+		w.events = append(w.events, claimEvent{at: time.Now(), key: string(kv.Key), put: true,
+			createRev: kv.CreateRevision, holder: string(kv.Value), lease: kv.Lease})
+	}
+	ch := cli.Watch(clientv3.WithRequireLeader(ctx), claimsPrefix, clientv3.WithPrefix(), clientv3.WithPrevKV(),
+		clientv3.WithRev(now.Header.Revision+1))
+	go func() {
+		defer close(w.done)
+		defer cli.Close()
+		for resp := range ch {
+			now := time.Now()
+			w.mu.Lock()
+			for _, ev := range resp.Events {
+				e := claimEvent{at: now, key: string(ev.Kv.Key), put: ev.Type == clientv3.EventTypePut}
+				kv := ev.Kv
+				if !e.put && ev.PrevKv != nil {
+					kv = ev.PrevKv
+				}
+				e.createRev, e.holder, e.lease = kv.CreateRevision, string(kv.Value), kv.Lease
+				w.events = append(w.events, e)
+			}
+			w.mu.Unlock()
+		}
+	}()
+	t.Cleanup(w.close)
+	return w
+}
+
+func (w *claimWatch) close() {
+	w.stop()
+	<-w.done
+}
+
+// heldBy returns the windows holder held at t, by the watch.
+func (w *claimWatch) heldBy(holder string, t time.Time) map[string]int64 {
+	held := map[string]int64{}
+	for _, e := range w.snapshot() {
+		if e.at.After(t) {
+			break
+		}
+		if e.holder != holder {
+			continue
+		}
+		if e.put {
+			held[e.key] = e.createRev
+		} else {
+			delete(held, e.key)
+		}
+	}
+	return held
+}
+
+// waitHolders waits until each of holders holds a claim.
+func (w *claimWatch) waitHolders(t *testing.T, holders []string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for _, h := range holders {
+		for len(w.heldBy(h, time.Now())) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s holds no recovery window claim after %v", h, timeout)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// waitTakenOver waits until every window in held has been claimed by a
+// node other than holder.
+func (w *claimWatch) waitTakenOver(t *testing.T, held map[string]int64, holder string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		left := 0
+		for key := range held {
+			taken := false
+			for _, e := range w.snapshot() {
+				if e.key == key && e.put && e.holder != holder {
+					taken = true
+				}
+			}
+			if !taken {
+				left++
+			}
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %s's windows %v not claimed by another node after %v", left, holder, held, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (w *claimWatch) snapshot() []claimEvent {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]claimEvent(nil), w.events...)
+}
+
+// checkExclusive reports every window that two holders had at once: a
+// claim created while the key was still held by an earlier claim.
+func checkExclusive(events []claimEvent) []string {
+	held := map[string]claimEvent{}
+	var bad []string
+	for _, e := range events {
+		cur, ok := held[e.key]
+		switch {
+		case e.put && ok && cur.createRev != e.createRev:
+			bad = append(bad, fmt.Sprintf("%s: claimed by %s (rev %d) while %s held it (rev %d)", e.key, e.holder, e.createRev, cur.holder, cur.createRev))
+			held[e.key] = e
+		case e.put:
+			held[e.key] = e
+		default:
+			delete(held, e.key)
+		}
+	}
+	return bad
+}
+
+// coordNode is one recovery node of the cluster under test.
+type coordNode struct {
+	*daemon
+	name         string
+	peer, client string
+}
+
+// TestCoordinatedRecoveryThreeNodes: an ingest node (role = "ingest")
+// takes a backlog while its Postgres secondary is cut off from it. Three
+// recovery nodes (role = "recovery") on the same raw form a mode-3
+// coordination cluster — the first bootstraps, the others join as
+// learners — and share the backlog by claiming windows of raw with
+// leases. One node is paused (SIGSTOP) past its lease and resumed: the
+// offset store's fence refuses the coverage it would record for windows
+// claimed meanwhile. Then the leader is killed -9: the other two keep
+// quorum, its windows are claimed again within the lease TTL and some
+// slack, and every raw position reaches the table. A watch on the claim
+// keys shows that no window ever had two holders.
+func TestCoordinatedRecoveryThreeNodes(t *testing.T) {
+	db := newPGTable(t, "weir_coordrec")
+	const (
+		n        = 40000
+		leaseTTL = 3 * time.Second
+	)
+	ing := newDaemon(t, "--config", writeConfig(t, pgSecondaryTOML(db.via, db.table, "queue_batches = 1", `timeout = "2s"`)),
+		"--role", "ingest", "--coverage-flush-interval", "50ms")
+	db.proxy.Cut()
+	ing.start()
+	l := newLedger()
+	produce(ctxTimeout(t, 60*time.Second), t, ing.socket, "cr", n, 200, client.Durable, l, 20*time.Second)
+	if got := l.ackedCount(); got != n {
+		t.Fatalf("%d of %d records acked", got, n)
+	}
+
+	// The recovery nodes reach the database through a proxy of their own,
+	// cut until the cluster has formed and the test watches the claims.
+	recVia, recProxy := testenv.PostgresProxy(t, db.dsn)
+	recProxy.Cut()
+
+	nodes := make([]*coordNode, 3)
+	var endpoints []string
+	for i := range nodes {
+		nodes[i] = &coordNode{name: fmt.Sprintf("rec-%d", i),
+			peer: fmt.Sprintf("127.0.0.1:%d", freePort(t)), client: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+		endpoints = append(endpoints, nodes[i].client)
+	}
+	for i, nd := range nodes {
+		join := ""
+		if i > 0 {
+			join = fmt.Sprintf("join = [%q]\n", nodes[0].client)
+		}
+		cfg := pgSecondaryTOML(recVia, db.table, "", `timeout = "5s"`) + fmt.Sprintf(`
+[coordination]
+mode = 3
+node = %q
+peer_listen = %q
+client_listen = %q
+%srecovery_leases = true
+lease_ttl = "%s"
+session_ttl = "3s"
+claim_positions = 1024
+ready_timeout = "20s"
+handoff_grace = "5s"
+`, nd.name, nd.peer, nd.client, join, leaseTTL)
+		nd.daemon = newDaemon(t, "--config", writeConfig(t, cfg), "--role", "recovery", "--sink-file-dir", ing.outDir(),
+			"--recovery-window-records", "128", "--coverage-flush-interval", "50ms")
+		nd.startNoSocket()
+		if i == 1 {
+			// Two members would be worse than one: the second node
+			// waits as a worker until a third checks in.
+			time.Sleep(3 * time.Second)
+			if m := nodes[0].scrape(); m["weir_coordination_members"] != 1 {
+				t.Fatalf("with one member and one worker the cluster has %v members; want 1 (2 is never a resting size)", m["weir_coordination_members"])
+			}
+			if m := nd.scrape(); m[`weir_coordination_role{role="worker"}`] != 1 {
+				t.Fatalf("%s is not a worker while it waits for a third node", nd.name)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, nd := range nodes {
+			if nd.daemon != nil && nd.log != nil {
+				if f := filepath.Join(nd.dir, "weir.log"); os.WriteFile(f, []byte(nd.log.String()), 0o600) == nil {
+					t.Logf("%s's whole log: %s", nd.name, f)
+				}
+				t.Logf("--- %s: claims, warnings and errors (tail) ---\n%s", nd.name, tail(grepLines(nd.log.String(),
+					`msg="recovery window`, "level=WARN", "level=ERROR", `msg="coordination`, "commit failed", "fenced coverage", "role", "opened"), 6000))
+			}
+		}
+	})
+	// The third node's check-in lets both join: 1 → 3.
+	nodes[0].waitScrape("3 members", 60*time.Second, func(m map[string]float64) bool {
+		return m["weir_coordination_members"] == 3
+	})
+	w := watchClaims(t, endpoints)
+	if err := recProxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+
+	inTable := func() int { return len(tableIDs(t, db.conn, db.table)) }
+	waitRows := func(what string, rows int, timeout time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(timeout)
+		for inTable() < rows {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: table has %d rows after %v, want %d", what, inTable(), timeout, rows)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitRows("recovery under way", 2000, 60*time.Second)
+
+	leader := -1
+	for i, nd := range nodes {
+		if nd.scrape()["weir_coordination_leader"] == 1 {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatal("no node reports itself the leader (weir_coordination_leader)")
+	}
+	paused := (leader + 1) % 3
+
+	// The database stalls: every node sits in a window's commit, holding
+	// its claim. One (not the leader) is then stopped past its lease; the
+	// database answers again, the others finish their windows and claim
+	// the stopped node's; resumed, it gets its commit's answer and must
+	// not record coverage under its old claim.
+	recProxy.Stall()
+	w.waitHolders(t, []string{nodes[paused].name}, 20*time.Second)
+	nodes[paused].cmd.Process.Signal(syscall.SIGSTOP)
+	pausedAt := time.Now()
+	time.Sleep(leaseTTL + 2*time.Second)
+	recProxy.Resume()
+	held := w.heldBy(nodes[paused].name, pausedAt)
+	w.waitTakenOver(t, held, nodes[paused].name, 30*time.Second)
+	recProxy.Stall() // keep work for the kill below
+	nodes[paused].cmd.Process.Signal(syscall.SIGCONT)
+	t.Logf("%s stopped (SIGSTOP) for %v holding %v, its windows claimed by others, resumed; table %d of %d",
+		nodes[paused].name, time.Since(pausedAt).Round(time.Millisecond), held, inTable(), n)
+
+	// kill -9 of the leader while it holds a claim: the other two keep
+	// quorum and claim its window once its lease ends.
+	w.waitHolders(t, []string{nodes[leader].name}, 20*time.Second)
+	killedAt := time.Now()
+	nodes[leader].kill()
+	t.Logf("leader %s killed -9 holding %v; table %d of %d", nodes[leader].name, w.heldBy(nodes[leader].name, killedAt), inTable(), n)
+	time.Sleep(time.Second)
+	recProxy.Resume()
+
+	waitTableEqualsRaw(t, ing, db.conn, db.table, n, 120*time.Second)
+
+	events := w.snapshot()
+	if bad := checkExclusive(events); len(bad) > 0 {
+		t.Errorf("windows held by two claims at once:\n%s", strings.Join(bad, "\n"))
+	}
+	checkReclaimed(t, events, nodes[leader].name, killedAt, leaseTTL+5*time.Second)
+	claimedAfter := 0
+	for _, e := range events {
+		if e.put && e.at.After(killedAt) {
+			claimedAfter++
+		}
+	}
+	if claimedAfter == 0 {
+		t.Error("no window was claimed after the leader was killed: the two left did not keep quorum")
+	}
+	// The resumed node gave each old claim up (its lease was lost, or the
+	// store fenced it off) instead of working on under it.
+	for key, token := range held {
+		line := fmt.Sprintf("window=%s token=%d reason=", strings.TrimPrefix(key, claimsPrefix), token)
+		if !strings.Contains(grepLines(nodes[paused].log.String(), `msg="recovery window released"`, `msg="releasing a recovery window failed`), line) {
+			t.Errorf("%s never gave up its claim %s (token %d) after it resumed", nodes[paused].name, key, token)
+		}
+	}
+	checkFencedAfterResume(t, events, nodes[paused], pausedAt)
+	claimedBy := map[string]int{}
+	for _, e := range events {
+		if e.put {
+			claimedBy[e.holder]++
+		}
+	}
+	t.Logf("claims per node: %v (%d claim events)", claimedBy, len(events))
+	if len(claimedBy) < 2 {
+		t.Errorf("windows were claimed by %d node(s); want the backlog shared", len(claimedBy))
+	}
+	for i, nd := range nodes {
+		if i == leader {
+			continue
+		}
+		if err := nd.stop(30 * time.Second); err != nil {
+			t.Errorf("%s stop: %v\n%s", nd.name, err, tail(nd.log.String(), 4000))
+		}
+	}
+}
+
+// checkReclaimed: every claim the killed node held at its death is gone
+// (its lease expired) within limit of the kill.
+func checkReclaimed(t *testing.T, events []claimEvent, dead string, killedAt time.Time, limit time.Duration) {
+	t.Helper()
+	held := map[string]bool{}
+	for _, e := range events {
+		if e.at.After(killedAt) {
+			if !e.put && e.holder == dead && held[e.key] {
+				delete(held, e.key)
+				if d := e.at.Sub(killedAt); d > limit {
+					t.Errorf("%s's claim on %s went %v after the kill; want within %v", dead, e.key, d.Round(time.Millisecond), limit)
+				}
+			}
+			continue
+		}
+		if e.holder == dead {
+			held[e.key] = e.put
+		}
+	}
+	for k, h := range held {
+		if h {
+			t.Errorf("%s's claim on %s was never released after the kill", dead, k)
+		}
+	}
+}
+
+// checkFencedAfterResume: for every window the paused node held when it
+// was stopped and another node claimed while it was stopped, the paused
+// node recorded no coverage after it resumed under its old claim.
+func checkFencedAfterResume(t *testing.T, events []claimEvent, nd *coordNode, pausedAt time.Time) {
+	t.Helper()
+	held := map[string]int64{} // key → the paused node's claim revision at the pause
+	for _, e := range events {
+		if e.at.After(pausedAt) {
+			break
+		}
+		if e.holder == nd.name {
+			if e.put {
+				held[e.key] = e.createRev
+			} else {
+				delete(held, e.key)
+			}
+		}
+	}
+	taken := map[string]int64{}
+	for _, e := range events {
+		if e.at.After(pausedAt) && e.put && e.holder != nd.name && held[e.key] != 0 && taken[e.key] == 0 {
+			taken[e.key] = e.createRev
+		}
+	}
+	log := nd.log.String()
+	for key, rev := range taken {
+		old := held[key]
+		window := strings.TrimPrefix(key, claimsPrefix)
+		if recorded := fencedCoverage(log, window, old, pausedAt); recorded > 0 {
+			t.Errorf("%s recorded coverage %d times for window %s under its old claim (token %d) after %s (token %d) claimed it",
+				nd.name, recorded, window, old, "another node", rev)
+		}
+	}
+	t.Logf("%s held %d windows at its pause; %d were claimed by others while it was stopped", nd.name, len(held), len(taken))
+}
+
+// fencedCoverage counts the log lines, stamped after after, in which a
+// node recorded coverage for window under token.
+func fencedCoverage(log, window string, token int64, after time.Time) int {
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="fenced coverage recorded"`) || !strings.Contains(line, "window="+window+" ") ||
+			!strings.Contains(line, fmt.Sprintf("token=%d", token)) {
+			continue
+		}
+		stamp, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		if at, err := time.Parse(time.RFC3339Nano, stamp); err != nil || at.After(after) {
+			n++ // an unreadable stamp counts against the node
+		}
+	}
+	return n
+}
+
+// grepLines keeps the lines of log that contain any of words.
+func grepLines(log string, words ...string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(log, "\n") {
+		for _, w := range words {
+			if strings.Contains(line, w) {
+				b.WriteString(line)
+				b.WriteByte('\n')
+				break
+			}
+		}
+	}
+	return b.String()
+}
+
+// TestCoordinationBackupRestoreMode1: a mode-1 node backs its
+// coordination store up to a file:// bucket every second; it is killed -9
+// and its coordination data directory is deleted (the disk is lost). At
+// the next start it restores the latest backup: a key written before
+// that backup is there again.
+func TestCoordinationBackupRestoreMode1(t *testing.T) {
+	bucket := t.TempDir()
+	peer, clientAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	d := newDaemon(t, "--coordination-mode", "1", "--coordination-node", "weir-0",
+		"--coordination-peer-listen", peer, "--coordination-client-listen", clientAddr,
+		"--coordination-backup-url", "file://"+bucket, "--coordination-backup-interval", "1s")
+	d.start()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{clientAddr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := ctxTimeout(t, 60*time.Second)
+	if _, err := cli.Put(ctx, "/systest/marker", "before the loss"); err != nil {
+		t.Fatal(err)
+	}
+	put := float64(time.Now().UnixNano()) / 1e9
+	d.waitScrape("a backup after the write", 15*time.Second, func(m map[string]float64) bool {
+		return m["weir_coordination_backup_last_success_timestamp_seconds"] > put
+	})
+	d.kill()
+	if err := os.RemoveAll(filepath.Join(d.dir, "coordination")); err != nil {
+		t.Fatal(err)
+	}
+	d.start()
+	resp, err := cli.Get(ctx, "/systest/marker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before the loss" {
+		t.Fatalf("after the restore /systest/marker is %v; want the value written before the last backup\n%s", resp.Kvs, tail(d.log.String(), 3000))
+	}
+	if err := d.stop(30 * time.Second); err != nil {
+		t.Errorf("stop: %v\n%s", err, tail(d.log.String(), 3000))
+	}
+}
