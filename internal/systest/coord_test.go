@@ -202,7 +202,8 @@ type coordNode struct {
 func TestCoordinatedRecoveryThreeNodes(t *testing.T) {
 	db := newPGTable(t, "weir_coordrec")
 	const (
-		n        = 40000
+		n        = 40000 // the first backlog
+		n2       = 20000 // the second, for the leader's kill
 		leaseTTL = 3 * time.Second
 	)
 	ing := newDaemon(t, "--config", writeConfig(t, pgSecondaryTOML(db.via, db.table, "queue_batches = 1", `timeout = "2s"`)),
@@ -255,8 +256,14 @@ handoff_grace = "5s"
 			if m := nodes[0].scrape(); m["weir_coordination_members"] != 1 {
 				t.Fatalf("with one member and one worker the cluster has %v members; want 1 (2 is never a resting size)", m["weir_coordination_members"])
 			}
-			if m := nd.scrape(); m[`weir_coordination_role{role="worker"}`] != 1 {
+			m := nd.scrape()
+			if m[`weir_coordination_role{role="worker"}`] != 1 {
 				t.Fatalf("%s is not a worker while it waits for a third node", nd.name)
+			}
+			// The quorum member runs the reduced flow profile, the
+			// worker the full budget.
+			if q, w := nodes[0].scrape()["weir_memory_budget_bytes"], m["weir_memory_budget_bytes"]; q <= 0 || q != w/2 {
+				t.Errorf("memory budget: %v on the quorum member, %v on the worker; want half (flow.quorum_budget_percent = 50)", q, w)
 			}
 		}
 	}
@@ -277,6 +284,10 @@ handoff_grace = "5s"
 	// The third node's check-in lets both join: 1 → 3.
 	nodes[0].waitScrape("3 members", 60*time.Second, func(m map[string]float64) bool {
 		return m["weir_coordination_members"] == 3
+	})
+	b0 := nodes[0].scrape()["weir_memory_budget_bytes"]
+	nodes[1].waitScrape("the quorum profile's budget on a new voter", 10*time.Second, func(m map[string]float64) bool {
+		return m["weir_memory_budget_bytes"] == b0
 	})
 	w := watchClaims(t, endpoints)
 	if err := recProxy.Restore(); err != nil {
@@ -320,21 +331,28 @@ handoff_grace = "5s"
 	recProxy.Resume()
 	held := w.heldBy(nodes[paused].name, pausedAt)
 	w.waitTakenOver(t, held, nodes[paused].name, 30*time.Second)
-	recProxy.Stall() // keep work for the kill below
+	recProxy.Stall()
 	nodes[paused].cmd.Process.Signal(syscall.SIGCONT)
 	t.Logf("%s stopped (SIGSTOP) for %v holding %v, its windows claimed by others, resumed; table %d of %d",
 		nodes[paused].name, time.Since(pausedAt).Round(time.Millisecond), held, inTable(), n)
 
 	// kill -9 of the leader while it holds a claim: the other two keep
-	// quorum and claim its window once its lease ends.
+	// quorum and claim its window once its lease ends. The two left may
+	// have finished the first backlog while the paused node's claim ran
+	// out, so the ingest node takes a second one, which the database
+	// (stalled again) keeps in the nodes' hands.
+	produce(ctxTimeout(t, 60*time.Second), t, ing.socket, "cr2", n2, 200, client.Durable, l, 20*time.Second)
+	if got := l.ackedCount(); got != n+n2 {
+		t.Fatalf("%d of %d records acked", got, n+n2)
+	}
 	w.waitHolders(t, []string{nodes[leader].name}, 20*time.Second)
 	killedAt := time.Now()
 	nodes[leader].kill()
-	t.Logf("leader %s killed -9 holding %v; table %d of %d", nodes[leader].name, w.heldBy(nodes[leader].name, killedAt), inTable(), n)
+	t.Logf("leader %s killed -9 holding %v; table %d of %d", nodes[leader].name, w.heldBy(nodes[leader].name, killedAt), inTable(), n+n2)
 	time.Sleep(time.Second)
 	recProxy.Resume()
 
-	waitTableEqualsRaw(t, ing, db.conn, db.table, n, 120*time.Second)
+	waitTableEqualsRaw(t, ing, db.conn, db.table, n+n2, 120*time.Second)
 
 	events := w.snapshot()
 	if bad := checkExclusive(events); len(bad) > 0 {
