@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -269,7 +270,8 @@ func nonZero[K comparable](m map[K]int64) map[K]int64 {
 // turns, timing each run until the secondary's coverage reaches raw's
 // end. With quarantine healthy every reject reaches the table or is
 // counted as shed; stalled, the lane sheds; the clean throughput stalled is within
-// 10 % of the healthy one (the better of two runs each); every clean
+// 10 % of the healthy one (the best of three runs each: the runs
+// share two cores with the rest of the test suite); every clean
 // record reaches the table; and the daemon stops within its shutdown
 // timeout with quarantine still stalled.
 func TestQuarantineStallNeverSlowsCleanPath(t *testing.T) {
@@ -286,7 +288,8 @@ func TestQuarantineStallNeverSlowsCleanPath(t *testing.T) {
 
 	var healthy, stalled []time.Duration
 	var clean []string
-	for i := range 2 {
+	const rounds = 3
+	for i := range rounds {
 		shed := s.shed()
 		took, recs := s.run(fmt.Sprintf("a%d", i))
 		healthy, clean = append(healthy, took), append(clean, cleanPayloads(recs)...)
@@ -298,11 +301,11 @@ func TestQuarantineStallNeverSlowsCleanPath(t *testing.T) {
 		if s.shed() == shed {
 			t.Errorf("run b%d: quarantine stalled, and nothing was shed", i)
 		}
-		if i == 0 {
+		if i < rounds-1 {
 			db.proxy.Resume()
 		}
 	}
-	best := func(ds []time.Duration) time.Duration { return min(ds[0], ds[1]) }
+	best := func(ds []time.Duration) time.Duration { return slices.Min(ds) }
 	rate := func(d time.Duration) float64 { return float64(n/2) / d.Seconds() }
 	a, b := rate(best(healthy)), rate(best(stalled))
 	t.Logf("clean records/s into the secondary (%d records a run, half rejected): quarantine healthy %.0f (runs %v), stalled %.0f (runs %v); shed %v",
