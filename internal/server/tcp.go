@@ -86,6 +86,9 @@ func (c *conn) handshake() bool {
 		if ho, ok := c.s.obs.(HandshakeObserver); ok {
 			ho.HandshakeFailed(reason)
 		}
+		if reason != "timeout" && !c.stopped.Load() {
+			linger(tc.NetConn())
+		}
 		return false
 	}
 	if err := tc.SetDeadline(time.Time{}); err != nil {
@@ -97,6 +100,30 @@ func (c *conn) handshake() bool {
 			"client", describeIdentities(state.PeerCertificates[0]), "shard", c.shard)
 	}
 	return true
+}
+
+// lingerTimeout and lingerBytes bound how long, and how much of what
+// the client sent, a refused connection is read before it is closed.
+const (
+	lingerTimeout = time.Second
+	lingerBytes   = 64 << 10
+)
+
+// linger half-closes a refused connection and reads what the client
+// sent until it closes its side, for at most lingerTimeout and
+// lingerBytes. Closed while unread bytes wait (a TLS 1.3 client writes
+// its first frame before it learns it was refused), the socket would
+// answer with a reset, which can reach the client before the alert that
+// says why it was refused, and destroy it.
+func linger(nc net.Conn) {
+	tcp, ok := nc.(*net.TCPConn)
+	if !ok || tcp.CloseWrite() != nil {
+		return
+	}
+	if tcp.SetReadDeadline(time.Now().Add(lingerTimeout)) != nil {
+		return
+	}
+	io.Copy(io.Discard, io.LimitReader(tcp, lingerBytes))
 }
 
 // handshakeReason classifies a failed handshake; "" is a client that went

@@ -228,6 +228,33 @@ func TestTLSRefusesNoClientCertificate(t *testing.T) {
 	waitCount(t, e, "no_client_certificate")
 }
 
+// TestTLSRefusalSurvivesUnreadFrames: a TLS 1.3 client learns it was
+// refused only after it has sent its first frames. The server reads
+// them away before it closes, so that the alert saying why reaches the
+// client instead of a connection reset.
+func TestTLSRefusalSurvivesUnreadFrames(t *testing.T) {
+	e := newTLSEnv(t, tlsEnvConfig{})
+	frame := wire.AppendPush(nil, wire.Push{RequestID: 1, Durability: wire.Durable, Payloads: [][]byte{bytes.Repeat([]byte("x"), 1000)}})
+	frames := bytes.Repeat(frame, 16) // 16 KiB the server never answers
+	for i := range 20 {
+		tc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", e.addr, e.clientCfg(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := tc.Write(frames); err != nil {
+			tc.Close()
+			t.Fatalf("attempt %d: write: %v", i, err)
+		}
+		time.Sleep(20 * time.Millisecond) // the server has refused and closed by now
+		_, err = tc.Read(make([]byte, 64))
+		tc.Close()
+		if err == nil || !strings.Contains(err.Error(), "certificate required") {
+			t.Fatalf("attempt %d: read: %v, want the certificate-required alert", i, err)
+		}
+	}
+}
+
 func TestTLSRefusesCertificateFromAnotherCA(t *testing.T) {
 	e := newTLSEnv(t, tlsEnvConfig{})
 	stranger := tlstest.NewCA(t, "some other CA")
