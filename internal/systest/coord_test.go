@@ -3,6 +3,7 @@ package systest
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -492,16 +495,48 @@ func grepLines(log string, words ...string) string {
 }
 
 // TestCoordinationBackupRestoreMode1: a mode-1 node backs its
-// coordination store up to a file:// bucket every second; it is killed -9
-// and its coordination data directory is deleted (the disk is lost). At
-// the next start it restores the latest backup: a key written before
-// that backup is there again.
+// coordination store up every second, to a file:// bucket and to an
+// s3:// bucket (an in-memory S3 server in the test process); it is
+// killed -9 and its coordination data directory is deleted (the disk is
+// lost). At the next start it restores the latest backup: a key written
+// before that backup is there again.
 func TestCoordinationBackupRestoreMode1(t *testing.T) {
-	bucket := t.TempDir()
+	for _, tc := range []struct {
+		name   string
+		bucket func(t *testing.T) (url string, env []string)
+	}{
+		{"file", func(t *testing.T) (string, []string) { return "file://" + t.TempDir(), nil }},
+		{"s3", fakeS3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, env := tc.bucket(t)
+			testBackupRestoreMode1(t, url, env)
+		})
+	}
+}
+
+// fakeS3 serves an in-memory S3 bucket "weir" on a loopback port for the
+// test's duration, and returns its URL and the environment a daemon needs
+// to sign its requests without looking for real credentials.
+func fakeS3(t *testing.T) (string, []string) {
+	backend := s3mem.New()
+	if err := backend.CreateBucket("weir"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gofakes3.New(backend).Server())
+	t.Cleanup(srv.Close)
+	none := filepath.Join(t.TempDir(), "none")
+	env := []string{"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_CONFIG_FILE=" + none, "AWS_SHARED_CREDENTIALS_FILE=" + none}
+	return fmt.Sprintf("s3://weir/coord?region=us-east-1&endpoint=%s&use_path_style=true", srv.URL), env
+}
+
+func testBackupRestoreMode1(t *testing.T, bucketURL string, env []string) {
 	peer, clientAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	d := newDaemon(t, "--coordination-mode", "1", "--coordination-node", "weir-0",
 		"--coordination-peer-listen", peer, "--coordination-client-listen", clientAddr,
-		"--coordination-backup-url", "file://"+bucket, "--coordination-backup-interval", "1s")
+		"--coordination-backup-url", bucketURL, "--coordination-backup-interval", "1s")
+	d.env = env
 	d.start()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{clientAddr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -526,7 +561,7 @@ func TestCoordinationBackupRestoreMode1(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before the loss" {
-		t.Fatalf("after the restore /systest/marker is %v; want the value written before the last backup\n%s", resp.Kvs, tail(d.log.String(), 3000))
+		t.Fatalf("after the restore from %s /systest/marker is %v; want the value written before the last backup\n%s", bucketURL, resp.Kvs, tail(d.log.String(), 3000))
 	}
 	if err := d.stop(30 * time.Second); err != nil {
 		t.Errorf("stop: %v\n%s", err, tail(d.log.String(), 3000))
