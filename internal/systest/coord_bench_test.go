@@ -88,19 +88,19 @@ func startToReady(b *testing.B, mode int) (time.Duration, int64) {
 
 // BenchmarkCoordinatedRecovery: recovery throughput of one backlog shared
 // by 1, 2 and 3 recovery nodes. An ingest node takes
-// WEIR_RECOVERY_BENCH_RECORDS records (default 1,000,000: about 30 s a
-// run, most of it producing) while its Postgres
-// secondary is cut off; then k recovery nodes with recovery leases are
-// started one after the other on its raw — in mode 1 for k = 1, in mode 3
-// for k = 2 (the second waits as a worker, which still claims windows)
-// and k = 3 (1 → 3 while they recover) — and write the table directly.
-// Reported: records/s from the moment all k nodes are ready until the
-// table holds every record (the rows already recovered by then are not
-// counted), the seconds from the first node's launch until then, and,
-// for nodes=2 and 3, the factor over the median records/s of nodes=1 in
-// this run (run -count 1 several times to interleave the three). The backlog must outlast the nodes' start: one
-// node recovers 40,000 records in well under a second, before a third
-// node is ready.
+// WEIR_RECOVERY_BENCH_RECORDS records (default 1,000,000: about 20 s a
+// run, half of it producing) while its Postgres secondary is cut off;
+// then k recovery nodes with recovery leases are started one after the
+// other on its raw — in mode 1 for k = 1, in mode 3 for k = 2 (the second
+// waits as a worker, which still claims windows) and k = 3 (1 → 3 while
+// they recover) — and write the table directly. Reported: records/s from
+// the moment all k nodes are ready until the table holds every record
+// (the rows already recovered by then are not counted), the seconds from
+// the first node's launch until then, and, for nodes=2 and 3, the factor
+// over the median records/s of nodes=1 in this process (run -count 1
+// several times to interleave the three). The backlog must outlast the
+// nodes' start: one node recovers 40,000 records in well under a second,
+// before a third node is ready.
 func BenchmarkCoordinatedRecovery(b *testing.B) {
 	n := envInt(b, "WEIR_RECOVERY_BENCH_RECORDS", 1000000)
 	var one []float64 // records/s of nodes=1 in this run
