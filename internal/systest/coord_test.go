@@ -184,11 +184,115 @@ func checkExclusive(events []claimEvent) []string {
 	return bad
 }
 
-// coordNode is one recovery node of the cluster under test.
+// coordNode is one node of a coordination cluster under test.
 type coordNode struct {
 	*daemon
 	name         string
 	peer, client string
+}
+
+// newCoordNodes names n nodes prefix-0 … prefix-<n-1> (the ordinals) and
+// gives each a peer and a client address on loopback.
+func newCoordNodes(t testing.TB, prefix string, n int) []*coordNode {
+	t.Helper()
+	nodes := make([]*coordNode, n)
+	for i := range nodes {
+		nodes[i] = &coordNode{name: fmt.Sprintf("%s-%d", prefix, i),
+			peer: fmt.Sprintf("127.0.0.1:%d", freePort(t)), client: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	}
+	return nodes
+}
+
+// dumpCoordLogs writes each node's log next to its data when t fails and
+// logs the tail of its claims, warnings, errors and coordination lines.
+func dumpCoordLogs(t *testing.T, nodes []*coordNode) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, nd := range nodes {
+			if nd.daemon != nil && nd.log != nil {
+				if f := filepath.Join(nd.dir, "weir.log"); os.WriteFile(f, []byte(nd.log.String()), 0o600) == nil {
+					t.Logf("%s's whole log: %s", nd.name, f)
+				}
+				t.Logf("--- %s: claims, warnings and errors (tail) ---\n%s", nd.name, tail(grepLines(nd.log.String(),
+					`msg="recovery window`, "level=WARN", "level=ERROR", `msg="coordination`, "commit failed", "fenced coverage", "role", "opened",
+					"leadership", "departed"), 6000))
+			}
+		}
+	})
+}
+
+// clientAddrs are the nodes' etcd client addresses.
+func clientAddrs(nodes []*coordNode) []string {
+	out := make([]string, 0, len(nodes))
+	for _, nd := range nodes {
+		out = append(out, nd.client)
+	}
+	return out
+}
+
+// coordTOML is nd's [coordination] table in mode: first bootstraps the
+// cluster, every other node joins through first's client address; extra
+// lines (key = value) follow.
+func (nd *coordNode) coordTOML(mode int, first *coordNode, extra ...string) string {
+	join := ""
+	if nd != first {
+		join = fmt.Sprintf("join = [%q]\n", first.client)
+	}
+	return fmt.Sprintf(`
+[coordination]
+mode = %d
+node = %q
+peer_listen = %q
+client_listen = %q
+%s%s
+`, mode, nd.name, nd.peer, nd.client, join, strings.Join(extra, "\n"))
+}
+
+// pgBacklog is an ingest node (role = "ingest") whose Postgres secondary
+// is cut off from the start, with records acknowledged into raw that the
+// table lacks: the work recovery nodes share.
+type pgBacklog struct {
+	db  *pgTable
+	ing *daemon
+	l   *ledger
+	n   int // records acked
+}
+
+// newPGBacklog starts the ingest node on a fresh table (prefix) and
+// produces n records.
+func newPGBacklog(t testing.TB, prefix string, n int) *pgBacklog {
+	t.Helper()
+	db := newPGTable(t, prefix)
+	ing := newDaemon(t, "--config", writeConfig(t, pgSecondaryTOML(db.via, db.table, "queue_batches = 1", `timeout = "2s"`)),
+		"--role", "ingest", "--coverage-flush-interval", "50ms")
+	db.proxy.Cut()
+	ing.start()
+	bl := &pgBacklog{db: db, ing: ing, l: newLedger()}
+	bl.add(t, "cr", n)
+	return bl
+}
+
+// add produces n more records named name-<i>; every one must be acked.
+func (bl *pgBacklog) add(t testing.TB, name string, n int) {
+	t.Helper()
+	produce(ctxTimeout(t, 60*time.Second+time.Duration(n)*250*time.Microsecond), t, bl.ing.socket, name, n, 200,
+		client.Durable, bl.l, 20*time.Second)
+	bl.n += n
+	if got := bl.l.ackedCount(); got != bl.n {
+		t.Fatalf("%d of %d records acked", got, bl.n)
+	}
+}
+
+// recoveryDaemon prepares a recovery node (role = "recovery") on the
+// ingest node's raw, its secondary writing the backlog's table through
+// dsn, with the [coordination] table coord; extra flags follow.
+func (bl *pgBacklog) recoveryDaemon(t testing.TB, dsn, coord string, extra ...string) *daemon {
+	t.Helper()
+	cfg := pgSecondaryTOML(dsn, bl.db.table, "", `timeout = "5s"`) + coord
+	return newDaemon(t, append([]string{"--config", writeConfig(t, cfg), "--role", "recovery",
+		"--sink-file-dir", bl.ing.outDir(), "--coverage-flush-interval", "50ms"}, extra...)...)
 }
 
 // TestCoordinatedRecoveryThreeNodes: an ingest node (role = "ingest")
@@ -203,54 +307,26 @@ type coordNode struct {
 // slack, and every raw position reaches the table. A watch on the claim
 // keys shows that no window ever had two holders.
 func TestCoordinatedRecoveryThreeNodes(t *testing.T) {
-	db := newPGTable(t, "weir_coordrec")
 	const (
 		n        = 40000 // the first backlog
 		n2       = 20000 // the second, for the leader's kill
 		leaseTTL = 3 * time.Second
 	)
-	ing := newDaemon(t, "--config", writeConfig(t, pgSecondaryTOML(db.via, db.table, "queue_batches = 1", `timeout = "2s"`)),
-		"--role", "ingest", "--coverage-flush-interval", "50ms")
-	db.proxy.Cut()
-	ing.start()
-	l := newLedger()
-	produce(ctxTimeout(t, 60*time.Second), t, ing.socket, "cr", n, 200, client.Durable, l, 20*time.Second)
-	if got := l.ackedCount(); got != n {
-		t.Fatalf("%d of %d records acked", got, n)
-	}
+	bl := newPGBacklog(t, "weir_coordrec", n)
+	db, ing := bl.db, bl.ing
 
 	// The recovery nodes reach the database through a proxy of their own,
 	// cut until the cluster has formed and the test watches the claims.
 	recVia, recProxy := testenv.PostgresProxy(t, db.dsn)
 	recProxy.Cut()
 
-	nodes := make([]*coordNode, 3)
-	var endpoints []string
-	for i := range nodes {
-		nodes[i] = &coordNode{name: fmt.Sprintf("rec-%d", i),
-			peer: fmt.Sprintf("127.0.0.1:%d", freePort(t)), client: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
-		endpoints = append(endpoints, nodes[i].client)
-	}
+	nodes := newCoordNodes(t, "rec", 3)
+	endpoints := clientAddrs(nodes)
+	dumpCoordLogs(t, nodes)
 	for i, nd := range nodes {
-		join := ""
-		if i > 0 {
-			join = fmt.Sprintf("join = [%q]\n", nodes[0].client)
-		}
-		cfg := pgSecondaryTOML(recVia, db.table, "", `timeout = "5s"`) + fmt.Sprintf(`
-[coordination]
-mode = 3
-node = %q
-peer_listen = %q
-client_listen = %q
-%srecovery_leases = true
-lease_ttl = "%s"
-session_ttl = "3s"
-claim_positions = 1024
-ready_timeout = "20s"
-handoff_grace = "5s"
-`, nd.name, nd.peer, nd.client, join, leaseTTL)
-		nd.daemon = newDaemon(t, "--config", writeConfig(t, cfg), "--role", "recovery", "--sink-file-dir", ing.outDir(),
-			"--recovery-window-records", "128", "--coverage-flush-interval", "50ms")
+		nd.daemon = bl.recoveryDaemon(t, recVia, nd.coordTOML(3, nodes[0], "recovery_leases = true",
+			fmt.Sprintf("lease_ttl = %q", leaseTTL.String()), `session_ttl = "3s"`, "claim_positions = 1024",
+			`ready_timeout = "20s"`, `handoff_grace = "5s"`), "--recovery-window-records", "128")
 		nd.startNoSocket()
 		if i == 1 {
 			// Two members would be worse than one: the second node
@@ -270,20 +346,6 @@ handoff_grace = "5s"
 			}
 		}
 	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		for _, nd := range nodes {
-			if nd.daemon != nil && nd.log != nil {
-				if f := filepath.Join(nd.dir, "weir.log"); os.WriteFile(f, []byte(nd.log.String()), 0o600) == nil {
-					t.Logf("%s's whole log: %s", nd.name, f)
-				}
-				t.Logf("--- %s: claims, warnings and errors (tail) ---\n%s", nd.name, tail(grepLines(nd.log.String(),
-					`msg="recovery window`, "level=WARN", "level=ERROR", `msg="coordination`, "commit failed", "fenced coverage", "role", "opened"), 6000))
-			}
-		}
-	})
 	// The third node's check-in lets both join: 1 → 3.
 	nodes[0].waitScrape("3 members", 60*time.Second, func(m map[string]float64) bool {
 		return m["weir_coordination_members"] == 3
@@ -344,10 +406,7 @@ handoff_grace = "5s"
 	// have finished the first backlog while the paused node's claim ran
 	// out, so the ingest node takes a second one, which the database
 	// (stalled again) keeps in the nodes' hands.
-	produce(ctxTimeout(t, 60*time.Second), t, ing.socket, "cr2", n2, 200, client.Durable, l, 20*time.Second)
-	if got := l.ackedCount(); got != n+n2 {
-		t.Fatalf("%d of %d records acked", got, n+n2)
-	}
+	bl.add(t, "cr2", n2)
 	w.waitHolders(t, []string{nodes[leader].name}, 20*time.Second)
 	killedAt := time.Now()
 	nodes[leader].kill()

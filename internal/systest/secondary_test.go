@@ -99,7 +99,7 @@ table = %q
 `, name, secondaryKeys, dsn, table, postgresKeys)
 }
 
-func rawIDs(t *testing.T, d *daemon) map[sink.RecordID]bool {
+func rawIDs(t testing.TB, d *daemon) map[sink.RecordID]bool {
 	t.Helper()
 	var lines []filesink.Line
 	var err error
@@ -119,7 +119,7 @@ func rawIDs(t *testing.T, d *daemon) map[sink.RecordID]bool {
 	return out
 }
 
-func tableIDs(t *testing.T, conn *pgx.Conn, table string) map[sink.RecordID]bool {
+func tableIDs(t testing.TB, conn *pgx.Conn, table string) map[sink.RecordID]bool {
 	t.Helper()
 	rows, err := conn.Query(context.Background(), "SELECT weir_record_id FROM "+pgx.Identifier{table}.Sanitize())
 	if err != nil {
@@ -146,7 +146,7 @@ func (p *pgSecondary) waitTableEqualsRaw(t *testing.T, produced int, timeout tim
 
 // waitTableEqualsRaw waits until d's raw holds at least produced records
 // and table holds every raw record id, and nothing else.
-func waitTableEqualsRaw(t *testing.T, d *daemon, conn *pgx.Conn, table string, produced int, timeout time.Duration) {
+func waitTableEqualsRaw(t testing.TB, d *daemon, conn *pgx.Conn, table string, produced int, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
