@@ -118,12 +118,40 @@ func newDaemon(t testing.TB, extra ...string) *daemon {
 // contend for the default port).
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, err := pickPort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
+}
+
+// pickedPorts are the ports pickPort handed out in this process.
+var pickedPorts = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
+
+// pickPort returns host:port with a port free on ip right now and never
+// handed out before in this process. Picked one after another, each
+// listener closed before the next, the kernel now and then hands out a
+// port it just gave (Go's listeners set SO_REUSEADDR), and two daemons
+// told the same address fail, or take each other's member for their own.
+func pickPort(ip string) (string, int, error) {
+	for {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return "", 0, err
+		}
+		addr := ln.Addr().(*net.TCPAddr)
+		ln.Close()
+		pickedPorts.Lock()
+		fresh := !pickedPorts.m[addr.Port]
+		pickedPorts.m[addr.Port] = true
+		pickedPorts.Unlock()
+		if fresh {
+			return addr.String(), addr.Port, nil
+		}
+	}
 }
 
 func (d *daemon) outDir() string { return filepath.Join(d.dir, "out") }
