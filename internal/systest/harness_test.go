@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,6 +89,10 @@ type daemon struct {
 	metricsPort int
 	// bin is the binary to run; "" runs weirBin.
 	bin string
+	// netns, if set, is the network namespace the process runs in; its
+	// metrics endpoint is then reached from inside it (hc).
+	netns *testNetns
+	hc    *http.Client
 }
 
 // newDaemon prepares a daemon in its own temporary data directory; start it
@@ -198,7 +203,14 @@ func (d *daemon) launch() error {
 	if d.bin != "" {
 		bin = d.bin
 	}
-	d.cmd = exec.Command(bin, d.args...)
+	if d.netns != nil {
+		d.cmd = d.netns.command(bin, d.args...)
+		if d.hc == nil {
+			d.hc = netnsHTTPClient(d.netns.name)
+		}
+	} else {
+		d.cmd = exec.Command(bin, d.args...)
+	}
 	d.cmd.Env = append(childEnv(os.Environ()), d.env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
@@ -230,7 +242,8 @@ func childEnv(environ []string) []string {
 		switch name {
 		case "WEIR_KILL_SEED", "WEIR_KILL_CYCLES", "WEIR_BENCH_RECORDS", "WEIR_REQUIRE_SERVICES",
 			"WEIR_ACK_PROFILE", "WEIR_ACK_PROFILE_SECONDS", "WEIR_ACK_ONLY", "WEIR_ACK_DAEMON_ARGS", "WEIR_BIN",
-			"WEIR_OVERLOAD_SECONDS", "WEIR_LAG_MIB", "WEIR_OSCILLATION_SECONDS", "WEIR_FLOW_BENCH_RECORDS", "WEIR_BASE_BIN":
+			"WEIR_OVERLOAD_SECONDS", "WEIR_LAG_MIB", "WEIR_OSCILLATION_SECONDS", "WEIR_FLOW_BENCH_RECORDS", "WEIR_BASE_BIN",
+			requireNetnsEnv:
 			continue
 		}
 		out = append(out, kv)
