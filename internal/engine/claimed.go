@@ -194,13 +194,18 @@ func (s *secondary) release(c *heldCell, reason string) {
 const heldTimeout = 2 * time.Second
 
 // reportWindows reports the sink's windows with a gap that no node holds,
-// and the claims this node holds.
+// and the claims this node holds. The claims are this node's own to
+// count, so they are reported also when the held windows cannot be
+// listed (quorum lost): a node cut off from the cluster that gave its
+// claim up reports 0, not the claim it had; the unclaimed windows are
+// then reported as last counted.
 func (s *secondary) reportWindows(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, heldTimeout)
 	held, err := s.f.opts.Claims.Held(hctx, s.name+"/")
 	cancel()
 	if err != nil {
 		s.f.log.Debug("cannot list held recovery windows for the metrics", "sink", s.name, "err", err)
+		s.f.obs.RecoveryWindows(s.name, s.unclaimed, uint64(s.leases.Load()))
 		return
 	}
 	cov := s.covered()
@@ -210,5 +215,6 @@ func (s *secondary) reportWindows(ctx context.Context) {
 			unclaimed++
 		}
 	}
+	s.unclaimed = unclaimed
 	s.f.obs.RecoveryWindows(s.name, unclaimed, uint64(s.leases.Load()))
 }

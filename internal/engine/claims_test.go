@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -325,6 +326,54 @@ func TestClaimedRecoveryReportsUnclaimed(t *testing.T) {
 	waitFor(t, fmt.Sprintf("%d unclaimed windows", want-1), func() bool { return obs.unclaimed.Load() == want-1 })
 	if obs.held.Load() != 0 {
 		t.Fatalf("an ingest node reports %d leases held", obs.held.Load())
+	}
+}
+
+// listDown is a node's Claims whose store can no longer list the held
+// windows once down is set, as a node cut off from the quorum finds.
+type listDown struct {
+	engine.Claims
+	down atomic.Bool
+}
+
+func (c *listDown) Held(ctx context.Context, prefix string) (map[string]bool, error) {
+	if c.down.Load() {
+		return nil, errors.New("no quorum")
+	}
+	return c.Claims.Held(ctx, prefix)
+}
+
+// A node that loses its claim while the claims store cannot list the held
+// windows (cut off from the quorum) reports that it holds none: its own
+// claims are its own to count.
+func TestClaimedRecoveryReportsLostClaimWithoutQuorum(t *testing.T) {
+	rawDir := t.TempDir()
+	raw := fillRaw(t, rawDir, 300)
+	srv, mem, logs, obs := newClaimServer(), newMemSink("mem"), &enginetest.Logs{}, &windowObserver{}
+	mem.hold = make(chan struct{})
+	claims := &listDown{Claims: srv.node("a")}
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Reader: raw, Store: openStore(t, rawDir), Role: engine.RoleRecovery,
+		FlushInterval: 10 * time.Millisecond, RecoveryInterval: 10 * time.Millisecond,
+		RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, WindowRecords: 200,
+		Claims: claims, ClaimPositions: 500, Logger: logs.Logger(), Observer: obs,
+		Secondaries: []engine.SecondaryConfig{{Sink: mem, Name: "mem"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	waitFor(t, "a claim held, by the metrics", func() bool { return mem.calls.Load() > 0 && obs.held.Load() == 1 })
+	claims.down.Store(true)
+	srv.mu.Lock()
+	srv.refuse = true
+	srv.mu.Unlock()
+	srv.expire("mem/0")
+	close(mem.hold)
+	waitFor(t, "the window released", func() bool { return len(logs.Records("recovery window released")) > 0 })
+	waitFor(t, "no claim held, by the metrics", func() bool { return obs.held.Load() == 0 })
+	if got := obs.unclaimed.Load(); got != 0 {
+		t.Errorf("unclaimed windows reported %d; want the last count (0: the only window was held)", got)
 	}
 }
 

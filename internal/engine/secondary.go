@@ -33,10 +33,12 @@ type secondary struct {
 
 	// With FanoutOptions.Claims (claimed.go): the window this worker holds
 	// under a claim, windows it failed to claim (key → retry time), and
-	// how many claims it holds, for the metrics.
-	cell   *heldCell
-	skip   map[string]time.Time
-	leases atomic.Int64
+	// how many claims it holds, for the metrics; unclaimed is the
+	// windows nobody held at the last count (the flush loop's only).
+	cell      *heldCell
+	skip      map[string]time.Time
+	leases    atomic.Int64
+	unclaimed uint64
 
 	dropped, delivered, recovered, quarantined, shed, skipped, failures, unrecoverable atomic.Int64
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,6 +89,10 @@ type daemon struct {
 	metricsPort int
 	// bin is the binary to run; "" runs weirBin.
 	bin string
+	// netns, if set, is the network namespace the process runs in; its
+	// metrics endpoint is then reached from inside it (hc).
+	netns *testNetns
+	hc    *http.Client
 }
 
 // newDaemon prepares a daemon in its own temporary data directory; start it
@@ -118,12 +123,40 @@ func newDaemon(t testing.TB, extra ...string) *daemon {
 // contend for the default port).
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, err := pickPort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
+}
+
+// pickedPorts are the ports pickPort handed out in this process.
+var pickedPorts = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
+
+// pickPort returns host:port with a port free on ip right now and never
+// handed out before in this process. Picked one after another, each
+// listener closed before the next, the kernel now and then hands out a
+// port it just gave (Go's listeners set SO_REUSEADDR), and two daemons
+// told the same address fail, or take each other's member for their own.
+func pickPort(ip string) (string, int, error) {
+	for {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return "", 0, err
+		}
+		addr := ln.Addr().(*net.TCPAddr)
+		ln.Close()
+		pickedPorts.Lock()
+		fresh := !pickedPorts.m[addr.Port]
+		pickedPorts.m[addr.Port] = true
+		pickedPorts.Unlock()
+		if fresh {
+			return addr.String(), addr.Port, nil
+		}
+	}
 }
 
 func (d *daemon) outDir() string { return filepath.Join(d.dir, "out") }
@@ -170,7 +203,14 @@ func (d *daemon) launch() error {
 	if d.bin != "" {
 		bin = d.bin
 	}
-	d.cmd = exec.Command(bin, d.args...)
+	if d.netns != nil {
+		d.cmd = d.netns.command(bin, d.args...)
+		if d.hc == nil {
+			d.hc = netnsHTTPClient(d.netns.name)
+		}
+	} else {
+		d.cmd = exec.Command(bin, d.args...)
+	}
 	d.cmd.Env = append(childEnv(os.Environ()), d.env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
@@ -202,7 +242,8 @@ func childEnv(environ []string) []string {
 		switch name {
 		case "WEIR_KILL_SEED", "WEIR_KILL_CYCLES", "WEIR_BENCH_RECORDS", "WEIR_REQUIRE_SERVICES",
 			"WEIR_ACK_PROFILE", "WEIR_ACK_PROFILE_SECONDS", "WEIR_ACK_ONLY", "WEIR_ACK_DAEMON_ARGS", "WEIR_BIN",
-			"WEIR_OVERLOAD_SECONDS", "WEIR_LAG_MIB", "WEIR_OSCILLATION_SECONDS", "WEIR_FLOW_BENCH_RECORDS", "WEIR_BASE_BIN", "WEIR_RECOVERY_BENCH_RECORDS":
+			"WEIR_OVERLOAD_SECONDS", "WEIR_LAG_MIB", "WEIR_OSCILLATION_SECONDS", "WEIR_FLOW_BENCH_RECORDS", "WEIR_BASE_BIN", "WEIR_RECOVERY_BENCH_RECORDS",
+			requireNetnsEnv:
 			continue
 		}
 		out = append(out, kv)

@@ -26,7 +26,11 @@ var httpClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transpo
 
 // httpGet fetches path from the daemon's metrics endpoint.
 func (d *daemon) httpGet(path string) (int, string, error) {
-	resp, err := httpClient.Get(fmt.Sprintf("http://127.0.0.1:%d%s", d.metricsPort, path))
+	hc := httpClient
+	if d.hc != nil {
+		hc = d.hc
+	}
+	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d%s", d.metricsPort, path))
 	if err != nil {
 		return 0, "", err
 	}

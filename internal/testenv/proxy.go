@@ -8,14 +8,16 @@ import (
 	"testing"
 )
 
-// Proxy forwards TCP connections from a local port to a server. Tests put
-// it between a sink and its database to make the database unreachable on
-// demand: Cut drops every connection and refuses new ones until Restore;
+// Proxy forwards connections from a local port, or a Unix socket
+// (NewUnixProxy), to a TCP server. Tests put it between a sink and its
+// database to make the database unreachable on demand: Cut drops every
+// connection and refuses new ones until Restore;
 // Stall keeps every connection open but stops moving bytes until Resume,
 // so a client in the middle of a statement (a COPY) blocks rather than
 // fails.
 type Proxy struct {
-	target string
+	target  string
+	network string // of the listener: "tcp" or "unix"
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -49,7 +51,7 @@ func (l *link) close() {
 // closes it when the test ends.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	p := &Proxy{target: target, links: map[*link]struct{}{}}
+	p := &Proxy{target: target, network: "tcp", links: map[*link]struct{}{}}
 	if err := p.listen("127.0.0.1:0"); err != nil {
 		t.Fatalf("testenv: proxy: %v", err)
 	}
@@ -57,7 +59,21 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	return p
 }
 
-// Addr is the proxy's host:port.
+// NewUnixProxy starts a proxy to target (host:port) listening on the Unix
+// socket path, and closes it when the test ends. A Unix socket is reached
+// through the file system, so a process in another network namespace
+// (one that cannot reach the host's loopback) connects to it too.
+func NewUnixProxy(t testing.TB, path, target string) *Proxy {
+	t.Helper()
+	p := &Proxy{target: target, network: "unix", links: map[*link]struct{}{}}
+	if err := p.listen(path); err != nil {
+		t.Fatalf("testenv: proxy: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr is the proxy's host:port, or its socket path.
 func (p *Proxy) Addr() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -75,7 +91,7 @@ func (p *Proxy) Accepted() int {
 func (p *Proxy) Forwarded() int64 { return p.forwarded.Load() }
 
 func (p *Proxy) listen(addr string) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen(p.network, addr)
 	if err != nil {
 		return err
 	}
@@ -213,7 +229,8 @@ func (p *Proxy) Kill() {
 	}
 }
 
-// Restore listens again, on the same address, after Cut.
+// Restore listens again, on the same address, after Cut (closing a Unix
+// listener removed its socket file, so the path is free again).
 func (p *Proxy) Restore() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -2,12 +2,15 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 )
 
@@ -110,4 +113,56 @@ func TestProxyStall(t *testing.T) {
 		t.Fatalf("a stalled connection after Kill: read err %v; want it closed", err)
 	}
 	p.Resume()
+}
+
+// TestUnixProxy: a proxy on a Unix socket forwards to a TCP server; Cut
+// refuses connections and removes nothing a Restore cannot listen on
+// again; PostgresUnixVia points a DSN of either form at the socket.
+func TestUnixProxy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.sock")
+	p := NewUnixProxy(t, path, echoServer(t))
+	if p.Addr() != path {
+		t.Fatalf("Addr %q, want %q", p.Addr(), path)
+	}
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, err := roundTrip(c, "a", time.Second); err != nil || got != "a" {
+		t.Fatalf("through the socket: %q, %v", got, err)
+	}
+	p.Cut()
+	if c2, err := net.Dial("unix", path); err == nil {
+		c2.Close()
+		t.Fatal("a connection while cut was accepted")
+	}
+	if err := p.Restore(); err != nil {
+		t.Fatalf("Restore on the same path: %v", err)
+	}
+	c3, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if got, err := roundTrip(c3, "b", time.Second); err != nil || got != "b" {
+		t.Fatalf("after Restore: %q, %v", got, err)
+	}
+
+	for _, tc := range []struct{ dsn, want string }{
+		{"postgres://u@127.0.0.1:5432/db?sslmode=disable", "/s/dir:5433 u db"},
+		{"host=127.0.0.1 port=5432 user=u dbname=db sslmode=disable", "/s/dir:5433 u db"},
+	} {
+		via, err := PostgresUnixVia(tc.dsn, "/s/dir", 5433)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := pgx.ParseConfig(via)
+		if err != nil {
+			t.Fatalf("%q: %v", via, err)
+		}
+		if got := fmt.Sprintf("%s:%d %s %s", cfg.Host, cfg.Port, cfg.User, cfg.Database); got != tc.want {
+			t.Errorf("PostgresUnixVia(%q) = %q: parsed as %q, want %q", tc.dsn, via, got, tc.want)
+		}
+	}
 }

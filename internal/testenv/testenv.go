@@ -1,9 +1,10 @@
 // Package testenv finds the real database servers that integration tests
 // run against, and gives those tests a few shared tools: unique table
-// names, a TCP proxy that can cut a server off or stall it, the crash hooks
-// of the sink conformance suite (a power loss on memfs, connections killed
-// by the server), a reader of a whole Kafka topic, and a private
-// redis-server that a test may stop and start (StartRedis).
+// names, a proxy (on a TCP port or a Unix socket) that can cut a server
+// off or stall it, the crash hooks of the sink conformance suite (a power
+// loss on memfs, connections killed by the server), a reader of a whole
+// Kafka topic, and a private redis-server that a test may stop and start
+// (StartRedis).
 //
 // A server is found through an environment variable naming its DSN, with a
 // default for the machine's local server. When the server cannot be
@@ -21,6 +22,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -188,6 +190,43 @@ func PostgresProxy(t testing.TB, dsn string) (via string, p *Proxy) {
 	}
 	p = NewProxy(t, target)
 	if via, err = PostgresVia(dsn, p.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	return via, p
+}
+
+// PostgresUnixVia rewrites a PostgreSQL DSN (URL or keyword/value form) to
+// connect to the Unix socket dir/.s.PGSQL.<port> instead.
+func PostgresUnixVia(dsn, dir string, port int) (string, error) {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Host = ""
+		q := u.Query()
+		q.Set("host", dir)
+		q.Set("port", strconv.Itoa(port))
+		u.RawQuery = q.Encode()
+		return u.String(), nil
+	}
+	return fmt.Sprintf("%s host=%s port=%d", dsn, dir, port), nil
+}
+
+// PostgresUnixProxy is PostgresProxy listening on a Unix socket (in a
+// directory of its own, removed when the test ends): a client in another
+// network namespace reaches it through the file system.
+func PostgresUnixProxy(t testing.TB, dsn string) (via string, p *Proxy) {
+	t.Helper()
+	target, err := PostgresTarget(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Socket paths are limited to 107 bytes: keep the directory short.
+	dir, err := os.MkdirTemp("", "weir-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	const port = 5432 // the socket's name only: .s.PGSQL.5432
+	p = NewUnixProxy(t, filepath.Join(dir, fmt.Sprintf(".s.PGSQL.%d", port)), target)
+	if via, err = PostgresUnixVia(dsn, dir, port); err != nil {
 		t.Fatal(err)
 	}
 	return via, p
