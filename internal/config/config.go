@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -274,6 +275,13 @@ func invalid(k *knob, value, why string) error {
 	return fmt.Errorf("config: %s = %s: %s (flag --%s, env %s)", k.Key, value, why, k.Flag(), k.Env())
 }
 
+// AutoShards is the shard count of shards = 0: one per CPU the process
+// may use, at most MaxAutoShards. Measured on 2 cores (docs/benchmarks.md,
+// "The drain and the shard count"): four shards' flushers make four
+// fdatasyncs where two make two, on the same two cores, and lose at every
+// depth.
+func AutoShards() int { return max(1, min(MaxAutoShards, runtime.GOMAXPROCS(0))) }
+
 // validate range-checks every knob, resolves and checks paths, and checks
 // the rules that span knobs.
 func validate(ks []knob, c *Config, wd string) []error {
@@ -283,6 +291,9 @@ func validate(ks []knob, c *Config, wd string) []error {
 		if why := k.check(c); why != "" {
 			errs = append(errs, invalid(k, k.value(c), why))
 		}
+	}
+	if c.Shards == 0 {
+		c.Shards = AutoShards()
 	}
 
 	dataOK := true

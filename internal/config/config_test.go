@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -91,7 +92,7 @@ func TestDefaults(t *testing.T) {
 		DataDir:                 "/srv/weir/data",
 		SocketPath:              "/srv/weir/data/weir.sock",
 		WABDir:                  "/srv/weir/data/wab",
-		Shards:                  4,
+		Shards:                  AutoShards(),
 		MaxConnections:          1024,
 		MaxFrameBytes:           4 << 20,
 		FrameReadTimeout:        10 * time.Second,
@@ -468,10 +469,10 @@ func TestValidationErrors(t *testing.T) {
 		env  []string
 		want []string // substrings, each must appear
 	}{
-		{"shards zero", []string{"--shards=0"}, nil,
-			[]string{"config: shards = 0: must be between 1 and 256 (flag --shards, env WEIR_SHARDS)"}},
+		{"shards negative", []string{"--shards=-1"}, nil,
+			[]string{"config: shards = -1: must be between 0 and 256 (flag --shards, env WEIR_SHARDS)"}},
 		{"shards high", nil, []string{"WEIR_SHARDS=257"},
-			[]string{"config: shards = 257: must be between 1 and 256"}},
+			[]string{"config: shards = 257: must be between 0 and 256"}},
 		{"max_connections", []string{"--max-connections=0"}, nil, []string{"max_connections = 0: must be between 1 and 65536"}},
 		{"frame too small", []string{"--max-frame-bytes=63"}, nil,
 			[]string{"config: max_frame_bytes = 63: must be between 64 and 256MiB (flag --max-frame-bytes, env WEIR_MAX_FRAME_BYTES)"}},
@@ -525,8 +526,8 @@ func TestValidationErrors(t *testing.T) {
 		{"metrics_bind empty", nil, []string{"WEIR_METRICS_BIND= "}, []string{`metrics_bind = " ": must be an IP address or a host name`}},
 		{"live_stall_timeout", []string{"--live-stall-timeout=10ms"}, nil, []string{"live_stall_timeout = 10ms: must be between 1s and 1h"}},
 		{"sink dir equals wab", []string{"--wab-dir=/x", "--sink-file-dir=/x/"}, nil, []string{`sink.file.dir = "/x": must differ from wab_dir`}},
-		{"all errors reported", []string{"--shards=0", "--log-format=xml"}, []string{"WEIR_QUEUE_TIMEOUT=0s"},
-			[]string{"shards = 0", "log_format = \"xml\"", "queue_timeout = 0s"}},
+		{"all errors reported", []string{"--shards=-1", "--log-format=xml"}, []string{"WEIR_QUEUE_TIMEOUT=0s"},
+			[]string{"shards = -1", "log_format = \"xml\"", "queue_timeout = 0s"}},
 		// TCP with mutual TLS.
 		{"tcp without tls", []string{"--tcp-listen=:9443"}, nil, []string{
 			`config: tls_cert_file = "": is required because tcp_listen is set (":9443"): TCP is served only with mutual TLS (flag --tls-cert-file, env WEIR_TLS_CERT_FILE)`,
@@ -628,7 +629,7 @@ func TestFileErrors(t *testing.T) {
 		{"nested bad size", "[sink.file]\nmax_bytes = \"lots\"\n", []string{`:2: sink.file.max_bytes: "lots" is not a size`}},
 		{"syntax", "shards = 4\nidle_timeout = \n", []string{`:2:`}},
 		{"two errors", "shards = \"x\"\nlog_level = 3\n", []string{`:1: shards:`, `:2: log_level: want a string`}},
-		{"valid but out of range", "shards = 1000\n", []string{"config: shards = 1000: must be between 1 and 256"}},
+		{"valid but out of range", "shards = 1000\n", []string{"config: shards = 1000: must be between 0 and 256"}},
 		{"list of numbers", "tls_allowed_identities = [\"a.example\", 3]\n", []string{`:1: tls_allowed_identities: want an array of strings, element 2 is the integer 3`}},
 		{"list as table", "[tls_allowed_identities]\nx = 1\n", []string{`tls_allowed_identities: want an array of strings, got a table`}},
 	}
@@ -825,5 +826,18 @@ func TestCoordinationValidation(t *testing.T) {
 				t.Fatal("coordination on with no node name: want the host name")
 			}
 		})
+	}
+}
+
+func TestAutoShards(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, tc := range []struct{ procs, want int }{{1, 1}, {2, 2}, {3, 3}, {4, 4}, {8, MaxAutoShards}, {64, MaxAutoShards}} {
+		runtime.GOMAXPROCS(tc.procs)
+		if got := mustLoad(t, nil, nil).Shards; got != tc.want {
+			t.Errorf("GOMAXPROCS %d: shards = 0 resolved to %d, want %d", tc.procs, got, tc.want)
+		}
+		if got := mustLoad(t, []string{"--shards=3"}, nil).Shards; got != 3 {
+			t.Errorf("GOMAXPROCS %d: shards = 3 became %d", tc.procs, got)
+		}
 	}
 }

@@ -20,10 +20,13 @@ import (
 // Defaults. Where the write-ahead buffer or the wire codec already own a
 // default, the knob falls back to theirs so the two cannot drift apart.
 const (
-	DefaultDataDir          = "./data"
-	DefaultSocketName       = "weir.sock" // under data_dir
-	DefaultWABName          = "wab"       // under data_dir
-	DefaultShards           = 4
+	DefaultDataDir    = "./data"
+	DefaultSocketName = "weir.sock" // under data_dir
+	DefaultWABName    = "wab"       // under data_dir
+	// DefaultShards (0) is resolved at load to AutoShards.
+	DefaultShards = 0
+	// MaxAutoShards caps AutoShards.
+	MaxAutoShards           = 4
 	DefaultMaxConnections   = 1024
 	DefaultMaxFrameBytes    = wire.DefaultMaxFrameBytes
 	DefaultFrameReadTimeout = 10 * time.Second
@@ -312,7 +315,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 		pathKnob("wab_dir", "", "<data_dir>/"+DefaultWABName, "Directory of the write-ahead buffer's segment files.",
 			func(p *partial) **string { return &p.WABDir }, func(c *Config) *string { return &c.WABDir }),
 
-		intKnob("shards", DefaultShards, 1, 256, "Number of write-ahead buffer shards, each with its own segment files and flusher.",
+		intKnob("shards", DefaultShards, 0, 256, "Number of write-ahead buffer shards, each with its own segment files and flusher. 0: one per CPU the daemon may use (GOMAXPROCS), at most 4 — each shard's flusher pays its own fdatasync, so shards beyond the cores only add syncs that compete for them.",
 			func(p *partial) **int { return &p.Shards }, func(c *Config) *int { return &c.Shards }),
 		intKnob("max_connections", DefaultMaxConnections, 1, 65536, "Most producer connections open at once. A connection counts until the daemon has read its close and answered what it sent; one arriving at the limit waits up to 100ms for such a place to free, then is refused.",
 			func(p *partial) **int { return &p.MaxConnections }, func(c *Config) *int { return &c.MaxConnections }),

@@ -36,7 +36,7 @@ import (
 // a temporary directory (next to the daemon's); the benchmark is skipped
 // when redis-server or redis-benchmark is missing. 256-byte values and
 // records. Each weir setting runs against a fresh daemon with the default
-// configuration (4 shards, segments sealed after 1 s, the drain delivering
+// configuration (a shard per CPU, segments sealed after 1 s, the drain delivering
 // to the file sink), driven by
 // the client package, one connection per producer; a Redis client is one
 // connection too. Ack latency is from PushAsync (or Push) to the Ack.
