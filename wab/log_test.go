@@ -401,6 +401,98 @@ func TestReopenRecoversAcked(t *testing.T) {
 	}
 }
 
+// TestReopenWithFewerShards: a log left by a crash with four shards (open
+// segments in every shard) is opened with two — as after an upgrade to a
+// default of one shard per CPU on a 2-core machine. Every acked record of
+// all four shards is recovered and listed; new records go to shards 0 and 1
+// only; opened with four again, shards 2 and 3 continue their sequences.
+func TestReopenWithFewerShards(t *testing.T) {
+	dir := t.TempDir()
+	o := testOpts(dir)
+	o.Shards = 4
+	o.SegmentMaxBytes = 4096
+	l := mustOpen(t, o)
+	var want []string
+	for i := range 200 {
+		p := fmt.Sprintf("r%03d", i)
+		if err := submit(t, l, i%4, Durable, int64(i), []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, p)
+	}
+	crash(t, l)
+	if n := len(openSegments(t, dir)); n != 4 {
+		t.Fatalf("crash left %d open segments, want one per shard", n)
+	}
+	lastSeq := func() map[int]uint64 {
+		refs, err := ListSealed(vfs.OS, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[int]uint64{}
+		for _, r := range refs {
+			m[r.Shard] = max(m[r.Shard], r.Seq)
+		}
+		return m
+	}
+
+	o.Shards = 2
+	l = mustOpen(t, o)
+	if l.Shards() != 2 {
+		t.Fatalf("Shards() = %d", l.Shards())
+	}
+	if len(openSegments(t, dir)) > 2 {
+		t.Errorf("open segments after reopening with 2 shards: %v", openSegments(t, dir))
+	}
+	recovered := lastSeq()
+	for sh := range 4 {
+		if _, ok := recovered[sh]; !ok {
+			t.Errorf("shard %d: nothing sealed after recovery", sh)
+		}
+	}
+	if err := submit(t, l, 2, Durable, 1000, []byte("x")); err == nil {
+		t.Error("Submit to shard 2 of a 2-shard log succeeded")
+	}
+	for sh := range 2 {
+		if err := submit(t, l, sh, Durable, 1000, []byte(fmt.Sprintf("two-%d", sh))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClose(t, l)
+
+	o.Shards = 4
+	l = mustOpen(t, o)
+	for sh := range 4 {
+		if err := submit(t, l, sh, Durable, 2000, []byte(fmt.Sprintf("four-%d", sh))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClose(t, l)
+	final := lastSeq()
+	for sh := range 4 {
+		if final[sh] <= recovered[sh] {
+			t.Errorf("shard %d: last sealed seq %d, want above %d (sequence continued)", sh, final[sh], recovered[sh])
+		}
+	}
+	var got []string
+	seen := map[string]int{}
+	for _, r := range readAllSealed(t, nil, dir) {
+		seen[r.Payload]++
+		if strings.HasPrefix(r.Payload, "r") {
+			got = append(got, r.Payload)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("recovered %d records of the 4-shard log, want %d", len(got), len(want))
+	}
+	for _, p := range []string{"two-0", "two-1", "four-0", "four-1", "four-2", "four-3"} {
+		if seen[p] != 1 {
+			t.Errorf("record %q found %d times", p, seen[p])
+		}
+	}
+}
+
 // TestTornTail cuts the open segment at every byte of its last record and
 // checks that recovery keeps exactly the records before it.
 func TestTornTail(t *testing.T) {
