@@ -439,133 +439,161 @@ func copyPayloads(dst, src [][]byte, buf []byte) [][]byte {
 	return dst
 }
 
-func (c *conn) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, writeBufferSize)
-	var frame []byte
-	broken := false
-	fail := func(err error) {
-		broken = true
-		c.s.log.Debug("connection write failed", "err", err)
-		c.nc.Close() // unblocks the reader
-	}
-	// The write deadline gives every write at least WriteTimeout. It is
-	// armed WriteTimeout/16 late and re-armed only once it falls short, not
-	// on every flush (see deadlineReader.idleDeadline).
-	var writeArmed time.Time
-	armWrite := func() {
-		if wt := c.s.opts.WriteTimeout; wt > 0 {
-			now := time.Now()
-			if writeArmed.Before(now.Add(wt)) {
-				writeArmed = now.Add(wt + wt/16)
-				c.nc.SetWriteDeadline(writeArmed)
-			}
-		}
-	}
+// connWriter is the writer goroutine's state: the buffered connection,
+// the answers written since the last flush, and the memory of the frames
+// they answered.
+type connWriter struct {
+	c      *conn
+	bw     *bufio.Writer
+	frame  []byte
+	broken bool
+	// writeArmed is the write deadline set on the connection (see armWrite).
+	writeArmed time.Time
 	// acked adds up the acks written since the last flush: one Observer
 	// call per flush, made before the acks go out.
-	var acked tally
+	acked tally
 	// answered adds up the memory of the frames answered since the last
 	// flush: given back to the connection's credit once per flush (or at
 	// once while the reader waits for memory; see admission.go).
-	var answered int64
-	giveBack := func() {
-		if answered != 0 {
-			c.release(answered)
-			answered = 0
-		}
-	}
-	flush := func() {
-		giveBack()
-		acked.report(c.s.obs.Acked)
-		if broken || bw.Buffered() == 0 {
-			return
-		}
-		armWrite()
-		if err := bw.Flush(); err != nil {
-			fail(err)
-		}
-	}
-	// The writer sleeps only on c.wake, which every completion signals
-	// (and the reader, for answers it decides itself and when it closes
-	// c.pending): a push that is merely submitted does not wake it. head
-	// is the oldest request not yet answered, taken from c.pending.
+	answered int64
+}
+
+// writeLoop answers the connection's requests in the order they arrived.
+// The writer sleeps only on c.wake, which every completion signals (and
+// the reader, for answers it decides itself and when it closes c.pending):
+// a push that is merely submitted does not wake it. head is the oldest
+// request not yet answered, taken from c.pending.
+func (c *conn) writeLoop() {
+	w := &connWriter{c: c, bw: bufio.NewWriterSize(c.nc, writeBufferSize)}
 	var head *pending
 	for {
 		if head == nil {
 			select {
 			case p, ok := <-c.pending:
 				if !ok {
-					flush()
+					w.flush()
 					return
 				}
 				head = p
 			default:
-				head = nil
 			}
 		}
-		if head == nil || !head.done.Load() {
-			// Everything answered so far goes out before the wait.
-			flush()
-			if head == nil && c.s.opts.Budget != nil {
-				// Nothing to answer: credit the connection does not use
-				// goes back to the budget (it takes it again in chunks).
-				c.returnCredit()
-			}
-			select {
-			case <-c.wake: // some request completed, or a new answer is queued
-			case <-c.s.ctx.Done():
-				// Shutdown stopped waiting: the requests still in flight
-				// go unanswered (none of them was acked). Close the
-				// connection and let the reader run out. Their memory is
-				// no longer the connection's to account for.
-				c.nc.Close()
-				giveBack()
-				if head != nil {
-					c.release(head.resv)
-				}
-				for p := range c.pending {
-					c.release(p.resv)
-				}
-				return
-			}
+		if head != nil && head.done.Load() {
+			w.answer(head)
+			head = nil
 			continue
 		}
-		p := head
-		head = nil
-		// Done has been called: the flusher is finished with the bytes.
-		if p.buf.b != nil {
-			p.buf.put()
-			p.buf = frameBuf{}
+		// Everything answered so far goes out before the wait.
+		w.flush()
+		if head == nil && c.s.opts.Budget != nil {
+			// Nothing to answer: credit the connection does not use goes
+			// back to the budget (it takes it again in chunks).
+			c.returnCredit()
 		}
-		if p.resv != 0 {
-			answered += p.resv
-			if c.cr.waiting.Load() {
-				giveBack()
-			}
+		select {
+		case <-c.wake: // some request completed, or a new answer is queued
+		case <-c.s.ctx.Done():
+			w.abandon(head)
+			return
 		}
-		switch {
-		case p.helloAck != nil:
-			frame = wire.AppendHelloAck(frame[:0], *p.helloAck)
-		case p.code == 0:
-			frame = wire.AppendAckVersion(frame[:0], p.version, p.id, uint32(p.records))
-			if !acked.add(p.dur, p.records, p.bytes) {
-				c.s.obs.Acked(p.dur, 1, p.records, p.bytes)
-			}
-		default:
-			frame = wire.AppendNackVersion(frame[:0], p.version, p.id, p.code, p.msg)
-			c.s.obs.Nacked(p.dur, p.code, p.records)
+	}
+}
+
+// answer writes the response to p, whose Done has been called (the
+// flusher is finished with its bytes).
+func (w *connWriter) answer(p *pending) {
+	c := w.c
+	if p.buf.b != nil {
+		p.buf.put()
+		p.buf = frameBuf{}
+	}
+	if p.resv != 0 {
+		w.answered += p.resv
+		if c.cr.waiting.Load() {
+			w.giveBack()
 		}
-		if !broken {
-			// A Write that does not fit in the buffer writes to the
-			// connection: it needs a deadline of its own, not whatever is
-			// left of the last flush's.
-			if len(frame) > bw.Available() {
-				armWrite()
-			}
-			if _, err := bw.Write(frame); err != nil {
-				fail(err)
-			}
+	}
+	switch {
+	case p.helloAck != nil:
+		w.frame = wire.AppendHelloAck(w.frame[:0], *p.helloAck)
+	case p.code == 0:
+		w.frame = wire.AppendAckVersion(w.frame[:0], p.version, p.id, uint32(p.records))
+		if !w.acked.add(p.dur, p.records, p.bytes) {
+			c.s.obs.Acked(p.dur, 1, p.records, p.bytes)
 		}
+	default:
+		w.frame = wire.AppendNackVersion(w.frame[:0], p.version, p.id, p.code, p.msg)
+		c.s.obs.Nacked(p.dur, p.code, p.records)
+	}
+	if w.broken {
+		return
+	}
+	// A Write that does not fit in the buffer writes to the connection:
+	// it needs a deadline of its own, not whatever is left of the last
+	// flush's.
+	if len(w.frame) > w.bw.Available() {
+		w.armWrite()
+	}
+	if _, err := w.bw.Write(w.frame); err != nil {
+		w.fail(err)
+	}
+}
+
+// flush gives back the answered frames' memory, reports the acks, and
+// writes out what is buffered.
+func (w *connWriter) flush() {
+	w.giveBack()
+	w.acked.report(w.c.s.obs.Acked)
+	if w.broken || w.bw.Buffered() == 0 {
+		return
+	}
+	w.armWrite()
+	if err := w.bw.Flush(); err != nil {
+		w.fail(err)
+	}
+}
+
+func (w *connWriter) giveBack() {
+	if w.answered != 0 {
+		w.c.release(w.answered)
+		w.answered = 0
+	}
+}
+
+// armWrite gives every write at least WriteTimeout. The deadline is armed
+// WriteTimeout/16 late and re-armed only once it falls short, not on every
+// flush (see deadlineReader.idleDeadline).
+func (w *connWriter) armWrite() {
+	if wt := w.c.s.opts.WriteTimeout; wt > 0 {
+		now := time.Now()
+		if w.writeArmed.Before(now.Add(wt)) {
+			w.writeArmed = now.Add(wt + wt/16)
+			w.c.nc.SetWriteDeadline(w.writeArmed)
+		}
+	}
+}
+
+// fail marks the connection broken: nothing more is written, and closing
+// it unblocks the reader.
+func (w *connWriter) fail(err error) {
+	w.broken = true
+	w.c.s.log.Debug("connection write failed", "err", err)
+	w.c.nc.Close()
+}
+
+// abandon is the writer's end when Shutdown stopped waiting: the requests
+// still in flight (head and those in c.pending) go unanswered — none of
+// them was acked. It closes the connection so the reader runs out; their
+// memory is no longer the connection's to account for.
+func (w *connWriter) abandon(head *pending) {
+	c := w.c
+	c.nc.Close()
+	w.giveBack()
+	if head != nil {
+		c.release(head.resv)
+	}
+	for p := range c.pending {
+		c.release(p.resv)
 	}
 }
 
