@@ -289,14 +289,61 @@ var _ sink.Sink = (*Sink)(nil)
 
 // New connects, creates or checks the table, and returns the sink.
 func New(ctx context.Context, opts Options) (*Sink, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ident, err := parseTable(opts.Table)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{opts: opts, ident: ident, table: ident.Sanitize(), offsets: offsetsIdent(ident).Sanitize()}
+	s.log = opts.Logger.With("sink", "postgres", "table", s.table)
+	s.core = sqlsink.New(sqlsink.Config{
+		Name: "pgsink", Server: "postgres", ErrClosed: ErrClosed,
+		Timeout: opts.Timeout, MaxProbes: opts.MaxProbes, Log: s.log,
+		Check: s.check, CommitRows: s.commitRows, IsDataError: isDataError,
+		Ping: s.pingTwice, Close: func() error { s.pool.Close(); return nil },
+	})
+	s.buildSQL()
+
+	cfg, err := opts.poolConfig()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	// Its Close is bounded: a server that stopped answering does not hold
+	// the daemon's shutdown for pgx's 15 s per cancel request.
+	pool, err := pgopen.NewPool(ctx, cfg)
+	if err != nil {
+		return nil, classify("connect", err, false)
+	}
+	if err := s.prepareTable(ctx, pool.Pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if opts.Positions {
+		if err := s.prepareRaw(ctx, pool.Pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	s.pool = pool
+	return s, nil
+}
+
+// withDefaults fills in the defaults and refuses options that do not go
+// together.
+func (opts Options) withDefaults() (Options, error) {
 	if opts.AsyncCommit && opts.Positions {
-		return nil, errors.New("pgsink: a raw table is always durable (AsyncCommit with Positions)")
+		return opts, errors.New("pgsink: a raw table is always durable (AsyncCommit with Positions)")
 	}
 	if opts.PayloadType == "" {
 		opts.PayloadType = PayloadBytea
 	}
 	if opts.PayloadType != PayloadBytea && opts.PayloadType != PayloadJSONB {
-		return nil, fmt.Errorf("pgsink: payload type %q: want %q or %q", opts.PayloadType, PayloadBytea, PayloadJSONB)
+		return opts, fmt.Errorf("pgsink: payload type %q: want %q or %q", opts.PayloadType, PayloadBytea, PayloadJSONB)
 	}
 	if opts.MaxBatchSize <= 0 {
 		opts.MaxBatchSize = DefaultMaxBatchSize
@@ -323,28 +370,21 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 		opts.InsertMethod = InsertCopy
 	}
 	if opts.InsertMethod != InsertCopy && opts.InsertMethod != InsertUnnest {
-		return nil, fmt.Errorf("pgsink: insert method %q: want %q or %q", opts.InsertMethod, InsertCopy, InsertUnnest)
+		return opts, fmt.Errorf("pgsink: insert method %q: want %q or %q", opts.InsertMethod, InsertCopy, InsertUnnest)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Positions && opts.PayloadType != PayloadBytea {
-		return nil, fmt.Errorf("pgsink: a raw table keeps payloads byte for byte, so its payload type must be %q, not %q", PayloadBytea, opts.PayloadType)
+		return opts, fmt.Errorf("pgsink: a raw table keeps payloads byte for byte, so its payload type must be %q, not %q", PayloadBytea, opts.PayloadType)
 	}
-	ident, err := parseTable(opts.Table)
-	if err != nil {
-		return nil, err
-	}
-	s := &Sink{opts: opts, ident: ident, table: ident.Sanitize(), offsets: offsetsIdent(ident).Sanitize()}
-	s.log = opts.Logger.With("sink", "postgres", "table", s.table)
-	s.core = sqlsink.New(sqlsink.Config{
-		Name: "pgsink", Server: "postgres", ErrClosed: ErrClosed,
-		Timeout: opts.Timeout, MaxProbes: opts.MaxProbes, Log: s.log,
-		Check: s.check, CommitRows: s.commitRows, IsDataError: isDataError,
-		Ping: s.pingTwice, Close: func() error { s.pool.Close(); return nil },
-	})
-	s.buildSQL()
+	return opts, nil
+}
 
+// poolConfig is the connection pool for opts.DSN: the application name,
+// a connect timeout within opts.Timeout, the pool's size, and each
+// connection's synchronous_commit.
+func (opts Options) poolConfig() (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(opts.DSN)
 	if err != nil {
 		// The parse error can quote the DSN, password and all.
@@ -373,26 +413,7 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 			WHERE current_setting('synchronous_commit') = 'off'`)
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	defer cancel()
-	// Its Close is bounded: a server that stopped answering does not hold
-	// the daemon's shutdown for pgx's 15 s per cancel request.
-	pool, err := pgopen.NewPool(ctx, cfg)
-	if err != nil {
-		return nil, classify("connect", err, false)
-	}
-	if err := s.prepareTable(ctx, pool.Pool); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	if opts.Positions {
-		if err := s.prepareRaw(ctx, pool.Pool); err != nil {
-			pool.Close()
-			return nil, err
-		}
-	}
-	s.pool = pool
-	return s, nil
+	return cfg, nil
 }
 
 // buildSQL makes the insert statement (and, for raw, the read).
