@@ -220,10 +220,47 @@ func (n *Node) teardown() {
 		n.cli.Close()
 	}
 	if srv != nil {
+		// Raft, its log and the backend stop here: the member's state is
+		// on disk when Stop returns.
 		srv.Server.Stop()
-		srv.Close()
+		n.closeServer(srv)
 	}
 	n.met.clear()
+}
+
+// serverCloseWait is how long teardown waits for the embedded server's
+// network side to close once its state is on disk.
+const serverCloseWait = time.Second
+
+// closeServer closes the stopped server's listeners and connections,
+// waiting at most serverCloseWait. etcd's Close waits up to its request
+// timeout (5 s plus two election timeouts) for streams other nodes still
+// hold on this member — their watches and lease keep-alives, which they
+// move only when the stream breaks — so a member that has handed off would
+// otherwise take that long to exit. Past the wait, Close goes on in the
+// background, ends within that timeout, and the process may exit meanwhile:
+// nothing is left to write. Its listeners are closed before closeServer
+// returns, so the ports are free either way.
+func (n *Node) closeServer(srv *embed.Etcd) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Close()
+	}()
+	select {
+	case <-done:
+	case <-time.After(serverCloseWait):
+		// Free the ports now (etcd closes its listeners only after the
+		// wait): a node started again in this process binds them.
+		for _, l := range srv.Clients {
+			l.Close()
+		}
+		for _, l := range srv.Peers {
+			l.Close()
+		}
+		n.log.Info("not waiting for the coordination server to close the streams other nodes hold on it; they move when it exits",
+			"waited", serverCloseWait)
+	}
 }
 
 // revoke ends the check-in now; without quorum it lapses after its TTL
