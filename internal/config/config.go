@@ -276,10 +276,11 @@ func invalid(k *knob, value, why string) error {
 }
 
 // AutoShards is the shard count of shards = 0: one per CPU the process
-// may use, at most MaxAutoShards. Measured on 2 cores (docs/benchmarks.md,
-// "The drain and the shard count"): four shards' flushers make four
-// fdatasyncs where two make two, on the same two cores, and lose at every
-// depth.
+// may use (GOMAXPROCS, which follows a container's CPU limit), at most
+// MaxAutoShards. Measured on 2 cores (docs/benchmarks.md, "The drain and
+// the shard count"): four flushers make four fdatasyncs where two make
+// two, on the same two cores; two shards ack 16 % more at 64 producers ×
+// 16 in flight and lose nowhere measurably.
 func AutoShards() int { return max(1, min(MaxAutoShards, runtime.GOMAXPROCS(0))) }
 
 // validate range-checks every knob, resolves and checks paths, and checks
