@@ -365,20 +365,11 @@ func TestReopenRecoversAcked(t *testing.T) {
 	o := testOpts(dir)
 	o.Shards = 2
 	o.SegmentMaxBytes = 4096
-	l := mustOpen(t, o)
-	var want []string
-	for i := range 100 {
-		p := fmt.Sprintf("r%03d", i)
-		if err := submit(t, l, i%2, Durability(i%2), int64(i), []byte(p)); err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, p)
-	}
-	crash(t, l)
+	want := fillAndCrash(t, o, 100, func(i int) Durability { return Durability(i % 2) })
 	if len(openSegments(t, dir)) == 0 {
 		t.Fatal("crash left no open segment to recover")
 	}
-	l = mustOpen(t, o)
+	l := mustOpen(t, o)
 	refs, _ := l.Sealed()
 	// New records go to a fresh segment with a higher sequence.
 	if err := submit(t, l, 0, Durable, 1000, []byte("after")); err != nil {
@@ -401,6 +392,24 @@ func TestReopenRecoversAcked(t *testing.T) {
 	}
 }
 
+// fillAndCrash opens a log with o, writes n records "r000", "r001", …
+// round-robin over its shards in the tier tier(i) gives, every one acked,
+// and crashes it (open segments left as written). It returns the payloads.
+func fillAndCrash(t *testing.T, o Options, n int, tier func(i int) Durability) []string {
+	t.Helper()
+	l := mustOpen(t, o)
+	var want []string
+	for i := range n {
+		p := fmt.Sprintf("r%03d", i)
+		if err := submit(t, l, i%o.Shards, tier(i), int64(i), []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, p)
+	}
+	crash(t, l)
+	return want
+}
+
 // TestReopenWithFewerShards: a log left by a crash with four shards (open
 // segments in every shard) is opened with two — as after an upgrade to a
 // default of one shard per CPU on a 2-core machine. Every acked record of
@@ -411,16 +420,7 @@ func TestReopenWithFewerShards(t *testing.T) {
 	o := testOpts(dir)
 	o.Shards = 4
 	o.SegmentMaxBytes = 4096
-	l := mustOpen(t, o)
-	var want []string
-	for i := range 200 {
-		p := fmt.Sprintf("r%03d", i)
-		if err := submit(t, l, i%4, Durable, int64(i), []byte(p)); err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, p)
-	}
-	crash(t, l)
+	want := fillAndCrash(t, o, 200, func(int) Durability { return Durable })
 	if n := len(openSegments(t, dir)); n != 4 {
 		t.Fatalf("crash left %d open segments, want one per shard", n)
 	}
@@ -437,7 +437,7 @@ func TestReopenWithFewerShards(t *testing.T) {
 	}
 
 	o.Shards = 2
-	l = mustOpen(t, o)
+	l := mustOpen(t, o)
 	if l.Shards() != 2 {
 		t.Fatalf("Shards() = %d", l.Shards())
 	}
