@@ -283,8 +283,8 @@ func invalid(k *knob, value, why string) error {
 // 16 in flight and lose nowhere measurably.
 func AutoShards() int { return max(1, min(MaxAutoShards, runtime.GOMAXPROCS(0))) }
 
-// validate range-checks every knob, resolves and checks paths, and checks
-// the rules that span knobs.
+// validate range-checks every knob, resolves shards = 0 (AutoShards),
+// resolves and checks paths, and checks the rules that span knobs.
 func validate(ks []knob, c *Config, wd string) []error {
 	var errs []error
 	for i := range ks {
