@@ -105,7 +105,9 @@ var (
 )
 
 // Request is one producer frame: one or more records of one tier. Done is
-// called exactly once, from the shard's flusher: with nil once the tier's
+// called exactly once, from the shard's flusher (or, for a request
+// SubmitInline wrote itself, from SubmitInline before it returns): with
+// nil once the tier's
 // promise holds (after the write for Buffered, after fdatasync — and the
 // directory fsync of a new segment — for Durable), or with an error, in which
 // case none of the records may be considered acknowledged. Done is the last

@@ -104,7 +104,9 @@
 // more than the open segment has room for), encodes the batch into one
 // reused buffer, writes it with one write(2), acknowledges the Buffered
 // requests, then - if any request is Durable - calls fdatasync once and
-// acknowledges the Durable ones.
+// acknowledges the Durable ones. SubmitInline writes a lone request the
+// same way on the caller's goroutine when the flusher is waiting for work
+// and nothing is queued (inline.go); a mutex keeps the two apart.
 //
 // A new segment is created with O_EXCL, its header written, its first
 // PreallocateBytes reserved with fallocate (KEEP_SIZE), then fdatasynced and

@@ -67,12 +67,25 @@ type shard struct {
 	room         chan struct{}
 	_            [64]byte
 
+	// handoffs counts the hand-offs sent on queue (or about to be) that the
+	// flusher has not yet taken under own: while it is not zero a
+	// SubmitInline may not write its request itself, ahead of requests
+	// submitted before it (see inline.go).
+	handoffs atomic.Int64
+	_        [64]byte
+
 	// busySince is when the flusher took up its current batch or seal, in
 	// nanoseconds on the monotonic clock (see monoNow); 0 while it waits
 	// for work. Read by FlusherBusy.
 	busySince atomic.Int64
 
-	// ---- owned by the flusher goroutine ----
+	// own is held by whoever works on the shard's files and the fields
+	// below: the flusher, from taking a request to the end of its batch
+	// (and while it seals or shuts down), or a SubmitInline writing its
+	// request itself on an idle shard (inline.go).
+	own sync.Mutex
+
+	// ---- guarded by own ----
 	nextSeq uint64
 	seg     *segment
 	batch   []*Request
@@ -139,63 +152,85 @@ func (s *shard) run() {
 	}
 	defer s.ageTimer.Stop()
 	defer s.batchTimer.Stop()
-	s.busySince.Store(monoNow())
-	if err := s.openSegment(); err != nil {
-		s.l.logger.Warn("cannot prepare segment; will retry on the next batch", "shard", s.id, "err", err)
+	s.own.Lock()
+	defer s.own.Unlock()
+	// A SubmitInline may have been first and opened one.
+	if s.seg == nil {
+		s.busySince.Store(monoNow())
+		if err := s.openSegment(); err != nil {
+			s.l.logger.Warn("cannot prepare segment; will retry on the next batch", "shard", s.id, "err", err)
+		}
+		s.busySince.Store(0)
 	}
-	s.busySince.Store(0)
 	for {
 		if dstBuild {
 			s.dstStep()
 		}
-		first := s.popHeld()
-		if first == nil {
-			select {
-			case <-s.l.abort:
-				s.abortQueued()
+		if !s.step() {
+			return
+		}
+	}
+}
+
+// step takes the next request — a held one, else one from the queue,
+// waiting for it — and works its batch, or seals a segment that has aged;
+// it returns false once the flusher is to stop (the queue is closed or the
+// log aborts), having shut the shard down. It is called, and returns,
+// with own held: the flusher lets go of own only while it waits for work.
+func (s *shard) step() bool {
+	first := s.popHeld()
+	if first == nil {
+		select {
+		case <-s.l.abort:
+			s.abortQueued()
+			s.shutdown()
+			return false
+		default:
+		}
+		s.own.Unlock()
+		// The age timer is stopped while no segment age is pending (and a
+		// stopped timer delivers nothing), so it is always waited on:
+		// ageArmed may only be read under own.
+		select {
+		case r, ok := <-s.queue:
+			s.own.Lock()
+			if !ok {
 				s.shutdown()
-				return
-			default:
+				return false
 			}
-			var ageC <-chan time.Time
+			first = s.unpack(r)
+		case <-s.ageTimer.C:
+			s.own.Lock()
 			if s.ageArmed {
-				ageC = s.ageTimer.C
-			}
-			select {
-			case r, ok := <-s.queue:
-				if !ok {
-					s.shutdown()
-					return
-				}
-				first = s.unpack(r)
-			case <-ageC:
 				s.ageArmed = false
 				if s.seg != nil && s.seg.records > 0 && s.err() == nil {
 					s.busySince.Store(monoNow())
 					s.rotate(true)
 					s.busySince.Store(0)
 				}
-				continue
-			case <-s.l.abort:
-				s.abortQueued()
-				s.shutdown()
-				return
 			}
-		} else {
-			select {
-			case <-s.l.abort:
-				first.Done(ErrClosed)
-				s.abortQueued()
-				s.shutdown()
-				return
-			default:
-			}
+			return true
+		case <-s.l.abort:
+			s.own.Lock()
+			s.abortQueued()
+			s.shutdown()
+			return false
 		}
-		s.busySince.Store(monoNow())
-		s.collect(first)
-		s.process()
-		s.busySince.Store(0)
+	} else {
+		select {
+		case <-s.l.abort:
+			first.Done(ErrClosed)
+			s.abortQueued()
+			s.shutdown()
+			return false
+		default:
+		}
 	}
+	s.busySince.Store(monoNow())
+	s.collect(first)
+	s.process()
+	s.busySince.Store(0)
+	return true
 }
 
 // markIdle writes a sync mark frame after a synced batch when nothing is
@@ -253,6 +288,7 @@ func (s *shard) abortQueued() {
 // any already held. Every request taken from the queue passes here: its
 // bytes leave the queue's count.
 func (s *shard) unpack(r *Request) *Request {
+	s.handoffs.Add(-1)
 	if r.queued > 0 {
 		s.giveBytes(r.queued)
 		r.queued = 0

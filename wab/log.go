@@ -149,6 +149,22 @@ func (l *Log) Dir() string { return l.dir }
 // failed shard (an error wrapping ErrShardFailed) or a closing log
 // (ErrClosed).
 func (l *Log) Submit(ctx context.Context, shard int, req *Request, wait time.Duration) error {
+	return l.submit(ctx, shard, req, wait, false)
+}
+
+// SubmitInline is Submit for a caller that waits for the answer anyway (a
+// producer connection's lone frame): when the shard is idle — its flusher
+// waiting for work, nothing queued — it writes req on the caller's
+// goroutine as a batch of its own, with the flusher's code and promises
+// (write, fdatasync for Durable, then Done), and Done has been called when
+// it returns; otherwise it queues req like Submit. A caller must not hold
+// what Done waits for, and must accept being held for a write and an
+// fdatasync (see inline.go).
+func (l *Log) SubmitInline(ctx context.Context, shard int, req *Request, wait time.Duration) error {
+	return l.submit(ctx, shard, req, wait, true)
+}
+
+func (l *Log) submit(ctx context.Context, shard int, req *Request, wait time.Duration, inline bool) error {
 	if shard < 0 || shard >= len(l.shards) {
 		return fmt.Errorf("wab: shard %d out of range [0, %d)", shard, len(l.shards))
 	}
@@ -157,7 +173,7 @@ func (l *Log) Submit(ctx context.Context, shard int, req *Request, wait time.Dur
 		return err
 	}
 	req.queued = n
-	return l.queue(ctx, l.shards[shard], req, wait)
+	return l.queue(ctx, l.shards[shard], req, wait, inline)
 }
 
 // SubmitBatch is Submit for several requests to one shard, in order, with
@@ -175,7 +191,7 @@ func (l *Log) SubmitBatch(ctx context.Context, shard int, reqs []*Request, wait 
 	case 0:
 		return nil
 	case 1:
-		return l.Submit(ctx, shard, reqs[0], wait)
+		return l.submit(ctx, shard, reqs[0], wait, false)
 	}
 	var total int64
 	for _, r := range reqs {
@@ -185,7 +201,7 @@ func (l *Log) SubmitBatch(ctx context.Context, shard int, reqs []*Request, wait 
 		}
 		total += n
 	}
-	return l.queue(ctx, l.shards[shard], &Request{batch: reqs, queued: total}, wait)
+	return l.queue(ctx, l.shards[shard], &Request{batch: reqs, queued: total}, wait, false)
 }
 
 // check refuses a malformed request; it returns the request's payload and
@@ -216,8 +232,9 @@ func (l *Log) check(req *Request) (int64, error) {
 	return n, nil
 }
 
-// queue hands req (a request or a batch carrier) to s's flusher.
-func (l *Log) queue(ctx context.Context, s *shard, req *Request, wait time.Duration) error {
+// queue hands req (a request or a batch carrier) to s's flusher, or, with
+// inline and an idle shard, writes it (SubmitInline).
+func (l *Log) queue(ctx context.Context, s *shard, req *Request, wait time.Duration, inline bool) error {
 	if err := s.err(); err != nil {
 		return err
 	}
@@ -232,9 +249,13 @@ func (l *Log) queue(ctx context.Context, s *shard, req *Request, wait time.Durat
 	if l.closedFlag.Load() {
 		return ErrClosed
 	}
+	if inline && s.writeInline(req) {
+		return nil
+	}
 
 	// Room for the bytes first, then a place in the queue; one wait
-	// covers both.
+	// covers both. The hand-off is counted from before the send until the
+	// flusher takes it (or the send fails).
 	var t *time.Timer
 	if !s.takeBytes(req.queued) {
 		if wait <= 0 {
@@ -246,12 +267,14 @@ func (l *Log) queue(ctx context.Context, s *shard, req *Request, wait time.Durat
 			return err
 		}
 	}
+	s.handoffs.Add(1)
 	select {
 	case s.queue <- req:
 		return nil
 	default:
 	}
 	if wait <= 0 {
+		s.handoffs.Add(-1)
 		s.giveBytes(req.queued)
 		return ErrQueueTimeout
 	}
@@ -270,6 +293,7 @@ func (l *Log) queue(ctx context.Context, s *shard, req *Request, wait time.Durat
 	case <-l.closing:
 		err = ErrClosed
 	}
+	s.handoffs.Add(-1)
 	s.giveBytes(req.queued)
 	return err
 }

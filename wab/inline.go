@@ -1,0 +1,50 @@
+package wab
+
+// A lone request on an idle shard (SubmitInline).
+//
+// Queued through the flusher, a lone producer's frame crosses two
+// goroutines before its ack is written — the connection's reader hands it
+// to the flusher, which wakes the connection's writer — and each hand-off
+// wakes a sleeping thread; on a small virtual machine those wake-ups cost
+// more than the write. SubmitInline lets the caller write its own request
+// when nobody else would be waiting for the shard, and the flusher never
+// notices.
+//
+// The shard's files and batch state are guarded by own: the flusher holds
+// it from taking a request off the queue to the end of that batch (and
+// while it seals a segment or shuts down); it lets go only while it waits
+// for work. A SubmitInline writes its request itself only if it gets own
+// without waiting and finds nothing held and no hand-off on its way
+// (shard.handoffs: counted by queue before the send, uncounted by the
+// flusher as it takes the hand-off, under own). So a request submitted
+// before it — by the same caller, which is what ordering is about — is
+// already written, or is still ahead of it in the flusher's hands and
+// SubmitInline queues behind it. Requests submitted while it writes queue
+// for the flusher, which takes them once own is free: one of them pays
+// for one fdatasync more than group commit would have made it wait for,
+// which is what it would have paid had it arrived a moment earlier.
+//
+// The batch is the flusher's: process writes, fdatasyncs (for Durable),
+// answers and then does the bookkeeping (sealing, reserving space, the
+// sync mark), so every promise of the flusher holds unchanged, and an
+// error fails the shard the same way. The simulation build never writes
+// inline: its scheduler steps the flusher alone.
+
+// writeInline writes req (a single request, not a batch carrier) on the
+// calling goroutine if the shard is idle, and reports whether it did;
+// Done has then been called.
+func (s *shard) writeInline(req *Request) bool {
+	if dstBuild || s.handoffs.Load() != 0 || !s.own.TryLock() {
+		return false
+	}
+	defer s.own.Unlock()
+	if s.handoffs.Load() != 0 || s.holding() {
+		return false
+	}
+	s.busySince.Store(monoNow())
+	s.batch = append(s.batch[:0], req)
+	s.rotateAfter = false
+	s.process()
+	s.busySince.Store(0)
+	return true
+}
