@@ -54,6 +54,9 @@ type storeBackend struct {
 
 func (b *storeBackend) Shards() int        { return 2 }
 func (b *storeBackend) ShardErr(int) error { return nil }
+func (b *storeBackend) SubmitInline(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
+	return b.Submit(ctx, shard, req, wait)
+}
 func (b *storeBackend) Submit(_ context.Context, _ int, req *wab.Request, _ time.Duration) error {
 	b.mu.Lock()
 	for i, p := range req.Payloads {
@@ -113,6 +116,9 @@ type slowBackend struct{ wg sync.WaitGroup }
 
 func (b *slowBackend) Shards() int        { return 1 }
 func (b *slowBackend) ShardErr(int) error { return nil }
+func (b *slowBackend) SubmitInline(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
+	return b.Submit(ctx, shard, req, wait)
+}
 func (b *slowBackend) Submit(_ context.Context, _ int, req *wab.Request, _ time.Duration) error {
 	b.wg.Add(1)
 	time.AfterFunc(2*time.Millisecond, func() {

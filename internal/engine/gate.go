@@ -118,7 +118,7 @@ func NewWABGate(log *wab.Log, opts GateOptions) (*WABGate, error) {
 	return &WABGate{log: log, opts: opts.withDefaults()}, nil
 }
 
-// Shards, ShardErr and Submit expose the buffer itself to a source that
+// Shards, ShardErr, Submit, SubmitInline and SubmitBatch expose the buffer itself to a source that
 // submits requests of its own — the socket ingress, whose producers choose
 // a durability tier per request and are answered per request, not per
 // Write. Such a source still writes only through this gate's buffer.
@@ -132,6 +132,12 @@ func (g *WABGate) ShardErr(shard int) error { return g.log.ShardErr(shard) }
 // Submit queues one request on a shard, waiting at most wait for room.
 func (g *WABGate) Submit(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
 	return g.log.Submit(ctx, shard, req, wait)
+}
+
+// SubmitInline is Submit, or, on an idle shard, writes the request at once
+// on the caller's goroutine (wab.Log.SubmitInline).
+func (g *WABGate) SubmitInline(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
+	return g.log.SubmitInline(ctx, shard, req, wait)
 }
 
 // SubmitBatch queues several requests on a shard in one hand-off

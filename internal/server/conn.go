@@ -303,8 +303,9 @@ func (c *conn) enqueue(p *pending) {
 
 // flushSubmits submits the queued requests: several in one hand-off when
 // the backend takes batches (one channel operation on the shard's queue
-// instead of one per frame), else one by one. A refusal answers each of
-// them.
+// instead of one per frame), else one by one; a lone request through
+// SubmitInline, which may write it on this goroutine and complete it
+// before it returns. A refusal answers each of them.
 func (c *conn) flushSubmits() {
 	c.received.report(c.s.obs.Received)
 	q := c.queued
@@ -326,8 +327,14 @@ func (c *conn) flushSubmits() {
 		}
 		p.complete(err)
 	}
+	if len(q) == 1 {
+		if err := c.s.backend.SubmitInline(c.s.ctx, c.shard, &q[0].req, wait); err != nil {
+			fail(q[0], err)
+		}
+		return
+	}
 	bb, ok := c.s.backend.(BatchBackend)
-	if !ok || len(q) == 1 {
+	if !ok {
 		for _, p := range q {
 			if err := c.s.backend.Submit(c.s.ctx, c.shard, &p.req, wait); err != nil {
 				fail(p, err)

@@ -160,8 +160,17 @@ type submitCall struct {
 }
 
 func (b *timedBackend) Submit(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
+	return b.time(ctx, b.Backend.Submit, shard, req, wait)
+}
+
+func (b *timedBackend) SubmitInline(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
+	return b.time(ctx, b.Backend.SubmitInline, shard, req, wait)
+}
+
+func (b *timedBackend) time(ctx context.Context, submit func(context.Context, int, *wab.Request, time.Duration) error,
+	shard int, req *wab.Request, wait time.Duration) error {
 	t0 := time.Now()
-	err := b.Backend.Submit(ctx, shard, req, wait)
+	err := submit(ctx, shard, req, wait)
 	b.mu.Lock()
 	b.calls = append(b.calls, submitCall{time.Since(t0), err})
 	b.mu.Unlock()

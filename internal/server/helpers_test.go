@@ -350,3 +350,7 @@ func (b *fakeBackend) Submit(_ context.Context, _ int, req *wab.Request, _ time.
 	req.Done(nil)
 	return nil
 }
+
+func (b *fakeBackend) SubmitInline(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
+	return b.Submit(ctx, shard, req, wait)
+}

@@ -23,11 +23,15 @@ import (
 	"github.com/weir-io/weir/wire"
 )
 
-// Backend is where accepted records go: the write-ahead buffer.
+// Backend is where accepted records go: the write-ahead buffer. Submit
+// and SubmitInline are wab.Log's: SubmitInline, which the reader uses for
+// a lone frame, may write the request on the reader's goroutine (an idle
+// shard) and complete it before it returns.
 type Backend interface {
 	Shards() int
 	ShardErr(shard int) error
 	Submit(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error
+	SubmitInline(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error
 }
 
 // Observer receives the server's counts. Methods must be cheap and safe for
@@ -310,6 +314,10 @@ func (s *Server) pickShard() int {
 // has been answered, and closes all connections. If ctx ends first the
 // remaining connections are closed without their answers — those requests
 // were never acked, so nothing acked is lost — and ctx's error is returned.
+// A connection whose reader is writing a lone frame itself
+// (Backend.SubmitInline) is closed once that write returns: a storage call
+// that never returns holds Shutdown as it holds the buffer's Close (the
+// daemon's stuck detector ends such a process).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.closing.Store(true)
 	s.stopOnce.Do(func() { close(s.stop) })

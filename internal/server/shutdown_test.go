@@ -89,12 +89,26 @@ func TestShutdownRefusesBufferedFrames(t *testing.T) {
 	}
 }
 
+// queueOnly makes every lone frame go through the flusher (never written
+// by the reader itself), so that a stuck fdatasync holds the flusher, not
+// the connection's reader.
+type queueOnly struct{ Backend }
+
+func (b queueOnly) SubmitInline(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
+	return b.Submit(ctx, shard, req, wait)
+}
+
+// TestShutdownExpiredContextReturnsPromptly: with requests stuck behind
+// the flusher's fdatasync, Shutdown with an expired context returns at
+// once. (A lone frame a reader writes itself holds that reader in the
+// storage call instead; Shutdown waits for it — see Server.Shutdown.)
 func TestShutdownExpiredContextReturnsPromptly(t *testing.T) {
 	sfs := newSlowFS()
 	e := newEnv(t, envConfig{
 		fs:   sfs,
 		opts: Options{QueueTimeout: time.Minute},
 		wab:  wab.Options{QueueCapacity: 1},
+		wrap: func(l *wab.Log) Backend { return queueOnly{l} },
 	})
 	c := e.dial()
 	c.push(100, wire.Durable, []byte("warm-up"))

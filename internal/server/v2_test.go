@@ -30,6 +30,16 @@ type storedRecord struct {
 }
 
 func (b *recordingBackend) Submit(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
+	b.record(req)
+	return b.Backend.Submit(ctx, shard, req, wait)
+}
+
+func (b *recordingBackend) SubmitInline(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
+	b.record(req)
+	return b.Backend.SubmitInline(ctx, shard, req, wait)
+}
+
+func (b *recordingBackend) record(req *wab.Request) {
 	b.mu.Lock()
 	for i, p := range req.Payloads {
 		r := storedRecord{payload: bytes.Clone(p)}
@@ -39,7 +49,6 @@ func (b *recordingBackend) Submit(ctx context.Context, shard int, req *wab.Reque
 		b.recs = append(b.recs, r)
 	}
 	b.mu.Unlock()
-	return b.Backend.Submit(ctx, shard, req, wait)
 }
 
 func (b *recordingBackend) stored() []storedRecord {
