@@ -24,6 +24,7 @@ import (
 // fdatasync for Durable — and on a busy one it queues behind what the
 // flusher holds.
 func TestSubmitInlineOnIdleShard(t *testing.T) {
+	requireInline(t)
 	for _, d := range []Durability{Durable, Buffered} {
 		t.Run(fmt.Sprint("durability=", d), func(t *testing.T) {
 			dir := t.TempDir()
@@ -212,6 +213,7 @@ func TestSubmitInlineKeepsOrder(t *testing.T) {
 // fails fails the shard as the flusher's would: its Done gets the sticky
 // error, later requests are refused, the file is never synced again.
 func TestSubmitInlineSyncFailureIsSticky(t *testing.T) {
+	requireInline(t)
 	dir := t.TempDir()
 	fs := errorfs.New(vfs.OS)
 	o := testOpts(dir)
@@ -247,6 +249,7 @@ func TestSubmitInlineSyncFailureIsSticky(t *testing.T) {
 // TestSubmitInlineSegmentAge: a segment written only inline is still
 // sealed by age, by the flusher, with no further traffic.
 func TestSubmitInlineSegmentAge(t *testing.T) {
+	requireInline(t)
 	dir := t.TempDir()
 	o := testOpts(dir)
 	o.SegmentMaxAge = 50 * time.Millisecond
@@ -325,6 +328,14 @@ func TestSubmitInlineDuringClose(t *testing.T) {
 	})
 	if n == 0 {
 		t.Fatal("nothing acked before Close")
+	}
+}
+
+// requireInline skips a test that needs SubmitInline to write inline: the
+// simulation build never does.
+func requireInline(t *testing.T) {
+	if dstBuild {
+		t.Skip("the simulation build (-tags dst) never writes inline")
 	}
 }
 
