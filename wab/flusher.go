@@ -228,7 +228,7 @@ func (s *shard) step() bool {
 	}
 	s.busySince.Store(monoNow())
 	s.collect(first)
-	s.process()
+	s.process(true)
 	s.busySince.Store(0)
 	return true
 }
@@ -430,8 +430,10 @@ func doneAll(batch []*Request, err error) {
 
 // process writes s.batch: one write, one fdatasync if any request is
 // Durable, then the acks; then, off the ack path, what the segment needs
-// next (a seal or more reserved space).
-func (s *shard) process() {
+// next (a seal or more reserved space). yield lets the goroutines the acks
+// woke run first when nothing else waits (the flusher's batches; an
+// inline write's caller answers its own request once process returns).
+func (s *shard) process(yield bool) {
 	batch := s.batch
 	defer func() {
 		clear(s.batch)
@@ -464,7 +466,7 @@ func (s *shard) process() {
 	if !ok {
 		return
 	}
-	if len(s.queue) == 0 && !s.holding() {
+	if yield && len(s.queue) == 0 && !s.holding() {
 		// Nothing waits for the flusher: let the goroutines its acks woke
 		// (the connections' writers) write them before the bookkeeping
 		// below, which would otherwise come first on this P — on an idle

@@ -27,7 +27,10 @@ package wab
 // The batch is the flusher's: process writes, fdatasyncs (for Durable),
 // answers and then does the bookkeeping (sealing, reserving space, the
 // sync mark), so every promise of the flusher holds unchanged, and an
-// error fails the shard the same way. The simulation build never writes
+// error fails the shard the same way. It does not yield to the goroutines
+// its ack woke, as the flusher does: the caller is expected to send the
+// answer itself once SubmitInline returns (the socket ingress does), and
+// a yield would only wake another thread. The simulation build never writes
 // inline: its scheduler steps the flusher alone.
 
 // writeInline writes req (a single request, not a batch carrier) on the
@@ -44,7 +47,7 @@ func (s *shard) writeInline(req *Request) bool {
 	s.busySince.Store(monoNow())
 	s.batch = append(s.batch[:0], req)
 	s.rotateAfter = false
-	s.process()
+	s.process(false)
 	s.busySince.Store(0)
 	return true
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +23,8 @@ const (
 
 // conn is one producer connection: a reader goroutine that decodes frames
 // and submits them, and a writer goroutine that answers them in the order
-// they arrived. The pending channel between them is the connection's
+// they arrived (the reader answers a lone frame it wrote itself: see
+// answerOwn). The pending channel between them is the connection's
 // in-flight window: the reader stops reading when it is full, which pushes
 // back on the producer through the socket. The writer is woken through
 // wake only — by a completion, by an answer the reader decides itself, and
@@ -43,6 +45,11 @@ type conn struct {
 	// reports them to the observer together (received).
 	queued   []*pending
 	received tally
+	// wmu guards w, the connection's answering state: held by the writer
+	// goroutine while it answers, or by the reader answering a lone frame
+	// it wrote itself (answerOwn), which spares the writer a wake-up.
+	wmu sync.Mutex
+	w   *connWriter
 	// cr is the connection's share of the memory budget (admission.go),
 	// written by the reader and the writer for every frame: on cache
 	// lines of its own.
@@ -108,21 +115,38 @@ type pending struct {
 	code     wire.Code      // 0: ack
 	msg      string
 	done     atomic.Bool // set after code and msg
+	// answerer is who answers p once it is done: answerWriter (the writer,
+	// woken by the completion), or answerReader while the reader is in
+	// the SubmitInline of a lone frame — a completion then only marks it
+	// answerDue, and the reader answers when the call returns (answerOwn).
+	answerer atomic.Uint32
 }
+
+const (
+	answerWriter uint32 = iota
+	answerReader
+	answerDue
+)
 
 func (p *pending) complete(err error) {
 	if err != nil {
 		p.refuse(codeFor(err), err.Error())
 		return
 	}
-	p.done.Store(true)
-	p.c.wakeWriter()
+	p.finish()
 }
 
 // refuse completes p with a Nack the server decided (not a backend error).
 func (p *pending) refuse(code wire.Code, msg string) {
 	p.code, p.msg = code, msg
+	p.finish()
+}
+
+func (p *pending) finish() {
 	p.done.Store(true)
+	if p.answerer.CompareAndSwap(answerReader, answerDue) {
+		return
+	}
 	p.c.wakeWriter()
 }
 
@@ -181,6 +205,7 @@ func (c *conn) run() {
 		c.nc.Close()
 		return
 	}
+	c.w = &connWriter{c: c, bw: bufio.NewWriterSize(c.nc, writeBufferSize)}
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -305,7 +330,8 @@ func (c *conn) enqueue(p *pending) {
 // the backend takes batches (one channel operation on the shard's queue
 // instead of one per frame), else one by one; a lone request through
 // SubmitInline, which may write it on this goroutine and complete it
-// before it returns. A refusal answers each of them.
+// before it returns — the reader then answers it too. A refusal answers
+// each of them.
 func (c *conn) flushSubmits() {
 	c.received.report(c.s.obs.Received)
 	q := c.queued
@@ -328,8 +354,14 @@ func (c *conn) flushSubmits() {
 		p.complete(err)
 	}
 	if len(q) == 1 {
-		if err := c.s.backend.SubmitInline(c.s.ctx, c.shard, &q[0].req, wait); err != nil {
-			fail(q[0], err)
+		p := q[0]
+		p.answerer.Store(answerReader)
+		err := c.s.backend.SubmitInline(c.s.ctx, c.shard, &p.req, wait)
+		if p.answerer.Swap(answerWriter) == answerDue {
+			c.answerOwn()
+		}
+		if err != nil {
+			fail(p, err)
 		}
 		return
 	}
@@ -454,6 +486,10 @@ type connWriter struct {
 	bw     *bufio.Writer
 	frame  []byte
 	broken bool
+	// head is the oldest request not yet answered, taken from c.pending.
+	head *pending
+	// abandoned: Shutdown stopped waiting; nothing more is answered.
+	abandoned bool
 	// writeArmed is the write deadline set on the connection (see armWrite).
 	writeArmed time.Time
 	// acked adds up the acks written since the last flush: one Observer
@@ -468,31 +504,17 @@ type connWriter struct {
 // writeLoop answers the connection's requests in the order they arrived.
 // The writer sleeps only on c.wake, which every completion signals (and
 // the reader, for answers it decides itself and when it closes c.pending):
-// a push that is merely submitted does not wake it. head is the oldest
-// request not yet answered, taken from c.pending.
+// a push that is merely submitted does not wake it.
 func (c *conn) writeLoop() {
-	w := &connWriter{c: c, bw: bufio.NewWriterSize(c.nc, writeBufferSize)}
-	var head *pending
 	for {
-		if head == nil {
-			select {
-			case p, ok := <-c.pending:
-				if !ok {
-					w.flush()
-					return
-				}
-				head = p
-			default:
-			}
+		c.wmu.Lock()
+		open := c.w.answerDone()
+		idle := c.w.head == nil
+		c.wmu.Unlock()
+		if !open {
+			return
 		}
-		if head != nil && head.done.Load() {
-			w.answer(head)
-			head = nil
-			continue
-		}
-		// Everything answered so far goes out before the wait.
-		w.flush()
-		if head == nil && c.s.opts.Budget != nil {
+		if idle && c.s.opts.Budget != nil {
 			// Nothing to answer: credit the connection does not use goes
 			// back to the budget (it takes it again in chunks).
 			c.returnCredit()
@@ -500,9 +522,60 @@ func (c *conn) writeLoop() {
 		select {
 		case <-c.wake: // some request completed, or a new answer is queued
 		case <-c.s.ctx.Done():
-			w.abandon(head)
+			c.wmu.Lock()
+			head := c.w.head
+			c.w.head, c.w.abandoned = nil, true
+			c.wmu.Unlock()
+			c.w.abandon(head)
 			return
 		}
+	}
+}
+
+// answerOwn answers, on the reader's goroutine, a lone frame the reader
+// wrote itself (and whatever else is done in order before or after it),
+// unless the writer is answering right now — then the writer is woken to
+// look again.
+func (c *conn) answerOwn() {
+	if !c.wmu.TryLock() {
+		c.wakeWriter()
+		return
+	}
+	c.w.answerDone()
+	idle := c.w.head == nil
+	c.wmu.Unlock()
+	if idle && c.s.opts.Budget != nil {
+		c.returnCredit()
+	}
+}
+
+// answerDone answers, in order, every request from the oldest unanswered
+// one (head, else the next in c.pending) up to the first not yet done,
+// and flushes. It returns false once c.pending is closed and drained.
+// Called with c.wmu held.
+func (w *connWriter) answerDone() bool {
+	if w.abandoned {
+		return true
+	}
+	for {
+		if w.head == nil {
+			select {
+			case p, ok := <-w.c.pending:
+				if !ok {
+					w.flush()
+					return false
+				}
+				w.head = p
+			default:
+			}
+		}
+		if w.head == nil || !w.head.done.Load() {
+			// Everything answered so far goes out before the wait.
+			w.flush()
+			return true
+		}
+		w.answer(w.head)
+		w.head = nil
 	}
 }
 
