@@ -129,7 +129,8 @@ type Request struct {
 	// requests handed to the flusher together.
 	batch []*Request
 	// queued is the payload and meta bytes the request (or carrier) holds
-	// of its shard's queue (QueueCapacityBytes) until the flusher takes it.
+	// of its shard's queue (QueueCapacityBytes) until the flusher takes it
+	// — at least one byte (see Log.queue).
 	queued int64
 }
 

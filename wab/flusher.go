@@ -67,13 +67,6 @@ type shard struct {
 	room         chan struct{}
 	_            [64]byte
 
-	// handoffs counts the hand-offs sent on queue (or about to be) that the
-	// flusher has not yet taken under own: while it is not zero a
-	// SubmitInline may not write its request itself, ahead of requests
-	// submitted before it (see inline.go).
-	handoffs atomic.Int64
-	_        [64]byte
-
 	// busySince is when the flusher took up its current batch or seal, in
 	// nanoseconds on the monotonic clock (see monoNow); 0 while it waits
 	// for work. Read by FlusherBusy.
@@ -288,7 +281,6 @@ func (s *shard) abortQueued() {
 // any already held. Every request taken from the queue passes here: its
 // bytes leave the queue's count.
 func (s *shard) unpack(r *Request) *Request {
-	s.handoffs.Add(-1)
 	if r.queued > 0 {
 		s.giveBytes(r.queued)
 		r.queued = 0

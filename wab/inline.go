@@ -14,9 +14,10 @@ package wab
 // it from taking a request off the queue to the end of that batch (and
 // while it seals a segment or shuts down); it lets go only while it waits
 // for work. A SubmitInline writes its request itself only if it gets own
-// without waiting and finds nothing held and no hand-off on its way
-// (shard.handoffs: counted by queue before the send, uncounted by the
-// flusher as it takes the hand-off, under own). So a request submitted
+// without waiting and finds nothing held and no hand-off on its way: the
+// queue's byte count (queuedBytes) is zero — every hand-off holds at
+// least one byte of it from before its send until the flusher takes it,
+// under own. So a request submitted
 // before it — by the same caller, which is what ordering is about — is
 // already written, or is still ahead of it in the flusher's hands and
 // SubmitInline queues behind it. Requests submitted while it writes queue
@@ -37,11 +38,11 @@ package wab
 // calling goroutine if the shard is idle, and reports whether it did;
 // Done has then been called.
 func (s *shard) writeInline(req *Request) bool {
-	if dstBuild || s.handoffs.Load() != 0 || !s.own.TryLock() {
+	if dstBuild || s.queuedBytes.Load() != 0 || !s.own.TryLock() {
 		return false
 	}
 	defer s.own.Unlock()
-	if s.handoffs.Load() != 0 || s.holding() {
+	if s.queuedBytes.Load() != 0 || s.holding() {
 		return false
 	}
 	s.busySince.Store(monoNow())

@@ -121,7 +121,7 @@ func TestSubmitInlineQueuesBehindBusyFlusher(t *testing.T) {
 // SubmitInline on few shards find their records in the order they
 // submitted them, each exactly once, and every Done is called once. A
 // SubmitInline that wrote ahead of a request still on its way to the
-// flusher would break the order. Seeded: WEIR_INLINE_SEED replays a run.
+// flusher (bytes still counted in the queue) would break the order. Seeded: WEIR_INLINE_SEED replays a run.
 func TestSubmitInlineKeepsOrder(t *testing.T) {
 	const (
 		submitters = 6

@@ -254,8 +254,10 @@ func (l *Log) queue(ctx context.Context, s *shard, req *Request, wait time.Durat
 	}
 
 	// Room for the bytes first, then a place in the queue; one wait
-	// covers both. The hand-off is counted from before the send until the
-	// flusher takes it (or the send fails).
+	// covers both. A hand-off holds at least one byte of the count until
+	// the flusher takes it (or the send fails): no bytes counted means no
+	// hand-off on its way to the flusher, which writeInline relies on.
+	req.queued = max(req.queued, 1)
 	var t *time.Timer
 	if !s.takeBytes(req.queued) {
 		if wait <= 0 {
@@ -267,14 +269,12 @@ func (l *Log) queue(ctx context.Context, s *shard, req *Request, wait time.Durat
 			return err
 		}
 	}
-	s.handoffs.Add(1)
 	select {
 	case s.queue <- req:
 		return nil
 	default:
 	}
 	if wait <= 0 {
-		s.handoffs.Add(-1)
 		s.giveBytes(req.queued)
 		return ErrQueueTimeout
 	}
@@ -293,7 +293,6 @@ func (l *Log) queue(ctx context.Context, s *shard, req *Request, wait time.Durat
 	case <-l.closing:
 		err = ErrClosed
 	}
-	s.handoffs.Add(-1)
 	s.giveBytes(req.queued)
 	return err
 }
