@@ -118,10 +118,11 @@ func NewWABGate(log *wab.Log, opts GateOptions) (*WABGate, error) {
 	return &WABGate{log: log, opts: opts.withDefaults()}, nil
 }
 
-// Shards, ShardErr, Submit, SubmitInline and SubmitBatch expose the buffer itself to a source that
-// submits requests of its own — the socket ingress, whose producers choose
-// a durability tier per request and are answered per request, not per
-// Write. Such a source still writes only through this gate's buffer.
+// Shards, ShardErr, Submit, SubmitInline and SubmitBatch expose the
+// buffer itself to a source that submits requests of its own — the socket
+// ingress, whose producers choose a durability tier per request and are
+// answered per request, not per Write. Such a source still writes only
+// through this gate's buffer.
 
 // Shards is the buffer's shard count.
 func (g *WABGate) Shards() int { return g.log.Shards() }
