@@ -270,6 +270,50 @@ func countPayloads(rows payloadRows) (map[string]int, error) {
 	return out, rows.Err()
 }
 
+// TestSecondaryBlackholeStartsFast: a Postgres [[secondary]] whose server
+// accepts connections and never answers (timeout = "5s") does not delay
+// the start — the socket accepts within readyBound — and once the server
+// answers, the secondary catches up with raw.
+func TestSecondaryBlackholeStartsFast(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	via, p := pgBehind(t, dsn, proxyBlackhole)
+	conn := pgConn(t, dsn)
+	table := testenv.PostgresTable(t, dsn, "weir_secbh")
+	cfg := writeConfig(t, pgSecondaryTOML(via, table, "", `timeout = "5s"`))
+	d := newDaemon(t, "--config", cfg, "--coverage-flush-interval", "50ms")
+	launched := time.Now()
+	if err := d.launch(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.waitReady(15 * time.Second); err != nil {
+		t.Fatalf("%v\n--- daemon log (tail) ---\n%s", err, tail(d.log.String(), 4000))
+	}
+	ready := time.Since(launched)
+	t.Logf("secondary behind a blackhole: socket accepting %v after launch", ready.Round(time.Millisecond))
+	if bound := scaledReadyBound(); ready > bound {
+		t.Errorf("ready %v after launch with the secondary's server hanging; want within %v (a secondary never gates the start)",
+			ready.Round(time.Millisecond), bound)
+	}
+	acked := pushAllDurable(t, d, "secbh", sinkDownRecords)
+	waitDelivered(t, d, acked, 30*time.Second) // raw does not wait for the secondary
+	p.set(proxyForward)
+	back := time.Now()
+	waitTableEqualsRaw(t, d, conn, table, len(acked), 60*time.Second)
+	t.Logf("the secondary caught up with raw %v after its server answered", time.Since(back).Round(time.Millisecond))
+}
+
+// pgConn is a connection to dsn, closed when the test ends (after the
+// cleanups registered later, which may use it).
+func pgConn(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
 // TestSinkDownAtStartMySQL is TestSinkDownAtStartPostgres for a MySQL
 // (MariaDB) [sink].
 func TestSinkDownAtStartMySQL(t *testing.T) {
