@@ -28,7 +28,8 @@
 //     sub-batch is retried with capped exponential backoff. After
 //     MaxRetries retries the segment is left on disk, logged at error, and
 //     the drain moves on; the segment is attempted again on a later pass
-//     (no sooner than RetryMax later).
+//     (no sooner than RetryMax later, or as soon as the sink's health poll
+//     finds it healthy again after it was not).
 //   - BlockedDeadLetterFull: writing a sub-batch's dead letters would take
 //     the dead-letter lane past DeadLetterMaxBytes. The drain wakes every
 //     DeadLetterCheckInterval, rescans the lane (an operator may have removed
@@ -280,9 +281,19 @@ type Drain struct {
 	busySince atomic.Int64
 	// healthNudge asks the health loop for an extra poll (coalesced).
 	healthNudge chan struct{}
+	// sinkBack is signalled by the health loop when the sink turns
+	// healthy again: segments a sink error set aside are attempted at once.
+	sinkBack chan struct{}
 	// deferred holds segments set aside, by path, with the time before
 	// which they are not attempted again. Used only by Run's goroutine.
-	deferred map[string]time.Time
+	deferred map[string]deferral
+}
+
+// deferral is a segment set aside: until when, and whether for damage
+// (which a healthy sink does not mend) rather than a sink error.
+type deferral struct {
+	until   time.Time
+	corrupt bool
 }
 
 // New checks opts, creates the dead-letter directory if needed and derives
@@ -316,7 +327,8 @@ func New(opts Options) (*Drain, error) {
 		healthEvery:  orDuration(opts.HealthInterval, DefaultHealthInterval),
 		pollInterval: orDuration(opts.PollInterval, DefaultPollInterval),
 		healthNudge:  make(chan struct{}, 1),
-		deferred:     make(map[string]time.Time),
+		sinkBack:     make(chan struct{}, 1),
+		deferred:     make(map[string]deferral),
 	}
 	if d.fs == nil {
 		d.fs = vfs.OS
@@ -458,8 +470,8 @@ func (d *Drain) pass(ctx context.Context) (bool, error) {
 		if ctx.Err() != nil {
 			return progressed, nil
 		}
-		if until, ok := d.deferred[ref.Path]; ok {
-			if now.Before(until) {
+		if def, ok := d.deferred[ref.Path]; ok {
+			if now.Before(def.until) {
 				continue
 			}
 			delete(d.deferred, ref.Path)
@@ -473,9 +485,11 @@ func (d *Drain) pass(ctx context.Context) (bool, error) {
 		case ctx.Err() != nil:
 			return progressed, nil
 		default:
-			d.deferred[ref.Path] = d.now().Add(d.retryMax)
-			msg := "segment left on disk, will retry later"
-			if ce := (*wab.CorruptionError)(nil); errors.As(err, &ce) {
+			ce := (*wab.CorruptionError)(nil)
+			corrupt := errors.As(err, &ce)
+			d.deferred[ref.Path] = deferral{until: d.now().Add(d.retryMax), corrupt: corrupt}
+			msg := "segment left on disk, will retry later (at once if the sink turns healthy again)"
+			if corrupt {
 				// wab.Open trusts sealed footers: damage inside a sealed
 				// segment shows up here, when its records are read.
 				msg = "segment is corrupt: records from the damage on cannot be delivered; " +
@@ -508,12 +522,14 @@ func (d *Drain) forgetVanished(refs []wab.SegmentRef) {
 }
 
 // waitForWork waits for a seal notification, the poll interval (or the
-// earliest deferred segment's due time, if sooner) or the end of ctx.
+// earliest deferred segment's due time, if sooner), the sink turning
+// healthy again (which ends the deferral of every segment a sink error
+// set aside) or the end of ctx.
 func (d *Drain) waitForWork(ctx context.Context) {
 	wait := d.pollInterval
 	now := d.now()
-	for _, until := range d.deferred {
-		if w := until.Sub(now); w < wait {
+	for _, def := range d.deferred {
+		if w := def.until.Sub(now); w < wait {
 			wait = max(w, time.Millisecond)
 		}
 	}
@@ -524,6 +540,12 @@ func (d *Drain) waitForWork(ctx context.Context) {
 	case <-ctx.Done():
 	case <-d.src.Notify():
 	case <-t.C:
+	case <-d.sinkBack:
+		for p, def := range d.deferred {
+			if !def.corrupt {
+				delete(d.deferred, p)
+			}
+		}
 	}
 }
 
@@ -969,6 +991,10 @@ func (d *Drain) healthLoop(ctx context.Context) {
 		switch h.State {
 		case sink.Healthy:
 			d.log.Info("sink healthy again", "was", last.State.String())
+			select {
+			case d.sinkBack <- struct{}{}:
+			default:
+			}
 		case sink.Degraded:
 			d.log.Warn("sink degraded", "reason", h.Reason)
 		default:

@@ -408,6 +408,34 @@ func TestTransientRetriedWithBackoff(t *testing.T) {
 	}
 }
 
+// A segment set aside because the sink was down is attempted again as
+// soon as the sink's health poll finds it healthy, not RetryMax later: a
+// sink that returns is delivered to at once.
+func TestSinkBackEndsDeferral(t *testing.T) {
+	dir := t.TempDir()
+	seg, _ := writeSegment(t, dir, 0, 1, "a", "b")
+	var down atomic.Bool
+	down.Store(true)
+	s := &scriptSink{max: 10, script: func(context.Context, int, sink.Batch) (sink.CommitResult, error) {
+		if down.Load() {
+			return sink.CommitResult{}, sink.Transient(errors.New("connection refused"))
+		}
+		return sink.CommitResult{}, nil
+	}}
+	s.health.Store(&sink.Health{State: sink.Down, Reason: "connection refused"})
+	obs := &recObserver{}
+	opts := fastOptions(dir, newDirSource(dir), s, obs)
+	opts.MaxRetries = 1
+	opts.RetryMax = time.Hour // without the health poll, never again in this test
+	opts.PollInterval = time.Hour
+	opts.HealthInterval = 20 * time.Millisecond
+	start(t, opts)
+	waitFor(t, "segment set aside", func() bool { return len(obs.snapshot().deferred) > 0 })
+	down.Store(false)
+	s.health.Store(&sink.Health{State: sink.Healthy})
+	waitFor(t, "segment delivered once the sink is healthy", func() bool { return !exists(seg) })
+}
+
 // containsRun reports whether want appears in states as a contiguous run.
 func containsRun(states []State, want ...State) bool {
 	for i := 0; i+len(want) <= len(states); i++ {
