@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +37,9 @@ type Busy interface {
 // an idle daemon keep /live at 200.
 //
 // Readiness holds once the daemon has called Ready (write-ahead buffer
-// recovered, listener up) and until it calls NotReady (shutdown).
+// recovered, listener up) and until it calls NotReady (shutdown). A ready
+// daemon may be degraded — its sink down while the buffer takes records —
+// and /ready says why while answering 200 (Degradation).
 type Health struct {
 	stall time.Duration
 	log   *slog.Logger
@@ -48,6 +51,7 @@ type Health struct {
 	drain    Busy
 	stuck    Liveness
 	failing  bool // the last liveness check failed (logged on change)
+	degraded []func() string
 }
 
 // NewHealth makes a Health that is live and not ready ("starting").
@@ -97,6 +101,29 @@ func (h *Health) WatchStuck(l Liveness) {
 	h.mu.Lock()
 	h.stuck = l
 	h.mu.Unlock()
+}
+
+// WatchDegraded adds a part that may be degraded while the daemon is
+// ready: reason returns "" while it is not.
+func (h *Health) WatchDegraded(reason func() string) {
+	h.mu.Lock()
+	h.degraded = append(h.degraded, reason)
+	h.mu.Unlock()
+}
+
+// Degradation is why a ready daemon is degraded ("" when it is not): each
+// watched part's reason, joined by "; ".
+func (h *Health) Degradation() string {
+	h.mu.Lock()
+	fs := h.degraded
+	h.mu.Unlock()
+	var rs []string
+	for _, f := range fs {
+		if r := f(); r != "" {
+			rs = append(rs, r)
+		}
+	}
+	return strings.Join(rs, "; ")
 }
 
 // Readiness is nil when ready, else an error giving the reason.

@@ -136,6 +136,10 @@ func Handler(reg *prometheus.Registry, h *Health, log *slog.Logger) http.Handler
 			plain(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
 			return
 		}
+		if d := h.Degradation(); d != "" {
+			plain(w, http.StatusOK, "ready, degraded: "+strings.ReplaceAll(d, "\n", "; "))
+			return
+		}
 		plain(w, http.StatusOK, "ready")
 	})
 	return mux
