@@ -337,7 +337,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 			func(p *partial) **int64 { return &p.QueueCapacityBytes }, func(c *Config) *int64 { return &c.QueueCapacityBytes }),
 		durationKnob("queue_timeout", DefaultQueueTimeout, time.Millisecond, time.Minute, "How long a record waits for room in a full shard queue before the producer gets a busy reply.",
 			func(p *partial) **time.Duration { return &p.QueueTimeout }, func(c *Config) *time.Duration { return &c.QueueTimeout }),
-		durationKnob("shutdown_timeout", DefaultShutdownTimeout, 100*time.Millisecond, time.Hour, "Time a graceful shutdown waits for in-flight records before closing connections.",
+		durationKnob("shutdown_timeout", DefaultShutdownTimeout, 100*time.Millisecond, time.Hour, "Bound on the whole graceful shutdown: every part of the node (sources and listeners, drain, sinks, buffer, contracts, coordination) stops within it; a part still stopping then is abandoned, and the process exits at most half a second later.",
 			func(p *partial) **time.Duration { return &p.ShutdownTimeout }, func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
 
 		addressKnob("tcp_listen", "TCP address producers may also connect to, with mutual TLS only (there is no plaintext TCP); empty serves the Unix socket alone.",

@@ -26,7 +26,6 @@ type coordination struct {
 	bk     *backup.Store // nil without coordination.backup_url
 	claims *leases.Claims
 	log    *slog.Logger
-	grace  time.Duration // coordination.handoff_grace
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -41,7 +40,11 @@ func startCoordination(ctx context.Context, cfg *config.Config, fc *flowControl,
 	}
 	base := log
 	log = log.With("component", "coord")
-	c := &coordination{log: log, grace: co.HandoffGrace}
+	c := &coordination{log: log}
+	if co.HandoffGrace >= cfg.ShutdownTimeout {
+		log.Warn("coordination.handoff_grace is not shorter than shutdown_timeout: a stopping member's handoff is spent inside the node's one shutdown deadline, so it may be cut short",
+			"handoff_grace", co.HandoffGrace, "shutdown_timeout", cfg.ShutdownTimeout)
+	}
 	ccfg := coordConfig(co)
 	if co.BackupURL != "" {
 		bk, err := backup.Open(ctx, co.BackupURL, base, reg)

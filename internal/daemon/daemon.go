@@ -1,7 +1,8 @@
 // Package daemon wires weir's parts together for `weir serve`: the
 // write-ahead buffer, the sink (or, with secondaries, the raw-first
 // fan-out), the drain, the listeners and the configured sources. It holds no
-// logic of its own beyond start-up order and shutdown order, and names no
+// logic of its own beyond which parts a node has and in what order they
+// start (they stop in reverse, internal/lifecycle), and names no
 // sink or source kind: it opens them through the component registry the
 // configuration was checked against (kinds.go).
 package daemon
@@ -16,17 +17,22 @@ import (
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/flow"
+	"github.com/weir-io/weir/internal/lifecycle"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/wab"
 )
 
 // Run runs the daemon until ctx is cancelled (SIGTERM/SIGINT), then shuts
-// down in order: stop accepting and answer every accepted request, seal the
-// write-ahead buffer, stop the drain, close the sink. The whole shutdown is
-// bounded by cfg.ShutdownTimeout. With role = "recovery" it runs a
-// recovery-only node instead (runRecoveryNode), with a source that is its
-// own raw an origin node (runOriginNode), and with gate = "raw" a node
-// whose sources write straight into the [sink] (runRawGateNode).
+// it down. A node is a stack of named parts (internal/lifecycle) started in
+// order — telemetry, flow control, coordination, data quality, then what
+// the node's kind needs — and stopped in reverse order under one deadline,
+// cfg.ShutdownTimeout: the whole shutdown, whatever hangs, ends within it
+// (and lifecycle.DefaultStraggle); a part that has not stopped by then is
+// abandoned. With role = "recovery" the node is a recovery-only node
+// (recovery.go), with a source that is its own raw an origin node
+// (origin.go), with gate = "raw" a node whose sources write straight into
+// the [sink] (rawgate.go), and otherwise a write-ahead buffer node
+// (buildBufferNode).
 //
 // If flow control's stuck detector reaches its exit stage the daemon shuts
 // down as on SIGTERM and Run returns an error wrapping flow.ErrStuck
@@ -54,88 +60,102 @@ func stuckFrom(ctx context.Context) func() {
 	return func() {}
 }
 
+// node is a started node: its telemetry and what it logs once ready.
+type node struct {
+	tel   *telemetry
+	ready func()
+}
+
+// builder starts a kind of node's parts on st.
+type builder func(ctx context.Context, st *lifecycle.Stack, cfg *config.Config, fs vfs.FS, log *slog.Logger) (node, error)
+
 func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	fs, err := faultFS(vfs.OS)
 	if err != nil {
 		return err
 	}
-	if cfg.Role == "recovery" {
-		return runRecoveryNode(ctx, cfg, fs, log) // recovery.go: no buffer, listeners or sources
+	build := buildBufferNode
+	switch _, ownRaw := cfg.OwnRawSource(); {
+	case cfg.Role == "recovery":
+		build = buildRecoveryNode // recovery.go: no buffer, listeners or sources
+	case ownRaw:
+		build = buildOriginNode // origin.go: a source that is its own raw
+	case cfg.Gate == "raw":
+		build = buildRawGateNode // rawgate.go: sources straight into the [sink]
 	}
-	if sc, ok := cfg.OwnRawSource(); ok {
-		return runOriginNode(ctx, cfg, sc, fs, log) // origin.go: a source that is its own raw
+	st := lifecycle.New(log.With("component", "lifecycle"))
+	stop := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		return st.Stop(sctx)
 	}
-	if cfg.Gate == "raw" {
-		return runRawGateNode(ctx, cfg, fs, log) // rawgate.go: sources straight into the [sink]
+	n, err := build(ctx, st, cfg, fs, log)
+	if err != nil {
+		return errors.Join(err, stop())
 	}
-	return runBufferNode(ctx, cfg, fs, log)
+	n.tel.h.Ready()
+	n.ready()
+
+	<-ctx.Done()
+	n.tel.h.NotReady("shutting down")
+	log.Info("shutting down", "shutdown_timeout", cfg.ShutdownTimeout, "parts", len(st.Names()))
+	if err := stop(); err != nil {
+		return err
+	}
+	log.Info("shutdown complete")
+	return nil
 }
 
-// runBufferNode runs the write-ahead buffer node: producers and sources
-// write through the buffer, and the drain delivers it to the [sink] (or
-// the raw-first fan-out).
-func runBufferNode(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) error {
+// buildBufferNode starts the write-ahead buffer node: producers and
+// sources write through the buffer, and the drain delivers it to the
+// [sink] (or the raw-first fan-out). The sink being down does not stop
+// the start: the buffer takes records meanwhile (pendingSink).
+func buildBufferNode(ctx context.Context, st *lifecycle.Stack, cfg *config.Config, fs vfs.FS, log *slog.Logger) (node, error) {
 	tlsMgr, err := loadTLS(cfg, log)
 	if err != nil {
-		return err
+		return node{}, err
 	}
-	tel, err := startTelemetry(ctx, cfg, fs, log, "recovering the write-ahead buffer")
+	tel, err := startTelemetry(ctx, st, cfg, fs, log, "recovering the write-ahead buffer")
 	if err != nil {
-		return err
+		return node{}, err
 	}
-	defer tel.stop()
-	b, err := startBuffer(ctx, cfg, fs, log, tel)
+	wlog, err := startWAB(ctx, st, cfg, fs, log, tel)
 	if err != nil {
-		return err
+		return node{}, err
 	}
-	gate, err := engine.NewWABGate(b.wlog, bufferGateOptions(cfg, fs, tel.m))
+	k := newKinds(cfg, fs, tel)
+	dl := openDelivery(ctx, st, cfg, k, log, tel)
+	if err := st.Start("drain", func() (lifecycle.StopFunc, error) { return startDrain(cfg, fs, wlog, dl, tel, log) }); err != nil {
+		return node{}, err
+	}
+	gate, err := engine.NewWABGate(wlog, bufferGateOptions(cfg, fs, tel.m))
 	if err != nil {
-		return errors.Join(fmt.Errorf("source gate: %w", err), b.close(context.Background()))
+		return node{}, fmt.Errorf("source gate: %w", err)
 	}
 	// The producer listeners are the first source. They bind here, so a
 	// socket in use fails the start instead of a restart loop.
 	ingress := newIngress(cfg, tlsMgr, tel.m, tel.fc, log)
 	if err := ingress.Listen(gate); err != nil {
-		return errors.Join(err, b.close(context.Background()))
+		return node{}, err
 	}
-	srcs, err := startSources(cfg, newKinds(cfg, fs, tel), gate, ingress, b.dl, tel, log)
-	if err != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		serr := ingress.Shutdown()
-		return errors.Join(err, serr, b.close(sctx))
-	}
-	tel.h.Ready()
-	log.Info("weir ready", "socket", cfg.SocketPath, "wab_dir", cfg.WABDir, "shards", cfg.Shards, "sink", b.dl.snk.Name(),
-		"secondaries", len(cfg.Secondaries), "sources", len(cfg.Sources))
-
-	<-ctx.Done()
-	tel.h.NotReady("shutting down")
-	log.Info("shutting down", "shutdown_timeout", cfg.ShutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
+	st.PushClose("producer listeners", ingress.Shutdown)
 	// Sources — the producer listeners among them — stop before the
-	// buffer closes: requests already read are answered, a source's last
-	// durable write is still committed upstream, and nothing is written
-	// after the seal.
-	err = errors.Join(srcs.stop(sctx, log), b.close(sctx))
-	if err == nil {
-		log.Info("shutdown complete")
+	// drain and the buffer: requests already read are answered, a
+	// source's last durable write is still committed upstream, and
+	// nothing is written after the seal.
+	if err := startSources(st, cfg, k, gate, ingress, dl, tel, log); err != nil {
+		return node{}, err
 	}
-	return err
+	return node{tel: tel, ready: func() {
+		log.Info("weir ready", "socket", cfg.SocketPath, "wab_dir", cfg.WABDir, "shards", cfg.Shards, "sink", dl.snk.Name(),
+			"secondaries", len(cfg.Secondaries), "sources", len(cfg.Sources))
+	}}, nil
 }
 
-// buffer is the write-ahead buffer with the drain that delivers it.
-type buffer struct {
-	wlog      *wab.Log
-	dl        *delivery
-	stopDrain context.CancelFunc
-	drained   chan struct{}
-}
-
-// startBuffer opens the write-ahead buffer and what it delivers to, and
-// starts the drain.
-func startBuffer(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, tel *telemetry) (*buffer, error) {
+// startWAB opens the write-ahead buffer (recovering it) and pushes its
+// close: it seals the open segments once the drain and the sources have
+// stopped. What is sealed at shutdown is delivered at the next start.
+func startWAB(ctx context.Context, st *lifecycle.Stack, cfg *config.Config, fs vfs.FS, log *slog.Logger, tel *telemetry) (*wab.Log, error) {
 	if err := fs.MkdirAll(cfg.WABDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create wab_dir: %w", err)
 	}
@@ -158,19 +178,26 @@ func startBuffer(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("open write-ahead buffer: %w", err)
 	}
+	st.Push("write-ahead buffer", func(ctx context.Context) error {
+		if err := wlog.Close(ctx); err != nil {
+			return fmt.Errorf("close write-ahead buffer: %w", err)
+		}
+		return nil
+	})
 	tel.watchWAB(fs, wlog)
 	tel.fc.watchShardQueues(wlog)
-	b := &buffer{wlog: wlog, stopDrain: func() {}, drained: make(chan struct{})}
-	close(b.drained) // no drain yet
-	b.dl, err = openDelivery(ctx, cfg, newKinds(cfg, fs, tel), log, tel.m)
-	if err != nil {
-		return nil, errors.Join(err, b.closeWAB(context.Background()))
-	}
+	return wlog, nil
+}
+
+// startDrain starts the drain that delivers the buffer to dl. Its stop
+// ends the drain's run; a delivery cut short is replayed at the next
+// start (never confirmed half-done).
+func startDrain(cfg *config.Config, fs vfs.FS, wlog *wab.Log, dl *delivery, tel *telemetry, log *slog.Logger) (lifecycle.StopFunc, error) {
 	opts := drain.Options{
 		FS:                      fs,
 		WABDir:                  cfg.WABDir,
 		Source:                  wlog,
-		Sink:                    b.dl.snk,
+		Sink:                    dl.snk,
 		Logger:                  log.With("component", "drain"),
 		RetryBase:               cfg.DrainRetryBase,
 		RetryMax:                cfg.DrainRetryMax,
@@ -183,39 +210,34 @@ func startBuffer(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.L
 	tel.fc.drainOptions(cfg, &opts) // admission, batch sizes, write results
 	dr, err := drain.New(opts)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("start drain: %w", err), b.close(context.Background()))
+		return nil, err
 	}
 	tel.watchDrain(dr)
-	drainCtx, stop := context.WithCancel(context.Background())
-	b.stopDrain, b.drained = stop, make(chan struct{})
-	go func() {
-		defer close(b.drained)
-		if err := dr.Run(drainCtx); err != nil && !errors.Is(err, context.Canceled) {
+	return goStop(func(ctx context.Context) error {
+		if err := dr.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("drain stopped", "err", err)
+			return err
 		}
-	}()
-	return b, nil
+		return nil
+	}), nil
 }
 
-// close stops the drain, then seals the write-ahead buffer, then closes
-// the sink. The drain stops before the WAB seals its open segments: what
-// is sealed at shutdown is delivered at the next start, and a delivery
-// cut short here is replayed (never confirmed half-done).
-func (b *buffer) close(ctx context.Context) error {
-	b.stopDrain()
-	<-b.drained
-	err := b.closeWAB(ctx)
-	if cerr := b.dl.snk.Close(); cerr != nil {
-		err = errors.Join(err, fmt.Errorf("close sink: %w", cerr))
+// goStop runs f on its own goroutine until the stop it returns cancels
+// f's context; that stop waits for f to return, at most until its own
+// context ends, and returns f's error.
+func goStop(f func(ctx context.Context) error) lifecycle.StopFunc {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	return func(sctx context.Context) error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-sctx.Done():
+			return sctx.Err()
+		}
 	}
-	return err
-}
-
-func (b *buffer) closeWAB(ctx context.Context) error {
-	if err := b.wlog.Close(ctx); err != nil {
-		return fmt.Errorf("close write-ahead buffer: %w", err)
-	}
-	return nil
 }
 
 // drainRetries maps drain_max_retries to drain.Options.MaxRetries, where 0

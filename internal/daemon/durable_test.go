@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/weir-io/weir/internal/component"
 	"github.com/weir-io/weir/internal/components"
@@ -83,6 +84,11 @@ durable = false
 		t.Fatal(err)
 	}
 	defer closeSecondaries(secs)
+	for _, sec := range secs { // each opens in the background
+		if err := sec.Sink.(*pendingSink).wait(ctxTimeout(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if !opened["fast"] || opened["safe"] {
 		t.Errorf("opened with NonDurable: %v; want fast only", opened)
 	}
@@ -103,4 +109,11 @@ durable = false
 	if !maps.Equal(got, want) {
 		t.Errorf("weir_secondary_durable: %v, want %v", got, want)
 	}
+}
+
+// ctxTimeout is a context that ends after d or with the test.
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lifecycle"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/vfs"
 )
@@ -91,11 +93,14 @@ func TestDeliveryQueuesWatched(t *testing.T) {
 	fc := testFlow(t, cfg)
 	m, _ := metrics.New(metrics.Config{Shards: cfg.Shards, Sink: cfg.Sink.Type})
 	k := kinds{cfg: cfg, fs: vfs.OS, metrics: prometheus.NewRegistry(), fc: fc}
-	d, err := openDelivery(context.Background(), cfg, k, slog.New(slog.DiscardHandler), m)
-	if err != nil {
+	st := lifecycle.New(nil)
+	d := openDelivery(context.Background(), st, cfg, k, slog.New(slog.DiscardHandler), &telemetry{m: m, h: metrics.NewHealth(0, nil)})
+	defer st.Stop(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.pend.wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer d.snk.Close()
 	q := fc.ctl.Sample().Queues
 	for _, name := range []string{"secondary-copy", "secondary-sized"} {
 		if f, ok := q[name]; !ok || f != 0 {

@@ -2,13 +2,13 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lifecycle"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
@@ -18,22 +18,22 @@ import (
 // offset store is raw_dir itself.
 const originIndexDir = "index"
 
-// runOriginNode runs a node whose primary raw is a source's own origin
-// ([[source]] own_raw = true: a kind with a replayable origin, such as
-// files). There is no write-ahead buffer, listener, drain or [sink]: the
-// gate of the source is its origin — for files, each batch's files are
+// buildOriginNode starts a node whose primary raw is a source's own
+// origin ([[source]] own_raw = true: a kind with a replayable origin, such
+// as files). There is no write-ahead buffer, listener, drain or [sink]:
+// the gate of the source is its origin — for files, each batch's files are
 // fdatasynced and the batch's positions appended to the durable index in
 // raw_dir/index before the cursor is saved — and each durable batch is
 // offered to the secondaries, which are recovered from the origin when
 // they lag. The offset store (coverage and the source's cursor) is
-// raw_dir/weir-offsets. It stops when ctx is cancelled: the source first,
-// then the fan-out, which writes the coverage recorded so far.
-func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConfig, fs vfs.FS, log *slog.Logger) error {
-	tel, err := startTelemetry(ctx, cfg, fs, log, "opening the origin raw and the secondaries")
+// raw_dir/weir-offsets. It stops the source first, then the fan-out,
+// which writes the coverage recorded so far, then the origin.
+func buildOriginNode(ctx context.Context, st *lifecycle.Stack, cfg *config.Config, fs vfs.FS, log *slog.Logger) (node, error) {
+	sc, _ := cfg.OwnRawSource()
+	tel, err := startTelemetry(ctx, st, cfg, fs, log, "opening the origin raw and the secondaries")
 	if err != nil {
-		return err
+		return node{}, err
 	}
-	defer tel.stop()
 	topo := tel.m.Topology()
 	var fan *engine.Fanout // set before the source runs
 	onDurable := func(first uint64, recs []source.Record) {
@@ -47,55 +47,28 @@ func runOriginNode(ctx context.Context, cfg *config.Config, sc config.SourceConf
 	sf := tel.fc.sourceFlow(cfg, sc.Name, 1, log.With("component", "flow"))
 	own, err := k.openOwnRaw(ctx, sc, sf, filepath.Join(sc.RawDir, originIndexDir), onDurable, tel.fc.holdFor(sf.Estimator), log, topo)
 	if err != nil {
-		return fmt.Errorf("source %q: %w", sc.Name, err)
+		return node{}, fmt.Errorf("source %q: %w", sc.Name, err)
 	}
-	var store *engine.OffsetStore
-	fan, store, err = openOriginFanout(ctx, cfg, sc, k, own.Reader, log, tel)
-	if err != nil {
-		return errors.Join(err, own.Close())
-	}
-	srcCtx, stopSource := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	srcLog := log.With("component", "source", "source", sc.Name)
-	forget := tel.addSource(sc.Name, own.Pausable)
-	go func() {
-		defer forget()
-		done <- runSource(srcCtx, own.Source, nil, store, topo, srcLog)
-	}()
-	tel.h.Ready()
-	log.Info("weir ready: a source is its own raw", "source", sc.Name, "type", sc.Type, "raw_dir", sc.RawDir,
-		"offset_store", store.Where(), "secondaries", len(cfg.Secondaries))
-
-	<-ctx.Done()
-	tel.h.NotReady("shutting down")
-	log.Info("shutting down")
-	stopSource()
-	errs := []error{<-done}
-	if err := fan.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close fan-out: %w", err))
-	}
-	if err := own.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close origin raw: %w", err))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	log.Info("shutdown complete")
-	return nil
-}
-
-// openOriginFanout starts the fan-out over an origin raw: it reads the
-// origin for recovery and is told of each durable batch by the source.
-func openOriginFanout(ctx context.Context, cfg *config.Config, sc config.SourceConfig, k kinds, origin sink.RawReader, log *slog.Logger, tel *telemetry) (*engine.Fanout, *engine.OffsetStore, error) {
+	st.PushClose("origin raw", own.Close)
 	store, err := engine.OpenOffsetStore(ctx, k.fs, sc.RawDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open offset store: %w", err)
+		return node{}, fmt.Errorf("open offset store: %w", err)
 	}
-	fan, err := startFanout(ctx, cfg, k, log, tel.m.Topology(), engine.FanoutOptions{Reader: origin, ExternalRaw: true, Store: store})
+	fan, err = startFanout(ctx, cfg, k, log, topo, engine.FanoutOptions{Reader: own.Reader, ExternalRaw: true, Store: store})
 	if err != nil {
-		return nil, nil, err
+		return node{}, err
 	}
-	return fan, store, nil
+	st.PushClose("fan-out", fan.Close)
+	srcLog := log.With("component", "source", "source", sc.Name)
+	forget := tel.addSource(sc.Name, own.Pausable)
+	st.Push("source "+sc.Name, goStop(func(ctx context.Context) error {
+		defer forget()
+		return runSource(ctx, own.Source, nil, store, topo, srcLog)
+	}))
+	return node{tel: tel, ready: func() {
+		log.Info("weir ready: a source is its own raw", "source", sc.Name, "type", sc.Type, "raw_dir", sc.RawDir,
+			"offset_store", store.Where(), "secondaries", len(cfg.Secondaries))
+	}}, nil
 }
 
 // sinkRecords turns a source's durable batch into the records a

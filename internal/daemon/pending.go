@@ -14,9 +14,13 @@ import (
 )
 
 // Opening a sink that is down is retried from the first to the cap,
-// doubling; the drain's and the fan-out's own retries take over once it
-// is open.
-var openRetry = backoff.Policy{Min: 250 * time.Millisecond, Max: 15 * time.Second}
+// doubling — a dial every two seconds at most, so that a sink that
+// returns is found within that — and the failure is logged at error
+// the first time and then once every openLogEvery. The drain's and the
+// fan-out's own retries take over once it is open.
+var openRetry = backoff.Policy{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+
+const openLogEvery = time.Minute
 
 // pendingSink is a sink opened in the background: the [sink], the
 // raw-first fan-out or a [[secondary]]. A database that comes up after
@@ -59,6 +63,7 @@ func openPending(name string, maxBatch int, open func(context.Context) (sink.Sin
 func (p *pendingSink) run(ctx context.Context, open func(context.Context) (sink.Sink, error)) {
 	defer close(p.done)
 	b := backoff.Backoff{Policy: openRetry}
+	var logged time.Time
 	for attempt := 1; ; attempt++ {
 		s, err := open(ctx)
 		if err == nil {
@@ -82,7 +87,12 @@ func (p *pendingSink) run(ctx context.Context, open func(context.Context) (sink.
 		p.lastErr = err
 		p.mu.Unlock()
 		d := b.Next()
-		p.log.Error("sink cannot be opened; records wait for it, retrying", "err", err, "attempt", attempt, "retry_in", d)
+		lvl := slog.LevelDebug
+		if time.Since(logged) >= openLogEvery {
+			lvl, logged = slog.LevelError, time.Now()
+		}
+		p.log.Log(ctx, lvl, "sink cannot be opened; records wait for it, retrying", "err", err, "attempt", attempt,
+			"down_for", time.Since(p.since).Round(time.Millisecond), "retry_in", d)
 		if !backoff.Sleep(ctx, d) {
 			return
 		}

@@ -2,17 +2,16 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/drain"
+	"github.com/weir-io/weir/internal/lifecycle"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/source"
@@ -33,43 +32,50 @@ type telemetry struct {
 }
 
 // startTelemetry makes the metrics and, unless metrics_port is 0, binds
-// the endpoint; failing to bind is a start-up error. The daemon is not
-// ready — for the reason notReady gives — until ready is called.
-func startTelemetry(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, notReady string) (*telemetry, error) {
+// the endpoint (failing to bind is a start-up error), then starts flow
+// control, coordination and the data contracts, each a part of st. The
+// endpoint starts first so that it stops last: shutdown stays visible to
+// a scraper. The daemon is not ready — for the reason notReady gives —
+// until ready is called.
+func startTelemetry(ctx context.Context, st *lifecycle.Stack, cfg *config.Config, fs vfs.FS, log *slog.Logger, notReady string) (*telemetry, error) {
 	base := log
 	log = log.With("component", "metrics")
 	m, reg := metrics.New(metrics.Config{Shards: cfg.Shards, Sink: cfg.Sink.Type, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes})
 	t := &telemetry{m: m, reg: reg, h: metrics.NewHealth(cfg.LiveStallTimeout, log), log: log}
 	t.h.NotReady(notReady)
-	t.fc = startFlow(cfg, m, base, stuckFrom(ctx))
-	t.h.WatchStuck(t.fc.ctl)
-	dq, err := openQuality(ctx, cfg, fs, m, base)
-	if err != nil {
-		t.fc.close()
-		return nil, fmt.Errorf("contracts: %w", err)
-	}
-	t.dq = dq
-	if t.co, err = startCoordination(ctx, cfg, t.fc, reg, base); err != nil {
-		t.fc.close()
-		return nil, errors.Join(err, t.closeQuality())
-	}
 	if cfg.MetricsPort == 0 {
 		log.Info("metrics endpoint disabled (metrics_port = 0)")
-		return t, nil
+	} else {
+		srv, err := metrics.Listen(ctx, metrics.ServerOptions{
+			Addr:     net.JoinHostPort(cfg.MetricsBind, strconv.Itoa(cfg.MetricsPort)),
+			Registry: reg,
+			Health:   t.h,
+			Logger:   log,
+			Pprof:    cfg.DebugPprof,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("metrics endpoint (metrics_bind, metrics_port): %w", err)
+		}
+		t.srv = srv
+		st.Push("metrics endpoint", srv.Shutdown)
 	}
-	srv, err := metrics.Listen(ctx, metrics.ServerOptions{
-		Addr:     net.JoinHostPort(cfg.MetricsBind, strconv.Itoa(cfg.MetricsPort)),
-		Registry: reg,
-		Health:   t.h,
-		Logger:   log,
-		Pprof:    cfg.DebugPprof,
+	t.fc = startFlow(cfg, m, base, stuckFrom(ctx))
+	st.PushClose("flow control", func() error { t.fc.close(); return nil })
+	t.h.WatchStuck(t.fc.ctl)
+	err := st.Start("coordination", func() (lifecycle.StopFunc, error) {
+		co, err := startCoordination(ctx, cfg, t.fc, reg, base)
+		t.co = co
+		return co.close, err
 	})
 	if err != nil {
-		t.fc.close()
-		return nil, errors.Join(fmt.Errorf("metrics endpoint (metrics_bind, metrics_port): %w", err), t.closeQuality(), t.closeCoordination())
+		return nil, err
 	}
-	t.srv = srv
-	return t, nil
+	return t, st.Start("contracts", func() (lifecycle.StopFunc, error) {
+		dq, err := openQuality(ctx, cfg, fs, m, base)
+		t.dq = dq
+		// Closing flushes the dq-audit trail and closes the dedup stores.
+		return dq.close, err
+	})
 }
 
 // watchWAB derives the write-ahead buffer gauges from disk and adds the
@@ -100,44 +106,4 @@ func (t *telemetry) addSource(name string, p source.Pausable) (remove func()) {
 	v := source.NewVotes(p)
 	t.dq.bindSource(name, v.Voter("breaker"))
 	return t.fc.addSource(name, v.Voter("flow"))
-}
-
-// closeQuality flushes the dq-audit trail and closes the dedup stores.
-func (t *telemetry) closeQuality() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return t.dq.close(ctx)
-}
-
-// closeCoordination hands off the node's coordination role and stops its
-// member, within coordination.handoff_grace and a little more for the
-// final backup.
-func (t *telemetry) closeCoordination() error {
-	if t.co == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), t.co.grace+10*time.Second)
-	defer cancel()
-	return t.co.close(ctx)
-}
-
-// stop closes the endpoint; it is the last thing the daemon does, after
-// the sinks are closed (the dq-audit trail's last window is written
-// here).
-func (t *telemetry) stop() {
-	if err := t.closeQuality(); err != nil {
-		t.log.Error("closing the data contracts (dq-audit trail, dedup stores)", "err", err)
-	}
-	if err := t.closeCoordination(); err != nil {
-		t.log.Error("leaving the coordination cluster", "err", err)
-	}
-	t.fc.close()
-	if t.srv == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := t.srv.Shutdown(ctx); err != nil {
-		t.log.Warn("closing metrics endpoint", "err", err)
-	}
 }

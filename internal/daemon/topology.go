@@ -12,6 +12,7 @@ import (
 	"github.com/weir-io/weir/internal/backoff"
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lifecycle"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/quarantine"
 	"github.com/weir-io/weir/internal/quarantine/pgquarantine"
@@ -27,38 +28,53 @@ const (
 	sourceBackoffReset = time.Minute
 )
 
-// delivery is what the drain delivers to, the offset store beside raw
-// when there are secondaries, and where store-managed sources keep their
-// cursors.
+// delivery is what the drain (or, with gate = "raw", the sources'
+// gate) delivers to, the offset store beside raw when there are
+// secondaries, and where store-managed sources keep their cursors.
 type delivery struct {
-	snk     sink.Sink
-	offsets *engine.OffsetStore // nil without secondaries
-	cursors source.CursorStore  // nil until a source needs one (openCursors)
+	snk  sink.Sink    // the pending sink, wrapped by the contracts when it is the only one
+	pend *pendingSink // snk before the contracts
+
+	// offsets is set, nil without secondaries, before pend opens.
+	offsets *engine.OffsetStore
 }
 
-// openDelivery opens the drain's sink. Without secondaries it is the
+// openDelivery opens, in the background (pendingSink), what the node
+// delivers to, and pushes its close on st. Without secondaries it is the
 // [sink], exactly as configured. With secondaries the [sink] is primary
 // raw, in its raw (positions) mode with the offset store beside it,
 // behind a fan-out that feeds the secondaries after raw's durable ack.
-func openDelivery(ctx context.Context, cfg *config.Config, k kinds, log *slog.Logger, m *metrics.Metrics) (*delivery, error) {
-	if len(cfg.Secondaries) == 0 {
-		snk, err := k.openSink(ctx, cfg.Sink, cfg.Sink.Type, log.With("component", "sink", "sink", cfg.Sink.Type))
-		if err != nil {
-			return nil, err
+func openDelivery(ctx context.Context, st *lifecycle.Stack, cfg *config.Config, k kinds, log *slog.Logger, tel *telemetry) *delivery {
+	d := &delivery{}
+	name := cfg.Sink.Type
+	open := func(ctx context.Context) (sink.Sink, error) {
+		return k.openSink(ctx, cfg.Sink, name, log.With("component", "sink", "sink", name))
+	}
+	if len(cfg.Secondaries) > 0 {
+		name = "raw"
+		open = func(ctx context.Context) (sink.Sink, error) {
+			raw, err := k.openRaw(ctx, log.With("component", "sink", "sink", "raw"))
+			if err != nil {
+				return nil, err
+			}
+			fan, err := startFanout(ctx, cfg, k, log, tel.m.Topology(), engine.FanoutOptions{Raw: raw.Sink, Store: raw.Store})
+			if err != nil {
+				return nil, errors.Join(err, raw.Sink.Close())
+			}
+			d.offsets = raw.Store
+			return fan, nil
 		}
+	}
+	d.pend = openPending(name, k.maxBatch(cfg.Sink), open, log.With("component", "sink", "sink", name))
+	st.PushClose("sink", d.pend.Close)
+	tel.h.WatchDegraded(d.pend.degraded)
+	d.snk = d.pend
+	if len(cfg.Secondaries) == 0 {
 		// The contracts' rejects go to the drain's dead letter, durably,
 		// before the buffer lets go of them.
-		return &delivery{snk: k.dq.wrap(snk, cfg.Sink.Type)}, nil
+		d.snk = k.dq.wrap(d.pend, name)
 	}
-	raw, err := k.openRaw(ctx, log.With("component", "sink", "sink", "raw"))
-	if err != nil {
-		return nil, err
-	}
-	fan, err := startFanout(ctx, cfg, k, log, m.Topology(), engine.FanoutOptions{Raw: raw.Sink, Store: raw.Store})
-	if err != nil {
-		return nil, errors.Join(err, raw.Sink.Close())
-	}
-	return &delivery{snk: fan, offsets: raw.Store}, nil
+	return d
 }
 
 // startFanout starts a fan-out over what the caller set in raw — Raw, or
@@ -102,9 +118,11 @@ func startFanout(ctx context.Context, cfg *config.Config, k kinds, log *slog.Log
 	return fan, nil
 }
 
-// openSecondaries opens every [[secondary]] with its quarantine lane. A
-// secondary that cannot be opened now is opened again at each delivery
-// attempt; a quarantine directory that cannot be opened (local disk,
+// openSecondaries opens every [[secondary]] with its quarantine lane.
+// Each sink opens in the background (pendingSink): a secondary never
+// gates the pipeline, not even at start — until it opens its commits fail
+// transiently, its coverage lags, and recovery replays raw into it once
+// it is open. A quarantine directory that cannot be opened (local disk,
 // permissions) fails the start.
 func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog.Logger, topo *metrics.Topology) ([]engine.SecondaryConfig, error) {
 	var secs []engine.SecondaryConfig
@@ -113,16 +131,9 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 		if !sc.Sink.Durable {
 			secLog.Warn("secondary is not durable (durable = false): its commits do not wait for stable storage, so a power loss or crash of its host may lose records it acknowledged, and recovery will not send them again")
 		}
-		s, err := k.openSink(ctx, sc.Sink, sc.Name, secLog)
-		if err != nil {
-			// A secondary never gates the pipeline, not even at start: it
-			// is opened again at each delivery attempt, and recovered from
-			// raw once it opens.
-			secLog.Warn("secondary cannot be opened; retrying at each delivery, recovering from raw once it opens", "err", err)
-			s = &lazySink{name: sc.Sink.Type, maxBatch: k.maxBatch(sc.Sink), open: func(ctx context.Context) (sink.Sink, error) {
-				return k.openSink(ctx, sc.Sink, sc.Name, secLog)
-			}}
-		}
+		s := openPending(sc.Name, k.maxBatch(sc.Sink), func(ctx context.Context) (sink.Sink, error) {
+			return k.openSink(ctx, sc.Sink, sc.Name, secLog)
+		}, secLog)
 		secCfg := engine.SecondaryConfig{Sink: k.dq.wrap(s, sc.Name), Name: sc.Name, QueueBatches: sc.QueueBatches, QueueBytes: sc.QueueMaxBytes,
 			QuarantineBuffer: sc.QuarantineBuffer, QuarantineBytes: sc.QuarantineBufferBytes, StartAtEnd: sc.StartAtEnd}
 		q, err := openQuarantine(ctx, k, sc, secLog)
@@ -140,22 +151,17 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 
 // openQuarantine opens a secondary's quarantine destination: a Postgres
 // table (quarantine_postgres_url), else its NDJSON directory; nil (log
-// and count only) when quarantine_max_bytes is 0. A table that cannot be
-// opened now is opened at the lane's next write: quarantine is a view,
-// and its server being down must not stop the node from starting (the
-// lane sheds, counted, meanwhile).
+// and count only) when quarantine_max_bytes is 0. The table is opened at
+// the lane's first write, not at start: quarantine is a view, and its
+// server being down or not answering must not stop or slow the node's
+// start (the lane sheds, counted, meanwhile).
 func openQuarantine(ctx context.Context, k kinds, sc config.SecondaryConfig, log *slog.Logger) (engine.Quarantine, error) {
 	switch {
 	case sc.QuarantinePostgresURL != "":
-		open := func(ctx context.Context) (*pgquarantine.Writer, error) {
+		log.Info("quarantine table opens at the lane's first write", "table", sc.QuarantineTable)
+		return &lazyQuarantine{open: func(ctx context.Context) (*pgquarantine.Writer, error) {
 			return pgquarantine.Open(ctx, pgquarantine.Options{DSN: sc.QuarantinePostgresURL, Table: sc.QuarantineTable})
-		}
-		w, err := open(ctx)
-		if err == nil {
-			return w, nil
-		}
-		log.Warn("quarantine table cannot be opened; opening it at the next write, shedding meanwhile", "table", sc.QuarantineTable, "err", err)
-		return &lazyQuarantine{open: open}, nil
+		}}, nil
 	case sc.QuarantineMaxBytes > 0 && sc.QuarantineDir != "":
 		return quarantine.Open(quarantine.Options{FS: k.fs, Dir: sc.QuarantineDir, MaxBytes: sc.QuarantineMaxBytes})
 	}
@@ -190,27 +196,19 @@ func (c *countingGate) Write(ctx context.Context, recs []source.Record) error {
 	return nil
 }
 
-// sources runs the producer listeners and the [[source]] entries under the
-// write-ahead buffer's gate.
-type sources struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu   sync.Mutex
-	errs []error // errors of the last runs, returned by stop
-}
-
-// startSources starts every source: the producer listeners (already
-// bound; nil when there are none) and the [[source]] entries. Each writes
-// through gate — the write-ahead buffer's, or with gate = "raw" the
-// sink's — so a position is committed only after the gate's durable
-// write, and is restarted with backoff when it stops with an error.
-// Store-managed sources keep their cursors in d.cursors, opened here
-// (openCursors: one place whatever the secondaries). Each [[source]] has
-// its share of the memory budget and writes under admission, and the
-// flow controller pauses the pausable ones (sourceflow.go).
-func startSources(cfg *config.Config, k kinds, gate admittingGate, ingress source.Source, d *delivery, tel *telemetry, log *slog.Logger) (*sources, error) {
-	s := &sources{}
+// startSources starts every source as a part of st: the producer
+// listeners (already bound; nil when there are none) and the [[source]]
+// entries. Each writes through gate — the write-ahead buffer's, or with
+// gate = "raw" the sink's — so a position is committed only after the
+// gate's durable write, and is restarted with backoff when it stops with
+// an error. Store-managed sources keep their cursors where openCursors
+// says (one place whatever the secondaries); when that is beside raw,
+// they wait for raw to open. Each [[source]] has its share of the memory
+// budget and writes under admission, and the flow controller pauses the
+// pausable ones (sourceflow.go). Stopping a source waits for it: the
+// listeners answer what they read, a Kafka source still commits what is
+// durable — all within the node's shutdown deadline.
+func startSources(st *lifecycle.Stack, cfg *config.Config, k kinds, gate admittingGate, ingress source.Source, d *delivery, tel *telemetry, log *slog.Logger) error {
 	topo := tel.m.Topology()
 	type run struct {
 		src   source.Source
@@ -226,7 +224,7 @@ func startSources(cfg *config.Config, k kinds, gate admittingGate, ingress sourc
 		sf := tel.fc.sourceFlow(cfg, sc.Name, len(cfg.Sources), log.With("component", "flow"))
 		o, err := k.newSource(context.Background(), sc, sf, log, topo) // each source names itself in its logs
 		if err != nil {
-			return nil, fmt.Errorf("source %q: %w", sc.Name, err)
+			return fmt.Errorf("source %q: %w", sc.Name, err)
 		}
 		if o.Source.Regime() == source.StoreManaged {
 			stored = append(stored, o.Source.Name())
@@ -234,31 +232,38 @@ func startSources(cfg *config.Config, k kinds, gate admittingGate, ingress sourc
 		g := &countingGate{name: o.Source.Name(), g: tel.fc.gateFor(gate, sf.Estimator), topo: topo}
 		runs = append(runs, run{src: o.Source, gate: g, pause: o.Pausable})
 	}
+	var cursors source.CursorStore
 	if len(stored) > 0 {
-		cs, err := openCursors(context.Background(), cfg, k, d.offsets, stored, log.With("component", "source"))
+		cs, err := sourceCursors(st, cfg, k, d, stored, log.With("component", "source"))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		d.cursors = cs
+		cursors = cs
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
 	for _, r := range runs {
 		src := r.src
 		l := log.With("component", "source", "source", src.Name())
 		forget := tel.addSource(src.Name(), r.pause)
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
+		st.Push("source "+src.Name(), goStop(func(ctx context.Context) error {
 			defer forget()
-			if err := runSource(ctx, src, r.gate, d.cursors, topo, l); err != nil {
-				s.mu.Lock()
-				s.errs = append(s.errs, fmt.Errorf("source %q: %w", src.Name(), err))
-				s.mu.Unlock()
-			}
-		}()
+			return runSource(ctx, src, r.gate, cursors, topo, l)
+		}))
 	}
-	return s, nil
+	return nil
+}
+
+// sourceCursors opens the store-managed sources' cursor store: at once
+// when it is in data_dir alone (gate = "buffer" without secondaries),
+// else once raw has opened (pendingCursors).
+func sourceCursors(st *lifecycle.Stack, cfg *config.Config, k kinds, d *delivery, stored []string, log *slog.Logger) (source.CursorStore, error) {
+	if cfg.Gate != "raw" && len(cfg.Secondaries) == 0 {
+		return openCursors(context.Background(), cfg, k, nil, stored, log)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st.PushClose("source cursor store", func() error { cancel(); return nil })
+	return openCursorsWhen(ctx, d.pend.ready, func(ctx context.Context) (source.CursorStore, error) {
+		return openCursors(ctx, cfg, k, d.offsets, stored, log)
+	}, log), nil
 }
 
 // runSource runs src until ctx ends, restarting it with capped exponential
@@ -291,31 +296,9 @@ func runSource(ctx context.Context, src source.Source, gate source.Gate, cursors
 	}
 }
 
-// stop cancels every source and waits for them, at most until ctx ends
-// (the listeners answer what they read, bounded by shutdown_timeout; a
-// Kafka source still commits what is durable, bounded by its commit
-// timeout). It must return before the write-ahead buffer closes.
-func (s *sources) stop(ctx context.Context, log *slog.Logger) error {
-	s.cancel()
-	done := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		log.Error("sources did not stop within shutdown_timeout")
-		return fmt.Errorf("sources: %w", ctx.Err())
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return errors.Join(s.errs...)
-}
-
-// lazyQuarantine is a quarantine table that could not be opened at
-// start: each write first tries to open it, and fails (the lane sheds)
-// until that succeeds.
+// lazyQuarantine is a quarantine table opened at the lane's first write:
+// each write first tries to open it, and fails (the lane sheds) until
+// that succeeds.
 type lazyQuarantine struct {
 	open func(context.Context) (*pgquarantine.Writer, error)
 
@@ -350,74 +333,4 @@ func (l *lazyQuarantine) Close() error {
 		return nil
 	}
 	return l.w.Close()
-}
-
-// lazySink is a secondary whose sink could not be opened at start. Every
-// Commit first tries to open it; until that succeeds the Commit fails
-// transiently, so the secondary's coverage lags and recovery replays raw
-// into it later.
-type lazySink struct {
-	name     string
-	maxBatch int
-	open     func(context.Context) (sink.Sink, error)
-
-	mu     sync.Mutex
-	s      sink.Sink
-	closed bool
-}
-
-func (l *lazySink) get(ctx context.Context) (sink.Sink, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.s != nil {
-		return l.s, nil
-	}
-	if l.closed {
-		return nil, sink.Permanent(errors.New("sink is closed"))
-	}
-	s, err := l.open(ctx)
-	if err != nil {
-		return nil, sink.Transient(fmt.Errorf("open %s sink: %w", l.name, err))
-	}
-	l.s = s
-	return s, nil
-}
-
-func (l *lazySink) Name() string { return l.name }
-
-func (l *lazySink) MaxBatchSize() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.s != nil {
-		return l.s.MaxBatchSize()
-	}
-	return l.maxBatch
-}
-
-func (l *lazySink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, error) {
-	s, err := l.get(ctx)
-	if err != nil {
-		return sink.CommitResult{}, err
-	}
-	return s.Commit(ctx, b)
-}
-
-func (l *lazySink) Health(ctx context.Context) sink.Health {
-	l.mu.Lock()
-	s := l.s
-	l.mu.Unlock()
-	if s == nil {
-		return sink.Health{State: sink.Down, Reason: "not opened yet"}
-	}
-	return s.Health(ctx)
-}
-
-func (l *lazySink) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closed = true
-	if l.s == nil {
-		return nil
-	}
-	return l.s.Close()
 }
