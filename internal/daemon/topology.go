@@ -207,7 +207,9 @@ func (c *countingGate) Write(ctx context.Context, recs []source.Record) error {
 // budget and writes under admission, and the flow controller pauses the
 // pausable ones (sourceflow.go). Stopping a source waits for it: the
 // listeners answer what they read, a Kafka source still commits what is
-// durable — all within the node's shutdown deadline.
+// durable — all within the node's shutdown deadline. With gate = "raw"
+// the [[source]]s start reading once the [sink] has opened: until then
+// there is nowhere to make a record durable.
 func startSources(st *lifecycle.Stack, cfg *config.Config, k kinds, gate admittingGate, ingress source.Source, d *delivery, tel *telemetry, log *slog.Logger) error {
 	topo := tel.m.Topology()
 	type run struct {
@@ -246,6 +248,11 @@ func startSources(st *lifecycle.Stack, cfg *config.Config, k kinds, gate admitti
 		forget := tel.addSource(src.Name(), r.pause)
 		st.Push("source "+src.Name(), goStop(func(ctx context.Context) error {
 			defer forget()
+			if cfg.Gate == "raw" {
+				if err := d.pend.wait(ctx); err != nil {
+					return nil // stopped before the sink opened
+				}
+			}
 			return runSource(ctx, src, r.gate, cursors, topo, l)
 		}))
 	}
