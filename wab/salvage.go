@@ -27,6 +27,12 @@ type Range struct {
 	Off, End int64
 	// Records counts the record frames in a kept range (0 in a lost one).
 	Records uint64
+	// Frames, in a lost range when Counted, is how many frames it held:
+	// their length fields, read from its start, are plausible and lead
+	// exactly to its end (the damage is in their bodies). Otherwise a
+	// length field is damaged too and the count cannot be known.
+	Frames  uint64
+	Counted bool
 }
 
 // Salvaged describes what Salvage did with one damaged segment.
@@ -36,8 +42,8 @@ type Salvaged struct {
 	// valid frames found after it by resynchronising.
 	Kept []Range
 	// Lost are the ranges that hold no valid frame and were not copied.
-	// How many records they held cannot be known in general (a damaged
-	// length field hides where the next frame starts).
+	// How many frames one held is known only when the length fields in it
+	// are intact (Range.Counted).
 	Lost []Range
 	// Records is the number of records kept; BytesLost the bytes of Lost.
 	Records   uint64
@@ -124,6 +130,11 @@ func salvageSegment(fsys vfs.FS, wabDir, path string) (*Salvaged, error) {
 		return nil, fmt.Errorf("wab: salvage %s: scan: %w", path, err)
 	}
 	s := plan(info, dm)
+	for i := range s.Lost {
+		if err := countFrames(src, info, &s.Lost[i]); err != nil {
+			return nil, fmt.Errorf("wab: salvage %s: %w", path, err)
+		}
+	}
 
 	shardDir := filepath.Dir(path)
 	asideDir := filepath.Join(wabDir, DamagedDirName, filepath.Base(shardDir))
@@ -205,6 +216,32 @@ func plan(info SegmentInfo, dm damage) *Salvaged {
 	}
 	lose(info.Size)
 	return s
+}
+
+// countFrames follows the length fields of a lost range from its start
+// and sets r.Frames and r.Counted when they lead exactly to its end.
+func countFrames(src vfs.File, info SegmentInfo, r *Range) error {
+	marks := info.Header.Flags&FlagSyncMarks != 0
+	var n uint64
+	for off := r.Off; off < r.End; n++ {
+		var h [FrameOverhead]byte
+		if off+FrameOverhead > r.End {
+			return nil
+		}
+		if _, err := src.ReadAt(h[:], off); err != nil {
+			return fmt.Errorf("read at offset %d: %w", off, err)
+		}
+		bodyLen, ok := plausibleFrame(h[:], info.Size-off, marks)
+		if !ok {
+			return nil
+		}
+		off += FrameHeaderSize + bodyLen
+		if off > r.End {
+			return nil
+		}
+	}
+	r.Frames, r.Counted = n, true
+	return nil
 }
 
 // writeSalvaged writes the kept frames of src under its header into a new

@@ -117,20 +117,26 @@ func TestSalvage(t *testing.T) {
 			name:   "middle",
 			damage: func(b []byte, offs []int64) { flip(b, offs, 3) },
 			kept:   []int{0, 1, 2, 4, 5, 6, 7},
-			lost:   func(offs []int64, _ int64) []Range { return []Range{{Off: offs[3], End: offs[4]}} },
-			moved:  4,
+			lost: func(offs []int64, _ int64) []Range {
+				return []Range{{Off: offs[3], End: offs[4], Frames: 1, Counted: true}}
+			},
+			moved: 4,
 		},
 		{
 			name:   "tail record",
 			damage: func(b []byte, offs []int64) { flip(b, offs, 7) },
 			kept:   []int{0, 1, 2, 3, 4, 5, 6},
-			lost:   func(offs []int64, _ int64) []Range { return []Range{{Off: offs[7], End: offs[8]}} },
+			lost: func(offs []int64, _ int64) []Range {
+				return []Range{{Off: offs[7], End: offs[8], Frames: 1, Counted: true}}
+			},
 		},
 		{
 			name:   "footer",
 			damage: func(b []byte, offs []int64) { b[offs[8]+FrameOverhead+3] ^= 1 },
 			kept:   []int{0, 1, 2, 3, 4, 5, 6, 7},
-			lost:   func(offs []int64, size int64) []Range { return []Range{{Off: offs[8], End: size}} },
+			lost: func(offs []int64, size int64) []Range {
+				return []Range{{Off: offs[8], End: size, Frames: 1, Counted: true}}
+			},
 		},
 		{
 			name: "torn length field",
@@ -158,7 +164,9 @@ func TestSalvage(t *testing.T) {
 				}
 				b[offs[8]+FrameOverhead+3] ^= 1
 			},
-			lost:    func(_ []int64, size int64) []Range { return []Range{{Off: HeaderSize, End: size}} },
+			lost: func(_ []int64, size int64) []Range {
+				return []Range{{Off: HeaderSize, End: size, Frames: 9, Counted: true}}
+			},
 			removed: true,
 		},
 		{
@@ -170,7 +178,7 @@ func TestSalvage(t *testing.T) {
 			},
 			kept: []int{0, 2, 3, 6, 7},
 			lost: func(offs []int64, _ int64) []Range {
-				return []Range{{Off: offs[1], End: offs[2]}, {Off: offs[4], End: offs[6]}}
+				return []Range{{Off: offs[1], End: offs[2], Frames: 1, Counted: true}, {Off: offs[4], End: offs[6]}}
 			},
 			moved: 4,
 		},
@@ -179,8 +187,10 @@ func TestSalvage(t *testing.T) {
 			open:   true,
 			damage: func(b []byte, offs []int64) { flip(b, offs, 2) },
 			kept:   []int{0, 1, 3, 4, 5, 6, 7},
-			lost:   func(offs []int64, _ int64) []Range { return []Range{{Off: offs[2], End: offs[3]}} },
-			moved:  5,
+			lost: func(offs []int64, _ int64) []Range {
+				return []Range{{Off: offs[2], End: offs[3], Frames: 1, Counted: true}}
+			},
+			moved: 5,
 		},
 	}
 	for _, tc := range tests {

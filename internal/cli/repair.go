@@ -133,7 +133,11 @@ func reportSalvage(w io.Writer, fsys vfs.FS, dir string, found []wab.Damage) {
 		moved += s.Moved
 		for _, r := range mergeRanges(s) {
 			if r.lost {
-				fmt.Fprintf(w, "  lost  [%d, %d)  %d bytes\n", r.Off, r.End, r.End-r.Off)
+				frames := "frame count unknown (a length field is damaged)"
+				if r.Counted {
+					frames = fmt.Sprintf("%d frames", r.Frames)
+				}
+				fmt.Fprintf(w, "  lost  [%d, %d)  %d bytes, %s\n", r.Off, r.End, r.End-r.Off, frames)
 			} else {
 				fmt.Fprintf(w, "  kept  [%d, %d)  %d records\n", r.Off, r.End, r.Records)
 			}

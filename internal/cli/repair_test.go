@@ -169,7 +169,7 @@ func TestRepairSalvage(t *testing.T) {
 	for _, s := range []string{
 		fmt.Sprintf("%s (sealed): damage at offset %d", rel, third),
 		fmt.Sprintf("kept  [64, %d)  2 records", third),
-		fmt.Sprintf("lost  [%d, %d)  %d bytes", third, third+frame, frame),
+		fmt.Sprintf("lost  [%d, %d)  %d bytes, 1 frames", third, third+frame, frame),
 		fmt.Sprintf("kept  [%d, %d)  3 records", third+frame, third+4*frame),
 		fmt.Sprintf("5 records kept, %d bytes in 1 ranges lost", frame),
 		"the damaged original is kept at " + aside,
@@ -227,10 +227,17 @@ func TestRepairSalvageDiskFull(t *testing.T) {
 	}
 }
 
-func TestRepairCutAndSalvageExclusive(t *testing.T) {
+func TestRepairSalvageUsage(t *testing.T) {
 	dir, _, _, _ := salvageWAB(t)
 	if _, errOut, code := runMain("repair", "--cut", "--salvage", dir); code != 2 || !strings.Contains(errOut, "exclude") {
 		t.Fatalf("repair --cut --salvage: exit %d\n%s", code, errOut)
+	}
+	if _, errOut, code := runMain("repair", "--help"); code != 0 || !strings.Contains(errOut, "[--cut | --salvage]") ||
+		!strings.Contains(errOut, "DIR/"+wab.DamagedDirName+"/shard-NNN/") {
+		t.Fatalf("repair --help: exit %d\n%s", code, errOut)
+	}
+	if _, errOut, _ := runMain(); !strings.Contains(errOut, "weir repair [--cut | --salvage]") {
+		t.Fatal("the command list does not mention --salvage")
 	}
 }
 
