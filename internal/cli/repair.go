@@ -50,9 +50,11 @@ boundaries, as start-up does), byte for byte under the same header, so
 records keep their ids unless their id derives from their position and
 records before them were lost. The new segment is made durable and replaces
 the damaged file only after a copy of the damaged file is durable under
-DIR/`+wab.DamagedDirName+`/shard-NNN/; nothing is deleted. The report lists the byte
-ranges kept (with their record counts) and lost, per file. A file whose
-header is damaged is left as it is (exit 1).
+DIR/damaged/shard-NNN/ (a file with no valid record left is moved there);
+nothing is deleted. The report lists, per file, the byte ranges kept (with
+their record counts) and lost (with their size and, when their length
+fields are intact, their frame count). A file whose header is damaged is
+left as it is (exit 1).
 
 Torn tails of open segments are left to weir serve, which cuts them.
 
