@@ -126,7 +126,7 @@ func reportSalvage(w io.Writer, fsys vfs.FS, dir string, found []wab.Damage) {
 		fmt.Fprintf(w, "%s (%s): damage at offset %d: %s\n", rel(d.Path), state, d.Offset, d.Reason)
 		s := d.Salvaged
 		if s == nil {
-			fmt.Fprintln(w, "  not salvaged: left as it was")
+			fmt.Fprintln(w, "  not salvaged (the error is on stderr)")
 			continue
 		}
 		files++
