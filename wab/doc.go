@@ -20,6 +20,8 @@
 //	    SSSSSSSSSSSSSSSSSSSS.wab.sealed     sealed segment, ready for the drain
 //	    SSSSSSSSSSSSSSSSSSSS.wab.confirmed  drain progress sidecar
 //	    *.tmp                               temporary files, removed by Open
+//	<dir>/damaged/shard-NNN/        damaged segments Salvage replaced (kept,
+//	                                never read by Open; see Salvage)
 //
 // S is the segment's sequence number, 20 decimal digits. Within a shard it
 // is one more than the largest sequence found on disk at Open (1 for an
@@ -172,7 +174,9 @@
 // bad one); in an older segment, when any valid frame follows. Damage makes
 // Open fail with a *CorruptionError naming the file and offset, as for a
 // sealed segment: the records after it may have been acknowledged, and
-// cutting them is for an operator to decide (Repair, weir repair --cut).
+// cutting them is for an operator to decide (Repair, weir repair --cut;
+// or Salvage, weir repair --salvage, which keeps the valid frames after
+// the damage, see below).
 // An open segment without a record, or whose creation never completed (64
 // bytes or less with a bad header), is removed. A sidecar whose segment no
 // longer exists is removed.
@@ -182,6 +186,34 @@
 // way was in the last batch the flusher wrote before the crash, with more
 // requests already queued behind it (an idle flusher marks its last
 // batch).
+//
+// # Salvage
+//
+// Salvage rewrites a damaged segment (sealed, or open with damage that is
+// not a torn tail) instead of cutting it. The valid frames are found as
+// recovery finds them: the records before the first bad frame, then every
+// run of valid frames after it, resynchronising at each bad frame (the
+// same scan). They are copied byte for byte, footers and the bytes that
+// hold no valid frame left out, after a copy of the old header, into
+// SSSS.wab[.sealed].tmp: created, header written, fdatasynced, directory
+// fsynced; then the frames (and, for a sealed segment, a new footer),
+// fdatasynced. Then a byte-for-byte copy of the damaged file is made
+// durable as damaged/shard-NNN/<name> under the WAB directory (temporary
+// name, fdatasync, rename, directory fsync), a sidecar that counts records
+// past the first damage is lowered to the records before it, and the new
+// file is renamed over the old one and the directory fsynced. At every
+// point a crash leaves the damaged file or the salvaged one under the
+// segment's name (a leftover .tmp is removed by Open), and the damaged
+// bytes are never deleted: that is why the original is copied aside
+// rather than renamed aside, which would leave a moment with neither in
+// place. A segment with no valid record left is renamed into damaged/
+// (fdatasync, rename, fsync of both directories) and its sidecar removed.
+//
+// The header, and so the shard, sequence and uid, is the old one, and the
+// records before the first damage keep their index: every record keeps its
+// id except one whose id derives from its position (no id or idempotent
+// producer in its meta) and that follows lost bytes, whose index is lower.
+// A segment whose header is damaged is not salvaged (ErrCannotSalvage).
 //
 // # Sidecars
 //

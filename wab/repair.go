@@ -31,6 +31,9 @@ type Damage struct {
 	// it removed it instead, because nothing before the damage was left.
 	Cut     bool
 	Removed bool
+	// Salvaged, when Salvage was asked, says what it kept and lost and
+	// where the original went; nil when the segment was left as it was.
+	Salvaged *Salvaged
 }
 
 // Repair checks every segment of a WAB directory in full, as Open would not
@@ -50,6 +53,18 @@ func Repair(ctx context.Context, fsys vfs.FS, dir string, cut bool) ([]Damage, e
 	if fsys == nil {
 		fsys = vfs.OS
 	}
+	return eachDamage(ctx, fsys, dir, func(d *Damage) error {
+		if !cut {
+			return nil
+		}
+		return cutDamage(fsys, d)
+	})
+}
+
+// eachDamage takes the WAB directory's lock, finds every damaged segment
+// (see Repair) and calls fn on each; it returns them all, the one fn
+// failed on included, and fn's first error.
+func eachDamage(ctx context.Context, fsys vfs.FS, dir string, fn func(d *Damage) error) ([]Damage, error) {
 	lk, err := fsys.Lock(filepath.Join(dir, lockName))
 	if err != nil {
 		return nil, fmt.Errorf("wab: repair: lock %s: %w", dir, err)
@@ -71,12 +86,11 @@ func Repair(ctx context.Context, fsys vfs.FS, dir string, cut bool) ([]Damage, e
 		if !ok {
 			continue
 		}
-		if cut {
-			if err := cutDamage(fsys, &d); err != nil {
-				return out, err
-			}
-		}
+		err = fn(&d)
 		out = append(out, d)
+		if err != nil {
+			return out, err
+		}
 	}
 	return out, nil
 }

@@ -196,6 +196,20 @@ type damage struct {
 	synced int64
 	// records counts the valid records after the bad frame.
 	records uint64
+	// spans are the runs of valid frames found after the bad frame, in
+	// file order: what a salvage keeps (see Salvage). A footer frame is a
+	// span of its own, so that the frames a salvage copies never include
+	// one.
+	spans []span
+}
+
+// span is a run of valid frames, back to back, at [off, end) of a file.
+type span struct {
+	off, end int64
+	// records counts the record frames in it.
+	records uint64
+	// footer reports a lone footer frame.
+	footer bool
 }
 
 // damageAfter scans what a file holds after a bad frame at bad, by
@@ -217,6 +231,7 @@ func damageAfter(f vfs.File, h Header, bad, size int64) (damage, error) {
 		}
 		d.first = cmp.Or(d.first, off)
 		// Follow the valid frames from here as a reader would.
+		run := span{off: off}
 		for ok {
 			kind, marked, err := s.kindAt(off)
 			if err != nil {
@@ -224,6 +239,7 @@ func damageAfter(f vfs.File, h Header, bad, size int64) (damage, error) {
 			}
 			if kind == kindRecord {
 				d.records++
+				run.records++
 			}
 			if marked && d.synced == 0 {
 				d.synced = off
@@ -232,12 +248,25 @@ func damageAfter(f vfs.File, h Header, bad, size int64) (damage, error) {
 			if err != nil {
 				return d, err
 			}
+			if kind == kindFooter {
+				d.addSpan(run.off, off, run.records, false)
+				d.addSpan(off, off+n, 0, true)
+				run = span{off: off + n}
+			}
 			off += n
 			ok = s.validAt(off)
 		}
+		d.addSpan(run.off, off, run.records, false)
 		p = off + 1
 	}
 	return d, nil
+}
+
+// addSpan records a run of valid frames, unless it is empty.
+func (d *damage) addSpan(off, end int64, records uint64, footer bool) {
+	if end > off {
+		d.spans = append(d.spans, span{off: off, end: end, records: records, footer: footer})
+	}
 }
 
 // validAt reports whether a valid frame starts exactly at off.

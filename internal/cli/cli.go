@@ -25,7 +25,8 @@ Usage:
   weir push  [flags]   push newline-delimited records from stdin (weir push --help)
   weir inspect [DIR]   describe every segment of a WAB directory (offline, read-only)
   weir verify  [DIR]   check a WAB directory; exit 1 on corruption (offline, read-only)
-  weir repair [--cut] [DIR]   list damage weir serve refuses; --cut cuts it (offline, locks DIR)
+  weir repair [--cut | --salvage] [DIR]   list damage weir serve refuses; --salvage keeps
+                       every valid record around it, --cut cuts it (offline, locks DIR)
   weir deadletter list|show|replay|purge   manage the dead-letter lane
   weir status          summary of a running daemon (reads its /metrics, /live, /ready)
   weir dq [flags]      summary of the dq-audit trail (weir dq --help)

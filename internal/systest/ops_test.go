@@ -93,18 +93,9 @@ func TestInspectVerify(t *testing.T) {
 		t.Fatal("inspect/verify modified the WAB directory")
 	}
 
-	// A sealed segment from a fresh daemon stopped gracefully (the drain
-	// may not have delivered it yet: the stop comes right after the push).
-	d2 := newDaemon(t, "--shards", "1", "--segment-max-age", "1h")
-	d2.start()
-	produce(ctx, t, d2.socket, "sealed", 200, 1, client.Durable, newLedger(), 10*time.Second)
-	if err := d2.stop(20 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	sealed, _ := filepath.Glob(filepath.Join(d2.wabDir(), "shard-000", "*.wab.sealed"))
-	if len(sealed) != 1 {
-		t.Fatalf("want one sealed segment after a graceful stop, got %v", sealed)
-	}
+	// A sealed segment from a fresh daemon stopped gracefully.
+	d2, seg := undrainedSegment(t, "sealed", 200)
+	sealed := []string{seg}
 	b, _ := os.ReadFile(sealed[0])
 	b[len(b)/2] ^= 0xff
 	os.WriteFile(sealed[0], b, 0o600)
@@ -143,6 +134,107 @@ func TestInspectVerify(t *testing.T) {
 	}
 	if out, _, code = weirCmd(t, nil, "verify", d2.wabDir()); code != 0 {
 		t.Fatalf("verify after repair --cut: exit %d\n%s", code, out)
+	}
+}
+
+// undrainedSegment runs a one-shard daemon, pushes n Durable records
+// named "<name>-<i>" and stops it gracefully: the segment is sealed only at
+// the stop (segment-max-age 1h), so the drain has not read it. It returns
+// the stopped daemon and the sealed segment's path.
+func undrainedSegment(t *testing.T, name string, n int) (*daemon, string) {
+	t.Helper()
+	d := newDaemon(t, "--shards", "1", "--segment-max-age", "1h")
+	d.start()
+	l := newLedger()
+	produce(ctxTimeout(t, 30*time.Second), t, d.socket, name, n, 1, client.Durable, l, 10*time.Second)
+	if got := l.ackedCount(); got != n {
+		t.Fatalf("%d of %d records acked", got, n)
+	}
+	if err := d.stop(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	sealed, _ := filepath.Glob(filepath.Join(d.wabDir(), "shard-000", "*.wab.sealed"))
+	if len(sealed) != 1 {
+		t.Fatalf("want one sealed segment after a graceful stop, got %v", sealed)
+	}
+	return d, sealed[0]
+}
+
+// TestRepairSalvageCLI: the real binary salvages a sealed segment damaged
+// in its middle — the records after the damage are kept, the damaged file
+// is kept under damaged/ — and the daemon, started on the repaired
+// directory, delivers every kept record to the sink with the id it had
+// before the damage.
+func TestRepairSalvageCLI(t *testing.T) {
+	d, seg := undrainedSegment(t, "salvage", 200)
+
+	// The ids the drain gives each record, and where record 100 lies.
+	ids := map[string]sink.RecordID{}
+	var damageAt int64
+	r, err := wab.OpenSegment(vfs.OS, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(0); ; i++ {
+		off := r.Offset()
+		rec, err := r.Next()
+		if err != nil {
+			break
+		}
+		sr, err := drain.SinkRecord(r.Header(), i, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[string(rec.Payload)] = sr.ID
+		if i == 100 {
+			damageAt = off + wab.FrameOverhead + int64(len(rec.Meta)) + 3
+		}
+	}
+	r.Close()
+	if len(ids) != 200 || damageAt == 0 {
+		t.Fatalf("read %d records from %s", len(ids), seg)
+	}
+	b, _ := os.ReadFile(seg)
+	b[damageAt] ^= 0xff
+	if err := os.WriteFile(seg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lostPayload := "salvage-0000100"
+	delete(ids, lostPayload)
+
+	out, errOut, code := weirCmd(t, nil, "repair", "--salvage", "--wab-dir", d.wabDir())
+	aside := filepath.Join(d.wabDir(), wab.DamagedDirName, "shard-000", filepath.Base(seg))
+	if code != 0 || !strings.Contains(out, "199 records kept") || !strings.Contains(out, "kept at "+filepath.Join(wab.DamagedDirName, "shard-000", filepath.Base(seg))) {
+		t.Fatalf("repair --salvage: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if kept, err := os.ReadFile(aside); err != nil || !bytes.Equal(kept, b) {
+		t.Fatalf("the damaged original is not kept at %s: %v", aside, err)
+	}
+	if out, _, code = weirCmd(t, nil, "verify", d.wabDir()); code != 0 {
+		t.Fatalf("verify after repair --salvage: exit %d\n%s", code, out)
+	}
+
+	d.start()
+	want := map[string]bool{}
+	for p := range ids {
+		want[p] = true
+	}
+	waitDelivered(t, d, want, 30*time.Second)
+	lines, err := readSinkLines(d.outDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ln := range lines {
+		p := string(ln.Payload)
+		if p == lostPayload {
+			t.Fatalf("the damaged record %s was delivered", p)
+		}
+		if id, ok := ids[p]; ok && ln.ID != id {
+			t.Fatalf("record %s delivered with id %v, had %v before the salvage", p, ln.ID, id)
+		}
+	}
+	if err := d.stop(20 * time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 
