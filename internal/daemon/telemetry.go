@@ -65,7 +65,9 @@ func startTelemetry(ctx context.Context, st *lifecycle.Stack, cfg *config.Config
 	err := st.Start("coordination", func() (lifecycle.StopFunc, error) {
 		co, err := startCoordination(ctx, cfg, t.fc, reg, base)
 		t.co = co
-		return co.close, err
+		// A claim or check-in that cannot be revoked (no quorum left)
+		// lapses after its TTL: logged, not a failed shutdown.
+		return logOnly(co.close, base, "leaving the coordination cluster"), err
 	})
 	if err != nil {
 		return nil, err
@@ -73,9 +75,22 @@ func startTelemetry(ctx context.Context, st *lifecycle.Stack, cfg *config.Config
 	return t, st.Start("contracts", func() (lifecycle.StopFunc, error) {
 		dq, err := openQuality(ctx, cfg, fs, m, base)
 		t.dq = dq
-		// Closing flushes the dq-audit trail and closes the dedup stores.
-		return dq.close, err
+		// Closing flushes the dq-audit trail and closes the dedup stores;
+		// every outcome a commit covered is already durable in the trail.
+		return logOnly(dq.close, base, "closing the data contracts (dq-audit trail, dedup stores)"), err
 	})
+}
+
+// logOnly is stop whose error is logged, not returned: for parts whose
+// failure to stop cleanly loses nothing and has a fallback of its own.
+// Abandoning one at the deadline is still an error of the shutdown.
+func logOnly(stop lifecycle.StopFunc, log *slog.Logger, what string) lifecycle.StopFunc {
+	return func(ctx context.Context) error {
+		if err := stop(ctx); err != nil {
+			log.Warn(what, "err", err)
+		}
+		return nil
+	}
 }
 
 // watchWAB derives the write-ahead buffer gauges from disk and adds the

@@ -3,6 +3,7 @@ package systest
 import (
 	"context"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"net/url"
 	"strings"
 	"sync"
@@ -127,7 +128,11 @@ endpoints = [%q]
 	}()
 	// Everything is connected and moving: raw and the secondary have rows
 	// from both the socket and the stream.
+	t.Cleanup(func() { stopProducing(); wg.Wait() }) // before the test ends, whatever fails
 	waitFor(t, d, "rows from the socket and the stream in raw and the secondary", 30*time.Second, func() bool {
+		if !pgTableExists(t, conn, rawTbl) || !pgTableExists(t, conn, secTbl) {
+			return false // the sinks open in the background
+		}
 		_, raw := rawTable(t, conn, rawTbl)
 		return hasPrefix(raw, "sock") && hasPrefix(raw, "js-") && len(tableIDs(t, conn, secTbl)) > 0
 	})
@@ -200,4 +205,14 @@ func waitFor(t *testing.T, d *daemon, what string, timeout time.Duration, cond f
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// pgTableExists reports whether table exists yet.
+func pgTableExists(t *testing.T, conn *pgx.Conn, table string) bool {
+	t.Helper()
+	var reg *string
+	if err := conn.QueryRow(context.Background(), "SELECT to_regclass($1)::text", pgx.Identifier{table}.Sanitize()).Scan(&reg); err != nil {
+		t.Fatal(err)
+	}
+	return reg != nil
 }
