@@ -78,12 +78,18 @@ func TestTrailIntoPostgres(t *testing.T) {
 	ctx := context.Background()
 	c := newClock()
 	tr := dqaudit.New(dqaudit.Options{Writer: w, Now: c.Now})
-	tr.Add("orders", "pg", "orders@3", []dqaudit.Obs{{Outcome: dqaudit.Rejected, Code: "dq", Rule: "r", ID: id(7)}})
+	if err := tr.Append(ctx, []dqaudit.Batch{{Stream: "orders", Sink: "pg", Contract: "orders@3",
+		Obs: []dqaudit.Obs{{Outcome: dqaudit.Rejected, Code: "dq", Rule: "r", ID: id(7)}}}}); err != nil {
+		t.Fatal(err)
+	}
 	tr.Recovered("pg", 10, 20, "skip-quarantine")
 	closeTrail(t, tr)
 	got, err := dqaudit.ReadPostgres(ctx, dsn, table, time.Time{})
 	if err != nil || len(got) != 2 || got[0].Sample[0] != id(7).String() || got[1].Hi != 20 {
 		t.Fatalf("%+v, %v", got, err)
+	}
+	if s := dqaudit.Summarise(got); len(s.Streams) != 1 || s.Streams[0].Codes["dq"] != 1 || len(got[0].Records) != 1 {
+		t.Fatalf("the table's records do not read back: %+v", got[0])
 	}
 }
 

@@ -1,8 +1,8 @@
 package dqaudit
 
 import (
-	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,8 +73,6 @@ type Stats struct {
 	WriteErrors int64 // failed Writer.Write calls
 }
 
-type aggKey struct{ stream, sink, contract string }
-
 type recKey struct{ sink, mode string }
 
 // Trail aggregates outcomes and recovery windows and writes them, window
@@ -86,8 +84,7 @@ type Trail struct {
 	done   chan struct{}
 
 	mu        sync.Mutex
-	from, to  time.Time // the open window; from is zero when none is
-	aggs      map[aggKey]*Entry
+	from, to  time.Time // the open window of recovery entries; from is zero when none is
 	recs      []Entry
 	lastRec   map[recKey]int // index in recs of the sink's last entry in the mode
 	pending   []Entry
@@ -98,6 +95,7 @@ type Trail struct {
 	closed    bool
 
 	flushMu sync.Mutex // one write at a time
+	wclosed bool       // the Writer is closed; under flushMu
 }
 
 // New starts a Trail; Close stops it.
@@ -117,33 +115,90 @@ func New(o Options) *Trail {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Trail{o: o, stop: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
-		aggs: map[aggKey]*Entry{}, lastRec: map[recKey]int{}}
+		lastRec: map[recKey]int{}}
 	go t.run(ctx)
 	return t
 }
 
-// Add counts the outcomes of records of stream, judged against contract
-// on their way to sinkName, in the current window.
-func (t *Trail) Add(stream, sinkName, contract string, obs []Obs) {
-	if len(obs) == 0 {
-		return
+// ErrTrailClosed is returned by Append after Close.
+var ErrTrailClosed = errors.New("dqaudit: trail closed")
+
+// Append writes the outcomes of one judged batch: one outcomes entry per
+// (stream, sink, contract) of bs, filed under the window of the Trail's
+// clock, all in one Writer.Write — one fdatasync, or one transaction — and
+// returns once they are durable. A caller records the progress that
+// covers the batch's records (a secondary's coverage, the drain's
+// progress) only after Append returned nil: so every record that progress
+// covers has its outcome in the trail, and a crash can only make a
+// record's outcome appear twice (the batch judged again), never not at
+// all. An error leaves nothing to retry here: the caller sends the batch
+// again. Appends are serialised with each other and with the background
+// writes of recovery entries.
+func (t *Trail) Append(ctx context.Context, bs []Batch) error {
+	from := t.o.Now().Truncate(t.o.Window)
+	to := from.Add(t.o.Window)
+	es := make([]Entry, 0, len(bs))
+	for i := range bs {
+		if b := &bs[i]; len(b.Obs) > 0 {
+			es = append(es, t.entry(b, from, to))
+		}
 	}
-	if !t.lockOpen() {
-		return
+	if len(es) == 0 {
+		return nil
 	}
-	defer t.mu.Unlock()
-	k := aggKey{stream, sinkName, contract}
-	e := t.aggs[k]
-	if e == nil {
-		e = &Entry{Kind: KindOutcomes, Stream: stream, Sink: sinkName, Contract: contract,
-			Outcomes: map[Outcome]int64{}}
-		t.aggs[k] = e
+	t.flushMu.Lock()
+	err := ErrTrailClosed
+	if !t.wclosed {
+		err = t.o.Writer.Write(ctx, es)
 	}
-	for i := range obs {
-		t.count(e, &obs[i])
+	t.flushMu.Unlock()
+	t.mu.Lock()
+	if err == nil {
+		t.written += int64(len(es))
+	} else if !errors.Is(err, ErrTrailClosed) {
+		t.writeErrs++
 	}
+	t.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("dqaudit: append %d entries: %w", len(es), err)
+	}
+	return nil
 }
 
+// entry is b's outcomes entry for the window [from, to).
+func (t *Trail) entry(b *Batch, from, to time.Time) Entry {
+	e := Entry{Kind: KindOutcomes, Stream: b.Stream, Sink: b.Sink, Contract: b.Contract, From: from, To: to,
+		Outcomes: map[Outcome]int64{}}
+	type group struct {
+		g   IDGroup
+		ids []byte
+	}
+	var groups []group
+	for i := range b.Obs {
+		o := &b.Obs[i]
+		t.count(&e, o)
+		k := IDGroup{Outcome: o.Outcome, Warned: o.Warned}
+		if o.Outcome == Rejected {
+			k.Code, k.Rule = o.Code, o.Rule
+		}
+		j := slices.IndexFunc(groups, func(g group) bool {
+			return g.g.Outcome == k.Outcome && g.g.Code == k.Code && g.g.Rule == k.Rule && slices.Equal(g.g.Warned, k.Warned)
+		})
+		if j < 0 {
+			groups = append(groups, group{g: k})
+			j = len(groups) - 1
+		}
+		groups[j].ids = append(groups[j].ids, o.ID[:]...)
+	}
+	e.Records = make([]IDGroup, len(groups))
+	for i := range groups {
+		e.Records[i] = groups[i].g
+		e.Records[i].IDs = base64.StdEncoding.EncodeToString(groups[i].ids)
+	}
+	return e
+}
+
+// count adds o to e's counts and sample.
 func (t *Trail) count(e *Entry, o *Obs) {
 	e.Outcomes[o.Outcome]++
 	for _, w := range o.Warned {
@@ -227,18 +282,10 @@ func (t *Trail) roll(end time.Time) {
 	if t.from.IsZero() {
 		return
 	}
-	out := make([]Entry, 0, len(t.aggs)+len(t.recs))
-	for _, e := range t.aggs {
-		out = append(out, *e)
-	}
-	slices.SortFunc(out, func(a, b Entry) int {
-		return cmp.Or(cmp.Compare(a.Stream, b.Stream), cmp.Compare(a.Sink, b.Sink), cmp.Compare(a.Contract, b.Contract))
-	})
-	out = append(out, t.recs...)
+	out := t.recs
 	for i := range out {
 		out[i].From, out[i].To = t.from, end
 	}
-	clear(t.aggs)
 	clear(t.lastRec)
 	t.recs = nil
 	t.from, t.to = time.Time{}, time.Time{}
@@ -374,5 +421,9 @@ func (t *Trail) Close(ctx context.Context) error {
 	if err != nil {
 		err = fmt.Errorf("dqaudit: close: %d entries not written: %w", t.Stats().Pending, err)
 	}
-	return errors.Join(err, t.o.Writer.Close())
+	t.flushMu.Lock()
+	t.wclosed = true
+	cerr := t.o.Writer.Close()
+	t.flushMu.Unlock()
+	return errors.Join(err, cerr)
 }
