@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/backoff"
+	"github.com/weir-io/weir/sink"
 )
 
 // Defaults and bounds of a Trail.
@@ -174,55 +175,57 @@ func (t *Trail) entry(b *Batch, from, to time.Time) Entry {
 		ids []byte
 	}
 	var groups []group
+	same := func(g *IDGroup, k *IDGroup) bool {
+		return g.Outcome == k.Outcome && g.Code == k.Code && g.Rule == k.Rule && slices.Equal(g.Warned, k.Warned)
+	}
+	j := -1 // the last record's group: the next one's, most often
 	for i := range b.Obs {
 		o := &b.Obs[i]
-		t.count(&e, o)
+		if o.Outcome == Rejected && len(e.Sample) < t.o.Sample {
+			e.Sample = append(e.Sample, o.ID.String())
+		}
 		k := IDGroup{Outcome: o.Outcome, Warned: o.Warned}
 		if o.Outcome == Rejected {
 			k.Code, k.Rule = o.Code, o.Rule
 		}
-		j := slices.IndexFunc(groups, func(g group) bool {
-			return g.g.Outcome == k.Outcome && g.g.Code == k.Code && g.g.Rule == k.Rule && slices.Equal(g.g.Warned, k.Warned)
-		})
-		if j < 0 {
-			groups = append(groups, group{g: k})
-			j = len(groups) - 1
+		if j < 0 || !same(&groups[j].g, &k) {
+			j = 0
+			for j < len(groups) && !same(&groups[j].g, &k) {
+				j++
+			}
+			if j == len(groups) {
+				groups = append(groups, group{g: k})
+			}
 		}
 		groups[j].ids = append(groups[j].ids, o.ID[:]...)
 	}
 	e.Records = make([]IDGroup, len(groups))
 	for i := range groups {
-		e.Records[i] = groups[i].g
+		g := &groups[i].g
+		n := int64(len(groups[i].ids) / len(sink.RecordID{}))
+		e.Outcomes[g.Outcome] += n
+		for _, w := range g.Warned {
+			bump(&e.Rules, w, n)
+		}
+		if g.Outcome == Rejected {
+			if g.Code != "" {
+				bump(&e.Codes, g.Code, n)
+			}
+			if g.Rule != "" {
+				bump(&e.Rules, g.Rule, n)
+			}
+		}
+		e.Records[i] = *g
 		e.Records[i].IDs = base64.StdEncoding.EncodeToString(groups[i].ids)
 	}
 	return e
 }
 
-// count adds o to e's counts and sample.
-func (t *Trail) count(e *Entry, o *Obs) {
-	e.Outcomes[o.Outcome]++
-	for _, w := range o.Warned {
-		bump(&e.Rules, w)
-	}
-	if o.Outcome != Rejected {
-		return
-	}
-	if o.Code != "" {
-		bump(&e.Codes, o.Code)
-	}
-	if o.Rule != "" {
-		bump(&e.Rules, o.Rule)
-	}
-	if len(e.Sample) < t.o.Sample {
-		e.Sample = append(e.Sample, o.ID.String())
-	}
-}
-
-func bump(m *map[string]int64, k string) {
+func bump(m *map[string]int64, k string, n int64) {
 	if *m == nil {
 		*m = map[string]int64{}
 	}
-	(*m)[k]++
+	(*m)[k] += n
 }
 
 // Recovered notes that raw positions [lo, hi) were recovered into sinkName
