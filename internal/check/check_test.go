@@ -68,16 +68,19 @@ type audit struct {
 	by    map[dqaudit.Outcome]int
 }
 
-func (a *audit) Add(stream, sinkName, contract string, obs []dqaudit.Obs) {
+func (a *audit) Append(_ context.Context, bs []dqaudit.Batch) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.calls++
 	if a.by == nil {
 		a.by = map[dqaudit.Outcome]int{}
 	}
-	for _, o := range obs {
-		a.by[o.Outcome]++
+	for _, b := range bs {
+		for _, o := range b.Obs {
+			a.by[o.Outcome]++
+		}
 	}
+	return nil
 }
 
 func orders(t *testing.T, mod func(*contract.Spec)) *contract.Contract {

@@ -115,12 +115,37 @@ func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, err
 		s.last = v
 		s.mu.Unlock()
 	}
-	if v.dropped == nil {
-		res, err := s.inner.Commit(ctx, b)
-		if err == nil {
-			s.forget()
+	// The outcomes are made durable in the trail while the inner sink
+	// commits, and Commit succeeds only once both have: the caller
+	// records the progress that covers the batch after that.
+	var audited chan error
+	if !v.audited && s.c.audit != nil && len(v.audit) > 0 {
+		audited = make(chan error, 1)
+		go func() { audited <- s.c.audit.Append(ctx, v.audit) }()
+	}
+	res, err := s.commit(ctx, b, v)
+	if audited != nil {
+		switch aerr := <-audited; {
+		case aerr == nil:
+			v.audited = true // a retry of the batch does not append it again
+		case err == nil:
+			// The sink holds the batch, the trail not its outcomes: the
+			// batch is sent again (idempotent on record id), its
+			// verdicts kept.
+			return sink.CommitResult{}, sink.Transient(fmt.Errorf("check: dq-audit trail: %w", aerr))
 		}
-		return res, err
+	}
+	if err == nil {
+		s.forget()
+	}
+	return res, err
+}
+
+// commit commits the clean records of b, judged v, to the inner sink and
+// returns the batch's rejections.
+func (s *Sink) commit(ctx context.Context, b sink.Batch, v *verdicts) (sink.CommitResult, error) {
+	if v.dropped == nil {
+		return s.inner.Commit(ctx, b)
 	}
 	clean, idx := make([]sink.Record, 0, v.clean), make([]int, 0, v.clean)
 	for i := range b.Records {
@@ -149,7 +174,6 @@ func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, err
 		}
 		slices.SortStableFunc(out.Rejected, func(a, b sink.Rejection) int { return a.Index - b.Index })
 	}
-	s.forget()
 	return out, nil
 }
 

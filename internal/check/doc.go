@@ -32,9 +32,18 @@
 // sink as one batch; a permanent inner error becomes a sink-refused
 // rejection of each clean record, so the check's own codes survive it.
 //
+// The batch's outcomes go to the dq-audit trail (Audit.Append, one
+// durable append per batch) while the clean records are committed, and
+// Commit succeeds only once both have: the engine and the drain record
+// the progress that covers a batch only after its Commit succeeded, so no
+// record is covered whose outcome the trail lacks. A trail that fails
+// fails the Commit as transient (package dqaudit says what the trail
+// promises).
+//
 // The sink retry protocol has the engine retry a batch unchanged after a
 // transient error; the verdicts of the last batch are kept by its
-// token, so a retry is neither judged nor audited twice. A batch judged
+// token, so a retry is neither judged nor appended to the trail twice
+// once the trail holds it. A batch judged
 // again for any other reason (a recovery window re-read after a crash) is
 // judged afresh: contract outcomes are deterministic, and dedup stores
 // key → record id, so a record's own redelivery is never its duplicate.

@@ -12,9 +12,10 @@ import (
 	"github.com/weir-io/weir/sink"
 )
 
-// Audit receives every batch's outcomes per stream (*dqaudit.Trail).
+// Audit keeps every batch's outcomes per stream (*dqaudit.Trail):
+// Append returns once they are durable.
 type Audit interface {
-	Add(stream, sinkName, contract string, obs []dqaudit.Obs)
+	Append(ctx context.Context, batch []dqaudit.Batch) error
 }
 
 // Observer is told the checks' outcomes, for metrics. Calls are per
@@ -44,6 +45,8 @@ type verdicts struct {
 	dropped  []bool           // nil, or true for each rejected or duplicate record
 	clean    int              // records to commit
 	n        int              // records in the batch
+	audit    []dqaudit.Batch  // the outcomes for the audit trail, per stream
+	audited  bool             // the trail holds them
 }
 
 // group is the records of one batch that one stream judges.
@@ -181,9 +184,7 @@ func (c *Checks) settle(sinkName string, g *group, v *verdicts) {
 			passed++
 		}
 	}
-	if c.audit != nil {
-		c.audit.Add(g.s.Name, sinkName, name, obs)
-	}
+	v.audit = append(v.audit, dqaudit.Batch{Stream: g.s.Name, Sink: sinkName, Contract: name, Obs: obs})
 	c.observe(g.s.Name, passed, warned, dups, byCode, rules)
 	rejected := 0
 	for _, n := range byCode {

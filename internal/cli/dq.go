@@ -20,9 +20,11 @@ const dqUsage = `Usage:
   weir dq [--config weir.toml] [--dir DIR | --postgres DSN [--table T]] [--since 1h] [--json]
 
 Summarises the dq-audit trail: per stream and contract the records passed,
-warned, rejected (by reason code and rule) and dropped as duplicates, a few
-rejected ids, and the raw windows recovered in skip-quarantine mode (whose
-rejects are not in the quarantine view). The trail is read from DIR, or
+warned, rejected (by reason code and rule) and dropped as duplicates — each
+record once per sink, by its latest verdict, so a batch judged again after
+a restart counts once (the repeats are shown apart) — a few rejected ids,
+and the raw windows recovered in skip-quarantine mode (whose rejects are
+not in the quarantine view). The trail is read from DIR, or
 from the PostgreSQL table T; with neither, from <data_dir>/dq-audit, where
 data_dir is the configuration's (--config, WEIR_CONFIG, WEIR_DATA_DIR).
 --since keeps the windows that ended after it: an RFC 3339 time, or a

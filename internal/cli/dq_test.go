@@ -23,22 +23,26 @@ func writeTrail(t *testing.T, w dqaudit.Writer) {
 	clock := testenv.NewClock(time.Date(2026, 3, 4, 5, 6, 10, 0, time.UTC))
 	tr := dqaudit.New(dqaudit.Options{Writer: w, Now: clock.Now})
 	id := func(n byte) sink.RecordID { return sink.RecordID{15: n} }
-	tr.Add("orders", "pg", "orders@3", []dqaudit.Obs{
-		{Outcome: dqaudit.Passed}, {Outcome: dqaudit.Passed},
-		{Outcome: dqaudit.Warned, Warned: []string{"has_currency"}},
-		{Outcome: dqaudit.Rejected, Code: "dq", Rule: "positive_amount", ID: id(1)},
-		{Outcome: dqaudit.Rejected, Code: "contract", Rule: "schema", ID: id(2)},
-		{Outcome: dqaudit.Duplicate},
-	})
+	add := func(stream, contract string, obs ...dqaudit.Obs) {
+		if err := tr.Append(context.Background(), []dqaudit.Batch{{Stream: stream, Sink: "pg", Contract: contract, Obs: obs}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("orders", "orders@3",
+		dqaudit.Obs{Outcome: dqaudit.Passed, ID: id(10)}, dqaudit.Obs{Outcome: dqaudit.Passed, ID: id(11)},
+		dqaudit.Obs{Outcome: dqaudit.Warned, Warned: []string{"has_currency"}, ID: id(12)},
+		dqaudit.Obs{Outcome: dqaudit.Rejected, Code: "dq", Rule: "positive_amount", ID: id(1)},
+		dqaudit.Obs{Outcome: dqaudit.Rejected, Code: "contract", Rule: "schema", ID: id(2)},
+		dqaudit.Obs{Outcome: dqaudit.Duplicate, ID: id(13)},
+	)
 	tr.Recovered("pg", 100, 200, "skip-quarantine")
 	tr.Recovered("pg", 200, 300, "skip-quarantine")
 	tr.Recovered("pg", 300, 400, "rehydrate")
 	clock.Advance(time.Minute) // the next window
-	tr.Add("orders", "pg", "orders@3", []dqaudit.Obs{
-		{Outcome: dqaudit.Passed},
-		{Outcome: dqaudit.Rejected, Code: "dq", Rule: "positive_amount", ID: id(3)},
-	})
-	tr.Add("clicks", "pg", "clicks@1", []dqaudit.Obs{{Outcome: dqaudit.Rejected, Code: "decode", Rule: "decode", ID: id(4)}})
+	add("orders", "orders@3",
+		dqaudit.Obs{Outcome: dqaudit.Passed, ID: id(14)},
+		dqaudit.Obs{Outcome: dqaudit.Rejected, Code: "dq", Rule: "positive_amount", ID: id(3)})
+	add("clicks", "clicks@1", dqaudit.Obs{Outcome: dqaudit.Rejected, Code: "decode", Rule: "decode", ID: id(4)})
 	if err := tr.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -53,15 +57,15 @@ func dirTrail(t *testing.T, dir string) {
 	writeTrail(t, w)
 }
 
-const dqWant = `dq-audit: 5 entries, windows 2026-03-04T05:06:00Z to 2026-03-04T05:07:10Z
+const dqWant = `dq-audit: 5 entries, windows 2026-03-04T05:06:00Z to 2026-03-04T05:08:00Z
 
-stream clicks, contract clicks@1: 1 windows, 2026-03-04T05:07:00Z to 2026-03-04T05:07:10Z, sinks pg
+stream clicks, contract clicks@1: 1 windows, 2026-03-04T05:07:00Z to 2026-03-04T05:08:00Z, sinks pg
   outcomes:  pass 0, warn 0, reject 1, duplicate 0
   rejected by code:  decode 1
   top rules:  decode 1
   sample rejected ids:  00000000000000000000000000000004
 
-stream orders, contract orders@3: 2 windows, 2026-03-04T05:06:00Z to 2026-03-04T05:07:10Z, sinks pg
+stream orders, contract orders@3: 2 windows, 2026-03-04T05:06:00Z to 2026-03-04T05:08:00Z, sinks pg
   outcomes:  pass 3, warn 1, reject 3, duplicate 1
   rejected by code:  dq 2, contract 1
   top rules:  positive_amount 2, has_currency 1, schema 1
@@ -96,7 +100,7 @@ func TestDQFromDirectory(t *testing.T) {
 		t.Fatalf("--json summary %+v", s)
 	}
 
-	// --since: only the second window (it ended at Close, 05:07:10).
+	// --since: only the second window.
 	code, out, errs = runDQ(t, "--dir", dir, "--since", "2026-03-04T05:07:00Z")
 	if code != 0 || !strings.HasPrefix(out, "dq-audit: 2 entries, windows 2026-03-04T05:07:00Z") ||
 		!strings.Contains(out, "outcomes:  pass 1, warn 0, reject 1, duplicate 0") || strings.Contains(out, "skip-quarantine") {

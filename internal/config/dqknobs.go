@@ -41,7 +41,7 @@ func dqAuditKnobs() []knob {
 		newKnob(spec[string]{key: "dq_audit.table", typ: setting.Ident(), def: DefaultDQAuditTable,
 			help:  "The dq-audit table, with dq_audit.postgres_url; created when missing.",
 			field: func(p *partial) **string { return &p.dqAudit.Table }, out: func(c *Config) *string { return &c.DQAudit.Table }}),
-		durationKnob("dq_audit.window", DefaultDQAuditWindow, time.Second, 24*time.Hour, "Each stream's outcomes are counted over windows this long, one trail entry per stream, sink and window.",
+		durationKnob("dq_audit.window", DefaultDQAuditWindow, time.Second, 24*time.Hour, "Trail entries are filed under windows this long (a judged batch's entries under the window it was judged in; recovery entries are gathered per window).",
 			func(p *partial) **time.Duration { return &p.dqAudit.Window }, func(c *Config) *time.Duration { return &c.DQAudit.Window }),
 		intKnob("dq_audit.sample", DefaultDQAuditSample, 0, 1024, "Rejected record ids kept per trail entry, as a sample to look up in raw or quarantine.",
 			func(p *partial) **int { return &p.dqAudit.Sample }, func(c *Config) *int { return &c.DQAudit.Sample }),

@@ -75,8 +75,9 @@ func openQuality(ctx context.Context, cfg *config.Config, fs vfs.FS, m *metrics.
 // openAuditWriter opens where the trail is kept: dq_audit.postgres_url's
 // table, else dq_audit.dir.
 // A table whose server is down at start is opened at the trail's next
-// write: the trail keeps its entries meanwhile (dqaudit.MaxPending), and
-// the node starts.
+// write, and the node starts: until it opens, the checked sinks' commits
+// fail as transient (their progress waits, nothing is lost) and the
+// recovery entries wait (dqaudit.MaxPending).
 func openAuditWriter(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger) (dqaudit.Writer, error) {
 	if cfg.DQAudit.PostgresURL == "" {
 		return dqaudit.OpenDir(fs, cfg.DQAudit.Dir)

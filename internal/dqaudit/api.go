@@ -44,12 +44,35 @@ type Entry struct {
 	Rules    map[string]int64  `json:"rules,omitempty"`
 	// Sample holds up to Options.Sample ids of rejected records.
 	Sample []string `json:"sample_rejected_ids,omitempty"`
+	// Records names every record the entry counts, grouped by verdict:
+	// what lets a reader count each record once after a batch was judged
+	// again (see the package doc). Entries of older versions have none.
+	Records []IDGroup `json:"records,omitempty"`
 	// Recovery: raw positions [Lo, Hi) recovered into Sink, and Mode
 	// ("rehydrate" or "skip-quarantine": the sink's quarantine view does
 	// not hold this window's rejects).
 	Lo   uint64 `json:"lo,omitempty"`
 	Hi   uint64 `json:"hi,omitempty"`
 	Mode string `json:"mode,omitempty"`
+}
+
+// IDGroup is the records of an entry that got one verdict: an outcome,
+// and for a reject its code and rule, for a warning the warn rules.
+type IDGroup struct {
+	Outcome Outcome  `json:"outcome"`
+	Code    string   `json:"code,omitempty"`
+	Rule    string   `json:"rule,omitempty"`
+	Warned  []string `json:"warned,omitempty"`
+	// IDs are the records' ids, 16 bytes each, concatenated and base64
+	// encoded (standard alphabet, padded).
+	IDs string `json:"ids"`
+}
+
+// Batch is one judged batch's outcomes of one stream on their way to a
+// sink, as Trail.Append takes them.
+type Batch struct {
+	Stream, Sink, Contract string
+	Obs                    []Obs
 }
 
 // Writer stores entries durably: Write returns once they are.

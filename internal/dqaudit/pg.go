@@ -15,7 +15,7 @@ import (
 const pgTimeout = 30 * time.Second
 
 const pgColumns = `kind, stream, sink, contract, window_from, window_to, outcomes, codes, rules,
-	sample_rejected_ids, lo, hi, mode`
+	sample_rejected_ids, lo, hi, mode, records`
 
 // PGWriter inserts entries into a PostgreSQL table (see the package doc).
 type PGWriter struct {
@@ -35,7 +35,7 @@ func OpenPostgres(ctx context.Context, dsn, table string) (*PGWriter, error) {
 	}
 	w := &PGWriter{table: ident.Sanitize()}
 	w.insertSQL = fmt.Sprintf(`INSERT INTO %s (%s)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`, w.table, pgColumns)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`, w.table, pgColumns)
 	index := pgx.Identifier{ident[len(ident)-1] + "_window_to"}.Sanitize()
 	w.pool, err = pgopen.Open(ctx, dsn, 2, pgTimeout,
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
@@ -52,8 +52,11 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`, w.table, pgCol
 	lo bigint,
 	hi bigint,
 	mode text,
+	records jsonb,
 	written_at timestamptz NOT NULL DEFAULT now()
 )`, w.table),
+		// A table of an older version lacks the records column.
+		fmt.Sprintf(`ALTER TABLE %s ADD COLUMN IF NOT EXISTS records jsonb`, w.table),
 		fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (window_to)`, index, w.table))
 	if err != nil {
 		return nil, fmt.Errorf("dqaudit: postgres table %s: %w", w.table, err)
@@ -111,16 +114,23 @@ func rowArgs(e *Entry) ([]any, error) {
 		}
 		maps[i] = string(b)
 	}
-	var sample any
+	var sample, records any
 	if len(e.Sample) > 0 {
 		sample = e.Sample
+	}
+	if len(e.Records) > 0 {
+		b, err := json.Marshal(e.Records)
+		if err != nil {
+			return nil, fmt.Errorf("dqaudit: encode entry: %w", err)
+		}
+		records = string(b)
 	}
 	var lo, hi, mode any
 	if e.Kind == KindRecovery || e.Mode != "" {
 		lo, hi, mode = int64(e.Lo), int64(e.Hi), e.Mode
 	}
 	return []any{e.Kind, nullable(e.Stream), e.Sink, nullable(e.Contract), e.From, e.To,
-		maps[0], maps[1], maps[2], sample, lo, hi, mode}, nil
+		maps[0], maps[1], maps[2], sample, lo, hi, mode, records}, nil
 }
 
 func outcomeKeys(m map[Outcome]int64) map[string]int64 {
@@ -179,10 +189,10 @@ ORDER BY window_from, written_at, kind, sink, stream, contract`, pgColumns, iden
 func scanEntry(row pgx.CollectableRow) (Entry, error) {
 	var e Entry
 	var stream, contract, mode *string
-	var outcomes, codes, rules []byte
+	var outcomes, codes, rules, records []byte
 	var lo, hi *int64
 	err := row.Scan(&e.Kind, &stream, &e.Sink, &contract, &e.From, &e.To, &outcomes, &codes, &rules,
-		&e.Sample, &lo, &hi, &mode)
+		&e.Sample, &lo, &hi, &mode, &records)
 	if err != nil {
 		return e, err
 	}
@@ -194,7 +204,7 @@ func scanEntry(row pgx.CollectableRow) (Entry, error) {
 	for _, m := range []struct {
 		raw []byte
 		dst any
-	}{{outcomes, &e.Outcomes}, {codes, &e.Codes}, {rules, &e.Rules}} {
+	}{{outcomes, &e.Outcomes}, {codes, &e.Codes}, {rules, &e.Rules}, {records, &e.Records}} {
 		if m.raw == nil {
 			continue
 		}

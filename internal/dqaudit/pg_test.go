@@ -78,12 +78,18 @@ func TestTrailIntoPostgres(t *testing.T) {
 	ctx := context.Background()
 	c := newClock()
 	tr := dqaudit.New(dqaudit.Options{Writer: w, Now: c.Now})
-	tr.Add("orders", "pg", "orders@3", []dqaudit.Obs{{Outcome: dqaudit.Rejected, Code: "dq", Rule: "r", ID: id(7)}})
+	if err := tr.Append(ctx, []dqaudit.Batch{{Stream: "orders", Sink: "pg", Contract: "orders@3",
+		Obs: []dqaudit.Obs{{Outcome: dqaudit.Rejected, Code: "dq", Rule: "r", ID: id(7)}}}}); err != nil {
+		t.Fatal(err)
+	}
 	tr.Recovered("pg", 10, 20, "skip-quarantine")
 	closeTrail(t, tr)
 	got, err := dqaudit.ReadPostgres(ctx, dsn, table, time.Time{})
 	if err != nil || len(got) != 2 || got[0].Sample[0] != id(7).String() || got[1].Hi != 20 {
 		t.Fatalf("%+v, %v", got, err)
+	}
+	if s := dqaudit.Summarise(got); len(s.Streams) != 1 || s.Streams[0].Codes["dq"] != 1 || len(got[0].Records) != 1 {
+		t.Fatalf("the table's records do not read back: %+v", got[0])
 	}
 }
 
@@ -92,5 +98,47 @@ func TestOpenPostgresRefusesBadNames(t *testing.T) {
 		if _, err := dqaudit.OpenPostgres(context.Background(), "postgres://127.0.0.1:1/x", table); err == nil {
 			t.Fatalf("table %q accepted", table)
 		}
+	}
+}
+
+// A table an older version created, without the records column, gets it
+// when it is opened; the entries written before read back without
+// records.
+func TestOpenPostgresAddsTheRecordsColumn(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	table := testenv.PostgresTable(t, dsn, "dq_audit")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE `+pgx.Identifier{table}.Sanitize()+` (
+	kind text NOT NULL, stream text, sink text NOT NULL, contract text,
+	window_from timestamptz NOT NULL, window_to timestamptz NOT NULL,
+	outcomes jsonb, codes jsonb, rules jsonb, sample_rejected_ids text[],
+	lo bigint, hi bigint, mode text, written_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO `+pgx.Identifier{table}.Sanitize()+` (kind, stream, sink, contract, window_from, window_to, outcomes)
+	VALUES ('outcomes', 'orders', 'pg', 'orders@3', now() - interval '2 minutes', now() - interval '1 minute', '{"pass": 5}')`); err != nil {
+		t.Fatal(err)
+	}
+	w, err := dqaudit.OpenPostgres(ctx, dsn, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := dqaudit.New(dqaudit.Options{Writer: w})
+	if err := tr.Append(ctx, []dqaudit.Batch{{Stream: "orders", Sink: "pg", Contract: "orders@3",
+		Obs: []dqaudit.Obs{{Outcome: dqaudit.Passed, ID: id(1)}, {Outcome: dqaudit.Passed, ID: id(2)}}}}); err != nil {
+		t.Fatal(err)
+	}
+	closeTrail(t, tr)
+	got, err := dqaudit.ReadPostgres(ctx, dsn, table, time.Time{})
+	if err != nil || len(got) != 2 || len(got[0].Records) != 0 || len(got[1].Records) != 1 {
+		t.Fatalf("%+v, %v; want the old row without records, the new one with", got, err)
+	}
+	if s := dqaudit.Summarise(got); s.Streams[0].Outcomes[dqaudit.Passed] != 7 {
+		t.Fatalf("summary %+v, want 7 passed (5 counted, 2 by id)", s.Streams[0])
 	}
 }

@@ -2,12 +2,15 @@ package dqaudit
 
 import (
 	"cmp"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/weir-io/weir/sink"
 )
 
 // How much of the detail a Summary keeps.
@@ -51,8 +54,16 @@ type StreamSummary struct {
 	// sinks each judges its own copy, so Outcomes counts a record once
 	// per sink.
 	BySink map[string]map[Outcome]int64 `json:"by_sink"`
+	// Outcomes, Codes, TopRules and BySink count each record once per
+	// sink, by its latest verdict, where the entries name their records
+	// (Entry.Records); Judged counts every judgement, a batch judged
+	// again after a crash as often as it was, and Rejudged is how many
+	// judgements the record ids showed to be repeats.
+	Judged   map[Outcome]int64 `json:"judged"`
+	Rejudged int64             `json:"rejudged"`
 
-	rules map[string]int64 // every rule's count, until finish
+	rules    map[string]int64                      // every rule's count, until finish
+	verdicts map[string]map[sink.RecordID]*IDGroup // by sink, then record: the latest verdict
 }
 
 // RuleCount is how many records a rule refused or warned about.
@@ -107,7 +118,7 @@ func Summarise(entries []Entry) Summary {
 			st := streams[k]
 			if st == nil {
 				st = &StreamSummary{Stream: e.Stream, Contract: e.Contract, Outcomes: map[Outcome]int64{},
-					BySink: map[string]map[Outcome]int64{}}
+					BySink: map[string]map[Outcome]int64{}, Judged: map[Outcome]int64{}}
 				streams[k], windows[k] = st, map[time.Time]bool{}
 			}
 			windows[k][e.From] = true
@@ -133,29 +144,42 @@ func Summarise(entries []Entry) Summary {
 	return s
 }
 
-// add counts e (an outcomes entry; entries come oldest first).
+// add counts e (an outcomes entry; entries come oldest first): by its
+// records' verdicts when it names them — a later verdict of a record
+// replacing an earlier one — else by its counts.
 func (st *StreamSummary) add(e *Entry) {
 	st.FirstWindow, st.LastWindow = earliest(st.FirstWindow, e.From), latest(st.LastWindow, e.To)
-	sink := st.BySink[e.Sink]
-	if sink == nil {
-		sink = map[Outcome]int64{}
-		st.BySink[e.Sink] = sink
-	}
 	for o, n := range e.Outcomes {
-		st.Outcomes[o] += n
-		sink[o] += n
+		st.Judged[o] += n
 	}
-	for c, n := range e.Codes {
-		if st.Codes == nil {
-			st.Codes = map[string]int64{}
+	if ids, ok := decodeRecords(e.Records); ok && len(ids) > 0 {
+		if st.verdicts == nil {
+			st.verdicts = map[string]map[sink.RecordID]*IDGroup{}
 		}
-		st.Codes[c] += n
-	}
-	for r, n := range e.Rules {
-		if st.rules == nil {
-			st.rules = map[string]int64{}
+		vs := st.verdicts[e.Sink]
+		if vs == nil {
+			vs = map[sink.RecordID]*IDGroup{}
+			st.verdicts[e.Sink] = vs
 		}
-		st.rules[r] += n
+		for i := range e.Records {
+			g := &e.Records[i]
+			for _, id := range ids[i] {
+				if _, again := vs[id]; again {
+					st.Rejudged++
+				}
+				vs[id] = g
+			}
+		}
+	} else {
+		for o, n := range e.Outcomes {
+			st.count(e.Sink, o, n)
+		}
+		for c, n := range e.Codes {
+			st.code(c, n)
+		}
+		for r, n := range e.Rules {
+			st.rule(r, n)
+		}
 	}
 	st.Sample = append(st.Sample, e.Sample...)
 	if len(st.Sample) > 4*SummarySample {
@@ -163,8 +187,71 @@ func (st *StreamSummary) add(e *Entry) {
 	}
 }
 
-// finish sums the rules and keeps the top ones and the latest sample ids.
+// count adds n records of outcome o delivered to sinkName.
+func (st *StreamSummary) count(sinkName string, o Outcome, n int64) {
+	by := st.BySink[sinkName]
+	if by == nil {
+		by = map[Outcome]int64{}
+		st.BySink[sinkName] = by
+	}
+	st.Outcomes[o] += n
+	by[o] += n
+}
+
+func (st *StreamSummary) code(c string, n int64) {
+	if st.Codes == nil {
+		st.Codes = map[string]int64{}
+	}
+	st.Codes[c] += n
+}
+
+func (st *StreamSummary) rule(r string, n int64) {
+	if st.rules == nil {
+		st.rules = map[string]int64{}
+	}
+	st.rules[r] += n
+}
+
+// decodeRecords is each group's record ids; false when one of them is
+// not a whole number of ids in base64 (the entry is then counted by its
+// counts).
+func decodeRecords(gs []IDGroup) ([][]sink.RecordID, bool) {
+	out := make([][]sink.RecordID, len(gs))
+	for i := range gs {
+		b, err := base64.StdEncoding.DecodeString(gs[i].IDs)
+		if err != nil || len(b)%len(sink.RecordID{}) != 0 {
+			return nil, false
+		}
+		ids := make([]sink.RecordID, len(b)/len(sink.RecordID{}))
+		for j := range ids {
+			copy(ids[j][:], b[j*len(sink.RecordID{}):])
+		}
+		out[i] = ids
+	}
+	return out, true
+}
+
+// finish counts every record by its latest verdict, sums the rules and
+// keeps the top ones and the latest sample ids.
 func (st *StreamSummary) finish() {
+	for sinkName, vs := range st.verdicts {
+		for _, g := range vs {
+			st.count(sinkName, g.Outcome, 1)
+			for _, w := range g.Warned {
+				st.rule(w, 1)
+			}
+			if g.Outcome != Rejected {
+				continue
+			}
+			if g.Code != "" {
+				st.code(g.Code, 1)
+			}
+			if g.Rule != "" {
+				st.rule(g.Rule, 1)
+			}
+		}
+	}
+	st.verdicts = nil
 	for r, n := range st.rules {
 		st.TopRules = append(st.TopRules, RuleCount{r, n})
 	}
@@ -224,6 +311,10 @@ func (s Summary) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "\nstream %s, contract %s: %d windows, %s to %s, sinks %s\n",
 			orDash(st.Stream), orDash(st.Contract), st.Windows, stamp(st.FirstWindow), stamp(st.LastWindow), strings.Join(sinks, ", "))
 		fmt.Fprintf(&b, "  outcomes:  %s\n", outcomeList(st.Outcomes))
+		if st.Rejudged > 0 {
+			fmt.Fprintf(&b, "  judged:  %s (%d judgements of records judged before: batches judged again after a restart)\n",
+				outcomeList(st.Judged), st.Rejudged)
+		}
 		if len(sinks) > 1 {
 			for _, k := range sinks {
 				fmt.Fprintf(&b, "    %s:  %s\n", k, outcomeList(st.BySink[k]))

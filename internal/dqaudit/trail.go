@@ -1,8 +1,8 @@
 package dqaudit
 
 import (
-	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/backoff"
+	"github.com/weir-io/weir/sink"
 )
 
 // Defaults and bounds of a Trail.
@@ -73,8 +74,6 @@ type Stats struct {
 	WriteErrors int64 // failed Writer.Write calls
 }
 
-type aggKey struct{ stream, sink, contract string }
-
 type recKey struct{ sink, mode string }
 
 // Trail aggregates outcomes and recovery windows and writes them, window
@@ -86,8 +85,7 @@ type Trail struct {
 	done   chan struct{}
 
 	mu        sync.Mutex
-	from, to  time.Time // the open window; from is zero when none is
-	aggs      map[aggKey]*Entry
+	from, to  time.Time // the open window of recovery entries; from is zero when none is
 	recs      []Entry
 	lastRec   map[recKey]int // index in recs of the sink's last entry in the mode
 	pending   []Entry
@@ -98,6 +96,7 @@ type Trail struct {
 	closed    bool
 
 	flushMu sync.Mutex // one write at a time
+	wclosed bool       // the Writer is closed; under flushMu
 }
 
 // New starts a Trail; Close stops it.
@@ -117,57 +116,116 @@ func New(o Options) *Trail {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Trail{o: o, stop: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
-		aggs: map[aggKey]*Entry{}, lastRec: map[recKey]int{}}
+		lastRec: map[recKey]int{}}
 	go t.run(ctx)
 	return t
 }
 
-// Add counts the outcomes of records of stream, judged against contract
-// on their way to sinkName, in the current window.
-func (t *Trail) Add(stream, sinkName, contract string, obs []Obs) {
-	if len(obs) == 0 {
-		return
+// ErrTrailClosed is returned by Append after Close.
+var ErrTrailClosed = errors.New("dqaudit: trail closed")
+
+// Append writes the outcomes of one judged batch: one outcomes entry per
+// (stream, sink, contract) of bs, filed under the window of the Trail's
+// clock, all in one Writer.Write — one fdatasync, or one transaction — and
+// returns once they are durable. A caller records the progress that
+// covers the batch's records (a secondary's coverage, the drain's
+// progress) only after Append returned nil: so every record that progress
+// covers has its outcome in the trail, and a crash can only make a
+// record's outcome appear twice (the batch judged again), never not at
+// all. An error leaves nothing to retry here: the caller sends the batch
+// again. Appends are serialised with each other and with the background
+// writes of recovery entries.
+func (t *Trail) Append(ctx context.Context, bs []Batch) error {
+	from := t.o.Now().Truncate(t.o.Window)
+	to := from.Add(t.o.Window)
+	es := make([]Entry, 0, len(bs))
+	for i := range bs {
+		if b := &bs[i]; len(b.Obs) > 0 {
+			es = append(es, t.entry(b, from, to))
+		}
 	}
-	if !t.lockOpen() {
-		return
+	if len(es) == 0 {
+		return nil
 	}
-	defer t.mu.Unlock()
-	k := aggKey{stream, sinkName, contract}
-	e := t.aggs[k]
-	if e == nil {
-		e = &Entry{Kind: KindOutcomes, Stream: stream, Sink: sinkName, Contract: contract,
-			Outcomes: map[Outcome]int64{}}
-		t.aggs[k] = e
+	t.flushMu.Lock()
+	err := ErrTrailClosed
+	if !t.wclosed {
+		err = t.o.Writer.Write(ctx, es)
 	}
-	for i := range obs {
-		t.count(e, &obs[i])
+	t.flushMu.Unlock()
+	t.mu.Lock()
+	if err == nil {
+		t.written += int64(len(es))
+	} else if !errors.Is(err, ErrTrailClosed) {
+		t.writeErrs++
 	}
+	t.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("dqaudit: append %d entries: %w", len(es), err)
+	}
+	return nil
 }
 
-func (t *Trail) count(e *Entry, o *Obs) {
-	e.Outcomes[o.Outcome]++
-	for _, w := range o.Warned {
-		bump(&e.Rules, w)
+// entry is b's outcomes entry for the window [from, to).
+func (t *Trail) entry(b *Batch, from, to time.Time) Entry {
+	e := Entry{Kind: KindOutcomes, Stream: b.Stream, Sink: b.Sink, Contract: b.Contract, From: from, To: to,
+		Outcomes: map[Outcome]int64{}}
+	type group struct {
+		g   IDGroup
+		ids []byte
 	}
-	if o.Outcome != Rejected {
-		return
+	var groups []group
+	same := func(g *IDGroup, k *IDGroup) bool {
+		return g.Outcome == k.Outcome && g.Code == k.Code && g.Rule == k.Rule && slices.Equal(g.Warned, k.Warned)
 	}
-	if o.Code != "" {
-		bump(&e.Codes, o.Code)
+	j := -1 // the last record's group: the next one's, most often
+	for i := range b.Obs {
+		o := &b.Obs[i]
+		if o.Outcome == Rejected && len(e.Sample) < t.o.Sample {
+			e.Sample = append(e.Sample, o.ID.String())
+		}
+		k := IDGroup{Outcome: o.Outcome, Warned: o.Warned}
+		if o.Outcome == Rejected {
+			k.Code, k.Rule = o.Code, o.Rule
+		}
+		if j < 0 || !same(&groups[j].g, &k) {
+			j = 0
+			for j < len(groups) && !same(&groups[j].g, &k) {
+				j++
+			}
+			if j == len(groups) {
+				groups = append(groups, group{g: k})
+			}
+		}
+		groups[j].ids = append(groups[j].ids, o.ID[:]...)
 	}
-	if o.Rule != "" {
-		bump(&e.Rules, o.Rule)
+	e.Records = make([]IDGroup, len(groups))
+	for i := range groups {
+		g := &groups[i].g
+		n := int64(len(groups[i].ids) / len(sink.RecordID{}))
+		e.Outcomes[g.Outcome] += n
+		for _, w := range g.Warned {
+			bump(&e.Rules, w, n)
+		}
+		if g.Outcome == Rejected {
+			if g.Code != "" {
+				bump(&e.Codes, g.Code, n)
+			}
+			if g.Rule != "" {
+				bump(&e.Rules, g.Rule, n)
+			}
+		}
+		e.Records[i] = *g
+		e.Records[i].IDs = base64.StdEncoding.EncodeToString(groups[i].ids)
 	}
-	if len(e.Sample) < t.o.Sample {
-		e.Sample = append(e.Sample, o.ID.String())
-	}
+	return e
 }
 
-func bump(m *map[string]int64, k string) {
+func bump(m *map[string]int64, k string, n int64) {
 	if *m == nil {
 		*m = map[string]int64{}
 	}
-	(*m)[k]++
+	(*m)[k] += n
 }
 
 // Recovered notes that raw positions [lo, hi) were recovered into sinkName
@@ -227,18 +285,10 @@ func (t *Trail) roll(end time.Time) {
 	if t.from.IsZero() {
 		return
 	}
-	out := make([]Entry, 0, len(t.aggs)+len(t.recs))
-	for _, e := range t.aggs {
-		out = append(out, *e)
-	}
-	slices.SortFunc(out, func(a, b Entry) int {
-		return cmp.Or(cmp.Compare(a.Stream, b.Stream), cmp.Compare(a.Sink, b.Sink), cmp.Compare(a.Contract, b.Contract))
-	})
-	out = append(out, t.recs...)
+	out := t.recs
 	for i := range out {
 		out[i].From, out[i].To = t.from, end
 	}
-	clear(t.aggs)
 	clear(t.lastRec)
 	t.recs = nil
 	t.from, t.to = time.Time{}, time.Time{}
@@ -374,5 +424,9 @@ func (t *Trail) Close(ctx context.Context) error {
 	if err != nil {
 		err = fmt.Errorf("dqaudit: close: %d entries not written: %w", t.Stats().Pending, err)
 	}
-	return errors.Join(err, t.o.Writer.Close())
+	t.flushMu.Lock()
+	t.wclosed = true
+	cerr := t.o.Writer.Close()
+	t.flushMu.Unlock()
+	return errors.Join(err, cerr)
 }

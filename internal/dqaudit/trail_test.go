@@ -2,101 +2,138 @@ package dqaudit_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/weir-io/weir/internal/dqaudit"
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/vfs"
 )
 
-func TestAddAggregatesPerStreamSinkContract(t *testing.T) {
+// groups is the IDGroups of obs, in order of first appearance.
+func groups(obs ...dqaudit.Obs) []dqaudit.IDGroup {
+	var out []dqaudit.IDGroup
+	var ids [][]byte
+	for _, o := range obs {
+		g := dqaudit.IDGroup{Outcome: o.Outcome, Warned: o.Warned}
+		if o.Outcome == dqaudit.Rejected {
+			g.Code, g.Rule = o.Code, o.Rule
+		}
+		j := slices.IndexFunc(out, func(h dqaudit.IDGroup) bool {
+			return h.Outcome == g.Outcome && h.Code == g.Code && h.Rule == g.Rule && slices.Equal(h.Warned, g.Warned)
+		})
+		if j < 0 {
+			out, ids = append(out, g), append(ids, nil)
+			j = len(out) - 1
+		}
+		ids[j] = append(ids[j], o.ID[:]...)
+	}
+	for i := range out {
+		out[i].IDs = base64.StdEncoding.EncodeToString(ids[i])
+	}
+	return out
+}
+
+// Append writes one entry per (stream, sink, contract) of the batch, at
+// once and in one Write, filed under the window of the clock, with its
+// records' ids by verdict.
+func TestAppendWritesTheBatchAtOnce(t *testing.T) {
 	c := newClock()
 	w := &memWriter{}
 	tr := dqaudit.New(dqaudit.Options{Writer: w, Now: c.Now})
 	defer closeTrail(t, tr)
 
-	tr.Add("orders", "pg", "orders@3", []dqaudit.Obs{
+	orders := []dqaudit.Obs{
 		{Outcome: dqaudit.Passed, ID: id(1)},
 		{Outcome: dqaudit.Warned, Warned: []string{"has_currency", "small"}, ID: id(2)},
 		{Outcome: dqaudit.Rejected, Code: "dq", Rule: "positive_amount", ID: id(3)},
 		{Outcome: dqaudit.Rejected, Code: "contract", Rule: "schema", Warned: []string{"small"}, ID: id(4)},
-	})
-	tr.Add("orders", "pg", "orders@3", []dqaudit.Obs{
 		{Outcome: dqaudit.Duplicate, ID: id(5)},
 		{Outcome: dqaudit.Rejected, Code: "dq", Rule: "positive_amount", ID: id(6)},
-	})
-	tr.Add("orders", "s3", "orders@3", []dqaudit.Obs{{Outcome: dqaudit.Passed, ID: id(1)}})
-	tr.Add("clicks", "pg", "clicks@1", []dqaudit.Obs{{Outcome: dqaudit.Rejected, Code: "decode", Rule: "decode", ID: id(9)}})
-	tr.Add("clicks", "pg", "clicks@1", nil) // nothing: no entry of its own
-
-	if err := tr.Flush(context.Background()); err != nil || len(w.got()) != 0 {
-		t.Fatalf("flush inside the window wrote %v (%v), want nothing yet", w.got(), err)
+		{Outcome: dqaudit.Passed, ID: id(7)},
 	}
-	c.Advance(30 * time.Second) // 05:07:00, the window's end
-	if err := tr.Flush(context.Background()); err != nil {
+	clicks := []dqaudit.Obs{{Outcome: dqaudit.Rejected, Code: "decode", Rule: "decode", ID: id(9)}}
+	err := tr.Append(context.Background(), []dqaudit.Batch{
+		{Stream: "orders", Sink: "pg", Contract: "orders@3", Obs: orders},
+		{Stream: "clicks", Sink: "pg", Contract: "clicks@1", Obs: clicks},
+		{Stream: "none", Sink: "pg", Contract: "none@1"}, // nothing: no entry of its own
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	from := time.Date(2026, 3, 4, 5, 6, 0, 0, time.UTC)
 	to := from.Add(time.Minute)
 	want := []dqaudit.Entry{
-		{Kind: "outcomes", Stream: "clicks", Sink: "pg", Contract: "clicks@1", From: from, To: to,
-			Outcomes: map[dqaudit.Outcome]int64{"reject": 1}, Codes: map[string]int64{"decode": 1},
-			Rules: map[string]int64{"decode": 1}, Sample: []string{id(9).String()}},
 		{Kind: "outcomes", Stream: "orders", Sink: "pg", Contract: "orders@3", From: from, To: to,
-			Outcomes: map[dqaudit.Outcome]int64{"pass": 1, "warn": 1, "reject": 3, "duplicate": 1},
+			Outcomes: map[dqaudit.Outcome]int64{"pass": 2, "warn": 1, "reject": 3, "duplicate": 1},
 			Codes:    map[string]int64{"dq": 2, "contract": 1},
 			Rules:    map[string]int64{"has_currency": 1, "small": 2, "positive_amount": 2, "schema": 1},
-			Sample:   []string{id(3).String(), id(4).String(), id(6).String()}},
-		{Kind: "outcomes", Stream: "orders", Sink: "s3", Contract: "orders@3", From: from, To: to,
-			Outcomes: map[dqaudit.Outcome]int64{"pass": 1}},
+			Sample:   []string{id(3).String(), id(4).String(), id(6).String()},
+			Records:  groups(orders...)},
+		{Kind: "outcomes", Stream: "clicks", Sink: "pg", Contract: "clicks@1", From: from, To: to,
+			Outcomes: map[dqaudit.Outcome]int64{"reject": 1}, Codes: map[string]int64{"decode": 1},
+			Rules: map[string]int64{"decode": 1}, Sample: []string{id(9).String()}, Records: groups(clicks...)},
 	}
-	if got := w.got(); !reflect.DeepEqual(got, want) {
-		t.Fatalf("entries\n%+v\nwant\n%+v", got, want)
+	if got := w.got(); !reflect.DeepEqual(got, want) || w.calls != 1 {
+		t.Fatalf("%d writes of entries\n%+v\nwant one of\n%+v", w.calls, got, want)
 	}
-	if s := tr.Stats(); s.Written != 3 || s.Pending != 0 || s.WriteErrors != 0 || s.Dropped != 0 {
+	one, seven := id(1), id(7)
+	if g := want[0].Records; len(g) != 5 || g[0].IDs != base64.StdEncoding.EncodeToString(append(one[:], seven[:]...)) {
+		t.Fatalf("groups %+v: want the two passes in one", g)
+	}
+	if s := tr.Stats(); s.Written != 2 || s.Pending != 0 || s.WriteErrors != 0 || s.Dropped != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 }
 
-// Each window's records land in that window's entry; the windows are
-// aligned to multiples of Window.
-func TestWindowsRollWithTheClock(t *testing.T) {
+// An Append whose write fails returns the error and keeps nothing: the
+// caller sends the batch again. After Close, Append fails.
+func TestAppendFailsWithTheWriter(t *testing.T) {
+	w := &memWriter{fails: 1}
+	tr := dqaudit.New(dqaudit.Options{Writer: w})
+	b := []dqaudit.Batch{{Stream: "s", Sink: "pg", Contract: "s@1", Obs: []dqaudit.Obs{{Outcome: dqaudit.Passed, ID: id(1)}}}}
+	if err := tr.Append(context.Background(), b); !errors.Is(err, errDown) {
+		t.Fatalf("append: %v, want the writer's error", err)
+	}
+	if s := tr.Stats(); s.Pending != 0 || s.WriteErrors != 1 || s.Written != 0 {
+		t.Fatalf("stats %+v: want one write error and nothing kept", s)
+	}
+	if err := tr.Append(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	closeTrail(t, tr)
+	if err := tr.Append(context.Background(), b); !errors.Is(err, dqaudit.ErrTrailClosed) {
+		t.Fatalf("append after Close: %v", err)
+	}
+	if got := w.got(); len(got) != 1 {
+		t.Fatalf("%d entries written, want 1", len(got))
+	}
+}
+
+// Entries are filed under windows aligned to multiples of Window.
+func TestAppendFilesUnderAlignedWindows(t *testing.T) {
 	c := newClock()
 	w := &memWriter{}
 	tr := dqaudit.New(dqaudit.Options{Writer: w, Now: c.Now, Window: 10 * time.Second})
 	defer closeTrail(t, tr)
-	pass := []dqaudit.Obs{{Outcome: dqaudit.Passed}}
-	tr.Add("s", "pg", "s@1", pass) // 05:06:30 -> [30, 40)
-	c.Advance(9 * time.Second)
-	tr.Add("s", "pg", "s@1", pass) // 05:06:39, same window
-	c.Advance(time.Second)
-	tr.Add("s", "pg", "s@1", pass) // 05:06:40 -> [40, 50); [30, 40) closes
-	if s := tr.Stats(); s.Pending != 1 {
-		t.Fatalf("pending %d after the window passed, want 1", s.Pending)
-	}
-	c.Advance(25 * time.Second)
-	tr.Add("s", "pg", "s@1", pass) // 05:07:05 -> [00, 10); an empty window between
-	c.Advance(5 * time.Second)
-	if err := tr.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	pass := []dqaudit.Batch{{Stream: "s", Sink: "pg", Contract: "s@1", Obs: []dqaudit.Obs{{Outcome: dqaudit.Passed}}}}
 	base := time.Date(2026, 3, 4, 5, 6, 30, 0, time.UTC)
-	wins := []struct {
-		from time.Duration
-		n    int64
-	}{{0, 2}, {10 * time.Second, 1}, {30 * time.Second, 1}}
-	got := w.got()
-	if len(got) != len(wins) {
-		t.Fatalf("%d entries, want %d: %+v", len(got), len(wins), got)
+	for _, step := range []time.Duration{0, 9 * time.Second, time.Second, 25 * time.Second} { // at 0s, 9s, 10s, 35s
+		c.Advance(step)
+		if err := tr.Append(context.Background(), pass); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for i, win := range wins {
-		e := got[i]
-		if !e.From.Equal(base.Add(win.from)) || !e.To.Equal(base.Add(win.from+10*time.Second)) || e.Outcomes[dqaudit.Passed] != win.n {
-			t.Fatalf("entry %d = %+v, want window from %v with %d passed", i, e, base.Add(win.from), win.n)
+	got := w.got()
+	for i, from := range []time.Duration{0, 0, 10 * time.Second, 30 * time.Second} {
+		if e := got[i]; !e.From.Equal(base.Add(from)) || !e.To.Equal(base.Add(from+10*time.Second)) {
+			t.Fatalf("entry %d = %+v, want window from %v", i, e, base.Add(from))
 		}
 	}
 }
@@ -116,8 +153,9 @@ func TestSampleKeepsTheFirstRejectedIDs(t *testing.T) {
 					obs[i].Outcome = dqaudit.Passed // passed records are never sampled
 				}
 			}
-			tr.Add("s", "pg", "s@1", obs[:50])
-			tr.Add("s", "pg", "s@1", obs[50:])
+			if err := tr.Append(context.Background(), []dqaudit.Batch{{Stream: "s", Sink: "pg", Contract: "s@1", Obs: obs}}); err != nil {
+				t.Fatal(err)
+			}
 			closeTrail(t, tr)
 			got := w.got()
 			if len(got) != 1 || len(got[0].Sample) != tc.want || got[0].Outcomes[dqaudit.Rejected] != 50 {
@@ -201,7 +239,7 @@ func TestFailedWriterKeepsAndRetries(t *testing.T) {
 	defer closeTrail(t, tr)
 	const n = 10
 	for i := range n {
-		tr.Add(fmt.Sprintf("s%02d", i), "pg", "c@1", []dqaudit.Obs{{Outcome: dqaudit.Passed}})
+		tr.Recovered(fmt.Sprintf("s%02d", i), 0, 1, "rehydrate")
 		time.Sleep(7 * time.Millisecond) // spread over a few windows
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -217,22 +255,21 @@ func TestFailedWriterKeepsAndRetries(t *testing.T) {
 		t.Fatalf("%d entries written, want %d", len(got), n)
 	}
 	for i, e := range got {
-		if e.Stream != fmt.Sprintf("s%02d", i) {
-			t.Fatalf("entry %d is stream %q: order lost or an entry written twice: %+v", i, e.Stream, got)
+		if e.Sink != fmt.Sprintf("s%02d", i) {
+			t.Fatalf("entry %d is sink %q: order lost or an entry written twice: %+v", i, e.Sink, got)
 		}
 	}
 }
 
-// Past MaxPending the oldest entries are dropped and counted, and Add
-// never waits for the writer.
+// Past MaxPending the oldest entries are dropped and counted, and
+// Recovered never waits for the writer.
 func TestPendingIsBounded(t *testing.T) {
 	c := newClock()
 	w := &memWriter{fails: -1}
 	tr := dqaudit.New(dqaudit.Options{Writer: w, Now: c.Now})
 	const extra = 5
-	obs := []dqaudit.Obs{{Outcome: dqaudit.Passed}}
 	for i := range dqaudit.MaxPending + extra {
-		tr.Add(fmt.Sprintf("s%06d", i), "pg", "c@1", obs)
+		tr.Recovered(fmt.Sprintf("s%06d", i), 0, 1, "rehydrate")
 	}
 	c.Advance(time.Minute)
 	if err := tr.Flush(context.Background()); !errors.Is(err, errDown) {
@@ -241,7 +278,7 @@ func TestPendingIsBounded(t *testing.T) {
 	if s := tr.Stats(); s.Pending != dqaudit.MaxPending || s.Dropped != extra || s.WriteErrors != 1 {
 		t.Fatalf("stats %+v, want %d pending and %d dropped", s, dqaudit.MaxPending, extra)
 	}
-	tr.Add("late", "pg", "c@1", obs)
+	tr.Recovered("late", 0, 1, "rehydrate")
 	c.Advance(time.Minute)
 	_ = tr.Flush(context.Background())
 	if s := tr.Stats(); s.Pending != dqaudit.MaxPending || s.Dropped != extra+1 {
@@ -253,8 +290,8 @@ func TestPendingIsBounded(t *testing.T) {
 	w.mu.Unlock()
 	closeTrail(t, tr)
 	got := w.got()
-	if len(got) != dqaudit.MaxPending || got[0].Stream != fmt.Sprintf("s%06d", extra+1) || got[len(got)-1].Stream != "late" {
-		t.Fatalf("%d entries written, first %q, last %q", len(got), got[0].Stream, got[len(got)-1].Stream)
+	if len(got) != dqaudit.MaxPending || got[0].Sink != fmt.Sprintf("s%06d", extra+1) || got[len(got)-1].Sink != "late" {
+		t.Fatalf("%d entries written, first %q, last %q", len(got), got[0].Sink, got[len(got)-1].Sink)
 	}
 }
 
@@ -264,20 +301,19 @@ func TestCloseFlushes(t *testing.T) {
 	c := newClock()
 	w := &memWriter{fails: 1}
 	tr := dqaudit.New(dqaudit.Options{Writer: w, Now: c.Now})
-	tr.Add("s", "pg", "c@1", []dqaudit.Obs{{Outcome: dqaudit.Rejected, Code: "dq", Rule: "r"}})
+	tr.Recovered("pg", 0, 1, "rehydrate")
 	c.Advance(time.Minute)
 	_ = tr.Flush(context.Background()) // fails: the entry stays pending
 	tr.Recovered("pg", 1, 2, "skip-quarantine")
 	c.Advance(10 * time.Second)
 	closeTrail(t, tr)
 	got := w.got()
-	if len(got) != 2 || got[0].Kind != "outcomes" || got[1].Kind != "recovery" || !got[1].To.Equal(c.Now()) {
+	if len(got) != 2 || got[0].Mode != "rehydrate" || got[1].Mode != "skip-quarantine" || !got[1].To.Equal(c.Now()) {
 		t.Fatalf("entries %+v, want the pending one and the open window ending now", got)
 	}
 	if !w.closed {
 		t.Fatal("writer not closed")
 	}
-	tr.Add("s", "pg", "c@1", []dqaudit.Obs{{Outcome: dqaudit.Passed}})
 	tr.Recovered("pg", 2, 3, "rehydrate")
 	if err := tr.Close(context.Background()); err != nil || len(w.got()) != 2 || tr.Stats().Pending != 0 {
 		t.Fatalf("after Close: %v, %d entries, %+v", err, len(w.got()), tr.Stats())
@@ -289,7 +325,7 @@ func TestCloseFlushes(t *testing.T) {
 func TestCloseReportsUnwritten(t *testing.T) {
 	w := &memWriter{fails: -1}
 	tr := dqaudit.New(dqaudit.Options{Writer: w})
-	tr.Add("s", "pg", "c@1", []dqaudit.Obs{{Outcome: dqaudit.Passed}})
+	tr.Recovered("pg", 0, 1, "rehydrate")
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -302,39 +338,46 @@ func TestCloseReportsUnwritten(t *testing.T) {
 	}
 }
 
-// Add costs one lock and map increments: no allocation per record once
-// the entry exists.
-func TestAddDoesNotAllocatePerRecord(t *testing.T) {
-	c := newClock()
-	tr := dqaudit.New(dqaudit.Options{Writer: &memWriter{}, Now: c.Now, Sample: -1})
-	defer closeTrail(t, tr)
-	obs := make([]dqaudit.Obs, 256)
-	for i := range obs {
-		obs[i] = dqaudit.Obs{Outcome: dqaudit.Rejected, Code: "dq", Rule: "positive_amount", Warned: []string{"w"}}
+// go test ./internal/dqaudit -run '^$' -bench BenchmarkAppend -benchmem
+// (into memory: what building a batch's entry costs, not its fdatasync).
+func BenchmarkAppend(b *testing.B) { benchAppend(b, discard{}, 256) }
+
+// go test ./internal/dqaudit -run '^$' -bench BenchmarkAppendDir -benchmem
+// (1000-record batches into a directory of the temporary file system:
+// the entry, its JSON and the fdatasync, per batch).
+func BenchmarkAppendDir(b *testing.B) {
+	w, err := dqaudit.OpenDir(vfs.OS, b.TempDir())
+	if err != nil {
+		b.Fatal(err)
 	}
-	tr.Add("s", "pg", "c@1", obs)
-	if a := testing.AllocsPerRun(100, func() { tr.Add("s", "pg", "c@1", obs) }); a > 0 {
-		t.Fatalf("%v allocations per Add of 256 records, want 0", a)
-	}
+	benchAppend(b, w, 1000)
 }
 
-// go test ./internal/dqaudit -run '^$' -bench BenchmarkAdd -benchmem
-func BenchmarkAdd(b *testing.B) {
-	tr := dqaudit.New(dqaudit.Options{Writer: &memWriter{}})
+// benchAppend appends batches of n records, every tenth rejected, with w.
+func benchAppend(b *testing.B, w dqaudit.Writer, n int) {
+	tr := dqaudit.New(dqaudit.Options{Writer: w})
 	defer tr.Close(context.Background())
-	obs := make([]dqaudit.Obs, 256)
+	obs := make([]dqaudit.Obs, n)
 	for i := range obs {
 		obs[i] = dqaudit.Obs{Outcome: dqaudit.Passed, ID: id(i)}
 		if i%10 == 0 {
 			obs[i] = dqaudit.Obs{Outcome: dqaudit.Rejected, Code: "dq", Rule: "positive_amount", ID: id(i)}
 		}
 	}
+	batch := []dqaudit.Batch{{Stream: "orders", Sink: "pg", Contract: "orders@3", Obs: obs}}
 	b.ReportAllocs()
 	for b.Loop() {
-		tr.Add("orders", "pg", "orders@3", obs)
+		if err := tr.Append(context.Background(), batch); err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(obs)), "ns/record")
 }
+
+type discard struct{}
+
+func (discard) Write(context.Context, []dqaudit.Entry) error { return nil }
+func (discard) Close() error                                 { return nil }
 
 var _ engine.RecoveryAudit = (*dqaudit.Trail)(nil)
 
@@ -365,7 +408,7 @@ func TestCloseWaitsForTheWriteInProgress(t *testing.T) {
 		t.Run(fmt.Sprintf("released=%v", finish), func(t *testing.T) {
 			w := &blockingWriter{entered: make(chan struct{}), release: make(chan struct{})}
 			tr := dqaudit.New(dqaudit.Options{Writer: w, Window: 10 * time.Millisecond})
-			tr.Add("s", "pg", "c@1", []dqaudit.Obs{{Outcome: dqaudit.Passed}})
+			tr.Recovered("pg", 0, 1, "rehydrate")
 			<-w.entered
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			defer cancel()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/weir-io/weir/client"
 	"github.com/weir-io/weir/internal/dqaudit"
 	"github.com/weir-io/weir/internal/quarantine"
 	"github.com/weir-io/weir/internal/testenv"
@@ -317,4 +318,32 @@ func weirDeadLetters(t *testing.T, wabDir string) []dlEntry {
 		}
 	}
 	return es
+}
+
+// pushInBackground dials d's socket and, on a goroutine, pushes payloads
+// (pushAll, resending across restarts) — pausing pace after each hundred,
+// when pace is not 0 — and closes the client; done is closed once it is
+// over, l holds what the producer was told.
+func pushInBackground(ctx context.Context, t *testing.T, d *daemon, payloads [][]byte, pace time.Duration) (c *client.Client, l *ledger, done chan struct{}) {
+	t.Helper()
+	c, err := client.Dial(ctx, d.socket, client.WithWindow(64), client.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, done = newLedger(), make(chan struct{})
+	go func() {
+		defer close(done)
+		step := len(payloads)
+		if pace > 0 {
+			step = 100
+		}
+		for i := 0; i < len(payloads); i += step {
+			pushAll(ctx, t, c, payloads[i:min(i+step, len(payloads))], 0, l)
+			time.Sleep(pace)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Errorf("client close: %v", err)
+		}
+	}()
+	return c, l, done
 }

@@ -455,19 +455,7 @@ func TestSingleSinkRejectsGoToDeadLetter(t *testing.T) {
 	}
 
 	ctx := ctxTimeout(t, 90*time.Second)
-	c, err := client.Dial(ctx, d.socket, client.WithWindow(64), client.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newLedger()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pushAll(ctx, t, c, payloads, 0, l)
-		if err := c.Close(ctx); err != nil {
-			t.Errorf("client close: %v", err)
-		}
-	}()
+	c, l, done := pushInBackground(ctx, t, d, payloads, 0)
 	killMidPush(t, d, n/10, func() bool { return l.ackedCount() < n })
 	<-done
 	if got := l.ackedCount(); got != n || len(l.nacked) > 0 || l.other > 0 {
