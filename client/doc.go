@@ -112,15 +112,17 @@
 // caller gets the *NackError, ErrOverloaded, with its RetryAfter);
 // OverloadRetried counts them.
 //
-// WithOverloadRetries bounds only requests never stored. A request resent
-// after a reconnect (below) may have been stored by the connection that
-// broke: an Overloaded answer to the resent copy says only that this copy
-// was not taken. Handing it to the caller as ErrOverloaded would be a lie
-// that a caller pushing the records again turns into duplicates under new
-// ids, so the client keeps retrying such a request, pausing as the daemon
-// asks, however many refusals WithOverloadRetries allows, until an Ack or
-// a permanent Nack settles it, or until the ctx of its push ends (then
-// it fails with an *OutcomeUnknownError) or Close gives up on it.
+// WithOverloadRetries bounds only requests no copy of which can have been
+// stored. A request resent after a reconnect (below) may have been stored
+// by the connection that broke: an Overloaded answer to the resent copy
+// says only that this copy was not taken. Handing it to the caller as
+// ErrOverloaded would be a lie that a caller pushing the records again
+// turns into duplicates under new ids, so the client keeps retrying such a
+// request, pausing as the daemon asks, however many refusals
+// WithOverloadRetries allows, until another answer settles it (an Ack; a
+// permanent Nack, as itself; a retryable one, as an *OutcomeUnknownError),
+// or until the ctx of its push ends (an *OutcomeUnknownError) or Close
+// gives up on it (the same, wrapping ErrClosed).
 //
 // # Reconnecting and at-least-once delivery
 //
