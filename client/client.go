@@ -44,6 +44,32 @@ type request struct {
 	sentGen uint64 // connection generation it was last written on; 0 = not yet
 	// overloads counts the Overloaded answers it got in a row.
 	overloads int
+
+	// ctx is the push's: it bounds the retries of an uncertain request.
+	ctx      context.Context
+	firstSeq uint64 // its records' first sequence number (version 2)
+	// uncertain: a copy of it was written on a connection that broke
+	// before that copy's answer came, so the daemon may have stored it.
+	// Only an Ack or a permanent Nack settles such a request.
+	uncertain bool
+	// unwatch stops the watch on ctx of an uncertain request held after
+	// an Overloaded answer (nil when none).
+	unwatch func() bool
+}
+
+// maybeStored reports whether the daemon may hold a copy of r: it is
+// uncertain, or on the wire awaiting its answer. Called with mu held.
+func (r *request) maybeStored() bool { return r.uncertain || r.sentGen != 0 }
+
+// unknown is the error of giving up on r, which may be stored, because of
+// cause; last is the last answer it got, if any.
+func (c *Client) unknown(r *request, cause, last error) *OutcomeUnknownError {
+	e := &OutcomeUnknownError{Producer: c.prod.id, FirstSeq: r.firstSeq, Records: r.records,
+		Cause: cause, Last: last, frame: r.frame, version: r.version}
+	if r.version < wire.Version2 {
+		e.Producer, e.FirstSeq = wire.ProducerID{}, 0
+	}
+	return e
 }
 
 // Client is a connection to a weir daemon that pushes records and matches
@@ -159,9 +185,12 @@ func (c *Client) CanReplay() bool { return c.sess.Load().flags&wire.FlagReplay !
 // Push pushes one record and waits for its Ack. It returns nil once the
 // daemon acknowledged the record at tier d, a *NackError if the daemon
 // refused it, ErrFrameTooLarge if it exceeds the frame cap, ErrClosed, or
-// ctx's error. When ctx ends after the record was handed to the client, the
-// record stays in flight (it may already be stored) and its outcome is
-// discarded.
+// ctx's error. When ctx ends before the record was written to the daemon,
+// the client takes it back and Push returns ctx's error: it was not
+// stored. When ctx ends after that, the record stays in flight (it may
+// already be stored), its outcome is discarded, and Push returns an
+// *OutcomeUnknownError wrapping ctx's error (see the package
+// documentation, "Errors").
 func (c *Client) Push(ctx context.Context, payload []byte, d Durability) error {
 	return c.pushWait(ctx, [][]byte{payload}, nil, d)
 }
@@ -176,15 +205,41 @@ func (c *Client) PushBatch(ctx context.Context, payloads [][]byte, d Durability)
 // pushWait is pushAsync waiting for the answer.
 func (c *Client) pushWait(ctx context.Context, payloads [][]byte, recs []Record, d Durability) error {
 	res := make(chan error, 1)
-	if err := c.pushAsync(ctx, payloads, recs, d, func(err error) { res <- err }); err != nil {
+	r, err := c.pushAsync(ctx, payloads, recs, d, func(err error) { res <- err })
+	if err != nil {
 		return err
 	}
+	return c.wait(ctx, r, res)
+}
+
+// wait waits for r's answer on res, or for ctx to end. Then a request
+// never written is taken back (ctx's error: nothing was stored) and one
+// that may be stored stays in flight, the caller getting an
+// *OutcomeUnknownError.
+func (c *Client) wait(ctx context.Context, r *request, res <-chan error) error {
 	select {
 	case err := <-res:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	c.mu.Lock()
+	if c.pending[r.id] != r {
+		// Answered (or failed) meanwhile: its done is on its way.
+		c.mu.Unlock()
+		return <-res
+	}
+	if r.maybeStored() {
+		c.mu.Unlock()
+		return c.unknown(r, ctx.Err(), nil)
+	}
+	delete(c.pending, r.id)
+	notR := func(q *request) bool { return q == r }
+	c.queue = slices.DeleteFunc(c.queue, notR)
+	c.held = slices.DeleteFunc(c.held, notR)
+	c.noteDrainedLocked()
+	c.mu.Unlock()
+	c.win.release(r.weight)
+	return ctx.Err()
 }
 
 // PushAsync hands the records to the client as one frame (a Push for one
@@ -192,8 +247,11 @@ func (c *Client) pushWait(ctx context.Context, payloads [][]byte, recs []Record,
 // response. It blocks, respecting ctx, while the in-flight window is full.
 //
 // If PushAsync returns nil, done is called exactly once with the request's
-// outcome: nil for an Ack, a *NackError, or ErrClosed if Close gave up on
-// it. If it returns an error (ctx's, ErrClosed, ErrEmptyBatch, or
+// outcome: nil for an Ack, a *NackError, ErrClosed if Close gave up on it
+// before it was written, or an *OutcomeUnknownError if the client gave up
+// on it when the daemon may have stored it. ctx bounds the wait for the
+// window and, for a request resent after a reconnect, its retries after
+// Overloaded answers (see the package documentation, "Overload"). If it returns an error (ctx's, ErrClosed, ErrEmptyBatch, or
 // ErrFrameTooLarge / ErrBadDurability for a push the daemon would refuse),
 // done is never called. The payloads are copied before
 // PushAsync returns, so the caller may reuse them.
@@ -205,7 +263,8 @@ func (c *Client) pushWait(ctx context.Context, payloads [][]byte, recs []Record,
 // done runs on the client's own goroutine (the connection reader, or
 // Close): it must be quick and must not block or push on the same client.
 func (c *Client) PushAsync(ctx context.Context, payloads [][]byte, d Durability, done func(error)) error {
-	return c.pushAsync(ctx, payloads, nil, d, done)
+	_, err := c.pushAsync(ctx, payloads, nil, d, done)
+	return err
 }
 
 // PushRecords pushes records with their metadata (key, headers, event
@@ -228,49 +287,56 @@ func (c *Client) PushRecordsAsync(ctx context.Context, recs []Record, d Durabili
 	if recs == nil {
 		recs = []Record{}
 	}
-	return c.pushAsync(ctx, nil, recs, d, done)
+	_, err := c.pushAsync(ctx, nil, recs, d, done)
+	return err
 }
 
-func (c *Client) pushAsync(ctx context.Context, payloads [][]byte, recs []Record, d Durability, done func(error)) error {
+func (c *Client) pushAsync(ctx context.Context, payloads [][]byte, recs []Record, d Durability, done func(error)) (*request, error) {
 	n := len(payloads)
 	if recs != nil {
 		n = len(recs)
 	}
 	if n == 0 {
-		return ErrEmptyBatch
+		return nil, ErrEmptyBatch
 	}
 	if !d.Valid() {
-		return fmt.Errorf("client: durability %s: %w", d, ErrBadDurability)
-	}
-	if done == nil {
-		done = func(error) {}
+		return nil, fmt.Errorf("client: durability %s: %w", d, ErrBadDurability)
 	}
 	sess := c.sess.Load()
 	// Encode before waiting for the window; the id goes in afterwards. The
 	// frame is owned by the request from now on.
-	frame, err := c.encode(sess, payloads, recs, d)
+	frame, seq, err := c.encode(sess, payloads, recs, d)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	weight := min(n, c.opts.window)
-	if err := c.win.acquire(ctx, weight); err != nil {
-		return err
+	return c.enqueue(ctx, &request{frame: frame, version: sess.version, records: n, firstSeq: seq, done: done})
+}
+
+// enqueue waits for r's slots in the window and queues it with a fresh
+// request id.
+func (c *Client) enqueue(ctx context.Context, r *request) (*request, error) {
+	if r.done == nil {
+		r.done = func(error) {}
+	}
+	r.ctx = ctx
+	r.weight = min(r.records, c.opts.window)
+	if err := c.win.acquire(ctx, r.weight); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
-		c.win.release(weight)
-		return ErrClosed
+		c.win.release(r.weight)
+		return nil, ErrClosed
 	}
-	r := &request{frame: frame, version: sess.version, records: n, weight: weight, done: done}
 	if cur := c.sess.Load().version; r.version > cur {
 		// A reconnect to a version-1 daemon came between the encoding and
 		// now (and has re-encoded the queue already).
-		f, err := downgrade(frame)
+		f, err := downgrade(r.frame)
 		if err != nil {
 			c.mu.Unlock()
-			c.win.release(weight)
-			return fmt.Errorf("client: %w", ErrUnsupported)
+			c.win.release(r.weight)
+			return nil, fmt.Errorf("client: %w", ErrUnsupported)
 		}
 		r.frame, r.version = f, cur
 	}
@@ -281,7 +347,34 @@ func (c *Client) pushAsync(ctx context.Context, payloads [][]byte, recs []Record
 	c.queue = append(c.queue, r)
 	c.mu.Unlock()
 	c.signal()
-	return nil
+	return r, nil
+}
+
+// Repush pushes again the records of an *OutcomeUnknownError under the
+// same producer id and sequence numbers, so that the daemon stores them
+// under the ids of the copy it may hold already, and waits for the answer
+// as Push does. c must push as the same Producer (the Client that gave
+// the error, or one made WithProducer of its Producer). Like any resend,
+// it is retried after Overloaded answers while ctx lives, and may end in
+// another *OutcomeUnknownError. Records from a version-1 connection have
+// no producer identity and cannot be pushed again as the same records.
+func (c *Client) Repush(ctx context.Context, e *OutcomeUnknownError) error {
+	if e == nil || e.frame == nil {
+		return errors.New("client: repush: not an error of this client library's push")
+	}
+	if e.version < wire.Version2 {
+		return errors.New("client: repush: records pushed with wire version 1 have no producer identity to keep")
+	}
+	if e.Producer != c.prod.id {
+		return fmt.Errorf("client: repush: records of producer %x on a client of producer %x", e.Producer[:], c.prod.id[:])
+	}
+	res := make(chan error, 1)
+	r, err := c.enqueue(ctx, &request{frame: slices.Clone(e.frame), version: e.version, records: e.Records,
+		firstSeq: e.FirstSeq, uncertain: true, done: func(err error) { res <- err }})
+	if err != nil {
+		return err
+	}
+	return c.wait(ctx, r, res)
 }
 
 // putRequestID writes id into an encoded push frame.
@@ -330,7 +423,8 @@ func (c *Client) Close(ctx context.Context) error {
 	return err
 }
 
-// failAll completes every pending request with err.
+// failAll completes every pending request with err — wrapped in an
+// *OutcomeUnknownError for those the daemon may have stored.
 func (c *Client) failAll(err error) int {
 	c.mu.Lock()
 	reqs := make([]*request, 0, len(c.pending))
@@ -338,13 +432,21 @@ func (c *Client) failAll(err error) int {
 		reqs = append(reqs, r)
 		delete(c.pending, id)
 	}
-	c.queue, c.held = nil, nil
+	c.queue = nil
+	c.takeHeldLocked()
 	c.noteDrainedLocked()
-	c.mu.Unlock()
 	slices.SortFunc(reqs, func(a, b *request) int { return compareID(a.id, b.id) })
-	for _, r := range reqs {
+	errs := make([]error, len(reqs))
+	for i, r := range reqs {
+		errs[i] = err
+		if r.maybeStored() {
+			errs[i] = c.unknown(r, err, nil)
+		}
+	}
+	c.mu.Unlock()
+	for i, r := range reqs {
 		c.win.release(r.weight)
-		r.done(err)
+		r.done(errs[i])
 	}
 	return len(reqs)
 }
@@ -447,7 +549,8 @@ func (c *Client) serve(conn net.Conn, sess session) bool {
 	gen := c.gen
 	// Everything unanswered goes out again, oldest first (what waits after
 	// an Overloaded Nack among it, still after the pause).
-	c.queue, c.held = c.queue[:0], nil
+	c.queue = c.queue[:0]
+	c.takeHeldLocked()
 	for _, r := range c.pending {
 		c.queue = append(c.queue, r)
 	}
@@ -455,6 +558,9 @@ func (c *Client) serve(conn net.Conn, sess session) bool {
 	resend, records := 0, 0
 	for _, r := range c.queue {
 		if r.sentGen != 0 {
+			// Written on the broken connection, unanswered: the daemon
+			// may have stored it, whatever the next answers say.
+			r.uncertain = true
 			resend++
 			records += r.records
 		}
@@ -546,11 +652,10 @@ func (c *Client) writeLoop(conn net.Conn, gen uint64, connDone <-chan struct{}) 
 				return nil
 			}
 		}
-		if len(c.held) > 0 {
+		if held := c.takeHeldLocked(); len(held) > 0 {
 			// The requests refused Overloaded go first, oldest first.
-			slices.SortFunc(c.held, func(a, b *request) int { return compareID(a.id, b.id) })
-			c.queue = append(c.held, c.queue...)
-			c.held = nil
+			slices.SortFunc(held, func(a, b *request) int { return compareID(a.id, b.id) })
+			c.queue = append(held, c.queue...)
 		}
 		batch = append(batch[:0], c.queue...)
 		clear(c.queue)
@@ -608,11 +713,10 @@ func (c *Client) readLoop(conn net.Conn, gen uint64) (answered bool, err error) 
 		var result error
 		switch resp.Type {
 		case wire.TypeNack:
-			ne := newNackError(resp.Code, resp.Message)
-			if ne.Code == wire.CodeOverloaded && c.hold(id, ne.RetryAfter) {
+			var settled bool
+			if result, settled = c.nacked(id, newNackError(resp.Code, resp.Message)); !settled {
 				continue
 			}
-			result = ne
 		case wire.TypeHelloAck:
 			c.log.Warn("weir client: unexpected HelloAck")
 			continue
@@ -623,25 +727,81 @@ func (c *Client) readLoop(conn net.Conn, gen uint64) (answered bool, err error) 
 	}
 }
 
-// hold keeps the request with id, refused Overloaded with the retry-after
-// hint d, to be sent again after a pause, unless its retries are used up.
-// It reports whether it did.
-func (c *Client) hold(id uint64, d time.Duration) bool {
+// nacked decides what the Nack ne means for the request with id. An
+// Overloaded one keeps the request, to be sent again after a pause
+// (settled false), unless the retries of a request never stored are used
+// up (ErrOverloaded), or, for an uncertain request, its ctx has ended
+// (an *OutcomeUnknownError). Other Nacks settle the request: with ne
+// itself, but a retryable one to an uncertain request says nothing of
+// the copy stored earlier, and gives an *OutcomeUnknownError.
+func (c *Client) nacked(id uint64, ne *NackError) (result error, settled bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.pending[id]
-	if !ok || c.opts.overloadRetries >= 0 && r.overloads >= c.opts.overloadRetries {
-		return false
+	switch {
+	case !ok:
+		return ne, true
+	case ne.Code != wire.CodeOverloaded:
+		if r.uncertain && ne.Code.Retryable() {
+			return c.unknown(r, ne, ne), true
+		}
+		return ne, true
+	case r.uncertain:
+		// Retried until settled, whatever WithOverloadRetries says:
+		// handing it back as refused would be a lie.
+		if err := r.ctx.Err(); err != nil {
+			return c.unknown(r, err, ne), true
+		}
+	case c.opts.overloadRetries >= 0 && r.overloads >= c.opts.overloadRetries:
+		return ne, true
 	}
 	r.overloads++
 	r.sentGen = 0 // no answer is due on this connection
 	c.held = append(c.held, r)
-	if until := time.Now().Add(c.overloadDelay(d, r.overloads)); until.After(c.pauseUntil) {
+	if r.uncertain {
+		r.unwatch = context.AfterFunc(r.ctx, func() { c.abandon(r, ne) })
+	}
+	if until := time.Now().Add(c.overloadDelay(ne.RetryAfter, r.overloads)); until.After(c.pauseUntil) {
 		c.pauseUntil = until
 	}
 	c.overloadRetried.Add(1)
 	c.signal()
-	return true
+	return nil, false
+}
+
+// takeHeldLocked empties held and returns what it held, its watches on
+// ctx stopped. Called with mu held.
+func (c *Client) takeHeldLocked() []*request {
+	held := c.held
+	c.held = nil
+	for _, r := range held {
+		if r.unwatch != nil {
+			r.unwatch()
+			r.unwatch = nil
+		}
+	}
+	return held
+}
+
+// abandon gives up on r, an uncertain request held after the Overloaded
+// answer last, when its ctx ends during the pause: it fails with an
+// *OutcomeUnknownError. A request no longer held (sent again meanwhile)
+// is left to its answer.
+func (c *Client) abandon(r *request, last error) {
+	c.mu.Lock()
+	i := slices.Index(c.held, r)
+	if i < 0 || c.pending[r.id] != r {
+		c.mu.Unlock()
+		return
+	}
+	c.held = slices.Delete(c.held, i, i+1)
+	r.unwatch = nil
+	delete(c.pending, r.id)
+	c.noteDrainedLocked()
+	err := c.unknown(r, r.ctx.Err(), last)
+	c.mu.Unlock()
+	c.win.release(r.weight)
+	r.done(err)
 }
 
 // overloadDelay is the pause after the n-th Overloaded answer (from 1) in

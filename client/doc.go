@@ -56,6 +56,44 @@
 // same records again later (or elsewhere) can succeed; doing so is up to
 // the caller.
 //
+// What a push's error says about its records, and what to do:
+//
+//   - nil: acknowledged at the tier asked for.
+//   - Not stored — push them again if you want them: ErrOverloaded (the
+//     *NackError; only with WithOverloadRetries, and only for a request no
+//     copy of which can have been taken: every time it was written the
+//     daemon answered, each time Overloaded, which it answers before
+//     taking anything); ctx's error alone (the request was taken back
+//     before it was ever written); ErrClosed alone (Close gave up on a
+//     request never written, or the push came after Close); and the local
+//     refusals (ErrEmptyBatch, ErrFrameTooLarge, ErrBadDurability,
+//     ErrBadMeta, ErrUnsupported, ErrNotPermitted) returned before the
+//     request was queued.
+//   - Refused for good: a *NackError of a code that is not Retryable.
+//     The same records will be refused the same way; fix them.
+//   - Not acknowledged: a *NackError of another retryable code
+//     (QueueTimeout, ShuttingDown, ShardFailed, DiskFull) to a request
+//     whose every copy was answered. The daemon did not acknowledge the
+//     records, but a shard that failed part-way may have kept some (see
+//     docs/wire_protocol.md); pushing them again is at least once, as a
+//     resend after a reconnect is.
+//   - Outcome unknown: an *OutcomeUnknownError (errors.Is(err,
+//     ErrOutcomeUnknown)). A copy of the request was written on a
+//     connection that broke before its answer came, or is on the wire
+//     now, and the client gave up before a definitive answer — the
+//     push's ctx ended, Close gave up, or the resent copy was refused
+//     with a retryable code, which says nothing of the earlier one. The
+//     daemon may have stored the records. To push them again without
+//     making a second record, use Client.Repush, which sends them under
+//     the same producer id and sequence numbers, so a stored copy and the
+//     new one share their record ids; pushing the payloads again as new
+//     records stores them under new ids. errors.Is also matches the
+//     error's Cause (the ctx error, ErrClosed, the Nack's sentinel), never
+//     ErrOverloaded, and Retryable reports false for it.
+//
+// Check ErrOutcomeUnknown before anything else: an outcome-unknown error
+// also matches context.DeadlineExceeded or ErrClosed.
+//
 // # Overload
 //
 // A daemon that holds as much in memory as its budget allows, or whose
@@ -74,6 +112,18 @@
 // caller gets the *NackError, ErrOverloaded, with its RetryAfter);
 // OverloadRetried counts them.
 //
+// WithOverloadRetries bounds only requests no copy of which can have been
+// stored. A request resent after a reconnect (below) may have been stored
+// by the connection that broke: an Overloaded answer to the resent copy
+// says only that this copy was not taken. Handing it to the caller as
+// ErrOverloaded would be a lie that a caller pushing the records again
+// turns into duplicates under new ids, so the client keeps retrying such a
+// request, pausing as the daemon asks, however many refusals
+// WithOverloadRetries allows, until another answer settles it (an Ack; a
+// permanent Nack, as itself; a retryable one, as an *OutcomeUnknownError),
+// or until the ctx of its push ends (an *OutcomeUnknownError) or Close
+// gives up on it (the same, wrapping ErrClosed).
+//
 // # Reconnecting and at-least-once delivery
 //
 // When the connection breaks, the client keeps every request that has not
@@ -91,8 +141,9 @@
 // With a version-1 daemon the copies get new ids, and a producer that
 // cannot tolerate them must make its records idempotent itself (for
 // example, carry its own unique key in the payload). A caller that pushes
-// records again after a Nack or after its ctx ended while waiting makes
-// new records (new sequence numbers), in either version.
+// records again after a Nack or after an *OutcomeUnknownError makes new
+// records (new sequence numbers), in either version; Client.Repush is the
+// way to push the latter again as the same records.
 //
 // The client redials until Close. A push blocked on an unreachable daemon
 // waits as long as its ctx allows; the request stays queued meanwhile.

@@ -162,6 +162,12 @@ func WithProtocolVersion(v uint8) Option {
 // sequence numbers, so even a copy stored meanwhile would be the same
 // record. With 0, or once the retries are used up, the request fails with
 // a *NackError (ErrOverloaded) carrying the hint in its RetryAfter.
+//
+// The bound holds only for requests never stored. A request resent after
+// a reconnect may have been stored by the broken connection; it is
+// retried after every Overloaded answer until it is settled or the ctx of
+// its push ends, and then fails with an *OutcomeUnknownError, never
+// ErrOverloaded.
 func WithOverloadRetries(n int) Option {
 	return func(o *options) { o.overloadRetries = n }
 }

@@ -109,8 +109,9 @@ type session struct {
 }
 
 // encode builds the frame for a push of version v (request id 0, set
-// later). recs is nil for a push of plain payloads.
-func (c *Client) encode(s *session, payloads [][]byte, recs []Record, d Durability) ([]byte, error) {
+// later) and returns it with its first sequence number. recs is nil for a
+// push of plain payloads.
+func (c *Client) encode(s *session, payloads [][]byte, recs []Record, d Durability) ([]byte, uint64, error) {
 	v := s.version
 	p := wire.Push{Version: v, Durability: d, Payloads: payloads}
 	if recs != nil {
@@ -120,25 +121,25 @@ func (c *Client) encode(s *session, payloads [][]byte, recs []Record, d Durabili
 		}
 		metas, replay, err := recordMetas(recs)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if metas != nil && v < wire.Version2 {
-			return nil, fmt.Errorf("client: %w", ErrUnsupported)
+			return nil, 0, fmt.Errorf("client: %w", ErrUnsupported)
 		}
 		if replay && s.flags&wire.FlagReplay == 0 {
-			return nil, fmt.Errorf("client: replay needs a connection granted replay (the Unix socket): %w", ErrNotPermitted)
+			return nil, 0, fmt.Errorf("client: replay needs a connection granted replay (the Unix socket): %w", ErrNotPermitted)
 		}
 		p.Metas = metas
 	}
 	if n, limit := wire.BodySize(p), c.maxFrame(s); n > limit {
-		return nil, fmt.Errorf("client: push of %d records needs a %d byte frame, cap is %d: %w",
+		return nil, 0, fmt.Errorf("client: push of %d records needs a %d byte frame, cap is %d: %w",
 			len(p.Payloads), n, limit, ErrFrameTooLarge)
 	}
 	if v >= wire.Version2 {
 		p.FirstSeq = c.prod.reserve(len(p.Payloads))
 		p.EventTime = time.Now().UnixNano()
 	}
-	return wire.AppendPush(make([]byte, 0, wire.HeaderSize+wire.BodySize(p)), p), nil
+	return wire.AppendPush(make([]byte, 0, wire.HeaderSize+wire.BodySize(p)), p), p.FirstSeq, nil
 }
 
 // recordMetas encodes the records' metadata blocks, checked as the daemon

@@ -143,7 +143,10 @@ func runPush(ctx context.Context, f pushFlags, tier client.Durability, stdin io.
 		res.nacked.Add(int64(len(ch.payloads)))
 		code := "error"
 		var ne *client.NackError
-		if errors.As(err, &ne) {
+		switch {
+		case errors.Is(err, client.ErrOutcomeUnknown):
+			code = "outcome unknown"
+		case errors.As(err, &ne):
 			code = ne.Code.String()
 		}
 		nackMu.Lock()

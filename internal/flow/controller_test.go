@@ -514,3 +514,33 @@ func TestControllerWatchedQueueIsNotPressure(t *testing.T) {
 		t.Fatalf("the same fill as pressure: %s, want critical", s.State)
 	}
 }
+
+// TestControllerMemoryRatio pins the memory signal (weir_flow_memory_ratio,
+// what flow.*_memory_percent compare with): the live heap ÷ the memory the
+// process may use — Options.MemoryLimit (GOMEMLIMIT, the cgroup) when set,
+// else twice the budget — never ÷ the budget itself.
+func TestControllerMemoryRatio(t *testing.T) {
+	for _, tc := range []struct {
+		budget, limit, heap int64
+		want                float64
+		state               flow.State // with a busy queue (not the working-set rule)
+	}{
+		{budget: 1000, heap: 500, want: 0.25, state: flow.Normal},
+		{budget: 1000, heap: 1000, want: 0.5, state: flow.Normal},    // a heap the size of the budget
+		{budget: 1000, heap: 1700, want: 0.85, state: flow.Degraded}, // ÷ budget would be 1.7: critical
+		{budget: 1000, heap: 1900, want: 0.95, state: flow.Critical},
+		{budget: 1000, limit: 4000, heap: 1000, want: 0.25, state: flow.Normal}, // GOMEMLIMIT or the cgroup
+		{budget: 1000, limit: 1000, heap: 850, want: 0.85, state: flow.Degraded},
+	} {
+		var heap atomic.Int64
+		heap.Store(tc.heap)
+		c := flow.NewController(flow.Options{Budget: warm(t, tc.budget), MemoryLimit: tc.limit, Thresholds: flow.DefaultThresholds(),
+			Stuck: flow.DefaultStuckThresholds(), HeapBytes: heap.Load})
+		c.AddQueue("q", func() float64 { return 0.5 })
+		s := c.Sample()
+		if math.Abs(s.Signals.Memory-tc.want) > 1e-9 || s.State != tc.state {
+			t.Errorf("budget %d, limit %d, heap %d: memory %v in state %s, want %v in %s",
+				tc.budget, tc.limit, tc.heap, s.Signals.Memory, s.State, tc.want, tc.state)
+		}
+	}
+}

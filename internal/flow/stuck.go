@@ -52,8 +52,8 @@ const (
 type StuckThresholds struct {
 	// Memory: held memory at or above this counts as high — the budget in
 	// use as a share of what is grantable (Signals.Held), or the live heap
-	// as a share of the budget (Signals.Memory) while some of the budget
-	// is in use (see Condition).
+	// as a share of the memory the process may use (Signals.Memory) while
+	// some of the budget is in use (see Condition).
 	Memory float64
 	// IdleQueue: every queue below this fill counts as empty.
 	IdleQueue float64

@@ -67,7 +67,7 @@ func newFlow(f factory, th flow.Thresholds) *Flow {
 	x.waiting = f.gauge("weir_memory_budget_waiting_bytes", "Bytes of reservations waiting for the budget.")
 	x.heap = f.gauge("weir_flow_live_heap_bytes", "Live heap at the last garbage collection, as the backpressure machine reads it.")
 	x.ratio = f.gauge("weir_flow_expansion_ratio", "Expansion ratio the drain's size estimates use (the p95 of recent samples, or the cold-start ratio); sources keep their own.")
-	x.memory = f.gauge("weir_flow_memory_ratio", "Live heap as a share of the budget (the machine's memory signal).")
+	x.memory = f.gauge("weir_flow_memory_ratio", "Live heap ÷ the memory the process may use: GOMEMLIMIT or the cgroup's memory.max when set, else 2 × memory_budget (the machine's memory signal).")
 	x.saturation = f.gauge("weir_flow_saturation_ratio", "Fill of the fullest bounded queue or of the budget (the machine's saturation signal).")
 	x.sinkBound = f.gauge("weir_flow_sink_bound", "1 while saturation is high and memory low: the sink, not memory, is the bottleneck.")
 	x.queueFill = f.gaugeVec("weir_flow_queue_fill_ratio", "Fill of each bounded queue flow control watches.", "queue")

@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,4 +233,35 @@ func TestHealthWatchesStuckDetector(t *testing.T) {
 	if err := h.Liveness(); err != nil {
 		t.Fatalf("after progress: %v", err)
 	}
+}
+
+// weir_flow_memory_ratio is defined once (internal/flow's
+// TestControllerMemoryRatio pins the computation): its help and its row in
+// docs/monitoring.md both say what it is divided by.
+func TestMemoryRatioDefinition(t *testing.T) {
+	m, reg := New(Config{Shards: 1, Sink: "file"})
+	m.Flow(flow.DefaultThresholds())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/monitoring.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `weir_flow_memory_ratio` .*$").Find(doc)
+	for _, mf := range mfs {
+		if mf.GetName() != "weir_flow_memory_ratio" {
+			continue
+		}
+		for what, text := range map[string]string{"help": mf.GetHelp(), "docs/monitoring.md": string(row)} {
+			for _, want := range []string{"Live heap ÷ the memory the process may use", "GOMEMLIMIT", "memory.max", "2 × "} {
+				if !strings.Contains(text, want) {
+					t.Errorf("%s of weir_flow_memory_ratio does not say %q: %s", what, want, text)
+				}
+			}
+		}
+		return
+	}
+	t.Fatal("no weir_flow_memory_ratio")
 }

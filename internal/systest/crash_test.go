@@ -137,19 +137,8 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	l := newLedger()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var wg sync.WaitGroup
-	for p := 0; p < 8; p++ {
-		tier := client.Durable
-		if p%2 == 1 {
-			tier = client.Buffered
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			produce(ctx, t, d.socket, fmt.Sprintf("gs%02d", p), 0, 1+p%3, tier, l, 2*time.Second,
-				client.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
-		}()
-	}
+	wait := produceEach(ctx, t, d.socket, 8, func(p int) string { return fmt.Sprintf("gs%02d", p) }, func(p int) int { return 1 + p%3 },
+		l, 2*time.Second, client.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
 	time.Sleep(700 * time.Millisecond)
 	start := time.Now()
 	if err := d.stop(25 * time.Second); err != nil {
@@ -157,7 +146,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	}
 	t.Logf("graceful shutdown under load took %v", time.Since(start))
 	cancel()
-	wg.Wait()
+	wait()
 	if l.ackedCount() == 0 {
 		t.Fatal("nothing was acked")
 	}

@@ -17,11 +17,16 @@ type ledger struct {
 	mu     sync.Mutex
 	acked  map[string]bool
 	nacked map[wire.Code]int
-	other  int // errors other than a Nack (connection lost for good, ctx)
+	// refused are the payloads of Nacked requests, by code.
+	refused map[string]wire.Code
+	other   int // errors other than a Nack (connection lost for good, ctx)
+	// unknown counts, among other, the records whose outcome the client
+	// could not know (client.ErrOutcomeUnknown): they may be stored.
+	unknown int
 }
 
 func newLedger() *ledger {
-	return &ledger{acked: map[string]bool{}, nacked: map[wire.Code]int{}}
+	return &ledger{acked: map[string]bool{}, nacked: map[wire.Code]int{}, refused: map[string]wire.Code{}}
 }
 
 func (l *ledger) result(payloads [][]byte, err error) {
@@ -33,9 +38,18 @@ func (l *ledger) result(payloads [][]byte, err error) {
 		}
 		return
 	}
+	if errors.Is(err, client.ErrOutcomeUnknown) {
+		// Possibly stored: neither acked nor refused, whatever its cause.
+		l.unknown += len(payloads)
+		l.other += len(payloads)
+		return
+	}
 	var ne *client.NackError
 	if errors.As(err, &ne) {
 		l.nacked[ne.Code] += len(payloads)
+		for _, p := range payloads {
+			l.refused[string(p)] = ne.Code
+		}
 		return
 	}
 	l.other += len(payloads)
@@ -84,4 +98,24 @@ func produce(ctx context.Context, t testing.TB, socket, name string, n, batch in
 	closeCtx, cancel := context.WithTimeout(context.Background(), closeWait)
 	defer cancel()
 	c.Close(closeCtx)
+}
+
+// produceEach runs n producers, each with produce: the p-th named
+// name(p), batch(p) records a frame, Durable for even p and Buffered for
+// odd. wait returns once every one has returned.
+func produceEach(ctx context.Context, t testing.TB, socket string, n int, name func(p int) string, batch func(p int) int,
+	l *ledger, closeWait time.Duration, opts ...client.Option) (wait func()) {
+	var wg sync.WaitGroup
+	for p := range n {
+		tier := client.Durable
+		if p%2 == 1 {
+			tier = client.Buffered
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			produce(ctx, t, socket, name(p), 0, batch(p), tier, l, closeWait, opts...)
+		}()
+	}
+	return wg.Wait
 }
