@@ -673,7 +673,7 @@ func (s *shard) openSegment() error {
 	if chunk := s.l.opts.PreallocateBytes; chunk > 0 {
 		// Always a full chunk first: a new segment is where a reduced
 		// reservation goes back to normal once there is space again.
-		if prealloc, err = s.preallocate(f, path, 0, min(chunk, s.l.opts.SegmentMaxBytes), 0); err != nil {
+		if prealloc, err = s.preallocate(f, path, HeaderSize, 0, min(chunk, s.l.opts.SegmentMaxBytes), 0); err != nil {
 			return abandon(f, "preallocate", err)
 		}
 	}

@@ -61,3 +61,25 @@ func TestNearlyFullExt4(t *testing.T) {
 		t.Fatalf("%d records after reopen, %d acknowledged", n, acked)
 	}
 }
+
+// TestNearlyFullExt4TwoShards opens two shards, each wanting a 64 MiB
+// reservation, with 20 MiB free: the first shard's failed attempts at a
+// full chunk must not keep the space ext4 found for them, or the second
+// shard cannot even write its segment's header and refuses every push.
+// Both shards store a Durable push, and the disk is not left full.
+func TestNearlyFullExt4TwoShards(t *testing.T) {
+	mnt := testenv.LoopExt4(t, 64<<20)
+	testenv.FillTo(t, mnt, 20<<20)
+	dir := filepath.Join(mnt, "wab")
+	l := mustOpen(t, Options{Dir: dir, Shards: 2, SegmentMaxAge: -1})
+	t.Cleanup(func() { l.Close(context.Background()) }) // before the unmount, if the test fails
+	for shard := range 2 {
+		if err := submit(t, l, shard, Durable, int64(shard), []byte("fits")); err != nil {
+			t.Fatalf("shard %d: a small Durable push with 20 MiB free: %v", shard, err)
+		}
+	}
+	if free := testenv.FreeBytes(t, mnt); free < 64<<10 {
+		t.Fatalf("%d bytes free with both shards open: the reservations took the whole disk", free)
+	}
+	mustClose(t, l)
+}
