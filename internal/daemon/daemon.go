@@ -136,8 +136,8 @@ type buffer struct {
 // startBuffer opens the write-ahead buffer and what it delivers to, and
 // starts the drain.
 func startBuffer(ctx context.Context, cfg *config.Config, fs vfs.FS, log *slog.Logger, tel *telemetry) (*buffer, error) {
-	if err := fs.MkdirAll(cfg.WABDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create wab_dir: %w", err)
+	if err := makeDirs(fs, cfg); err != nil { // before the shards reserve space
+		return nil, err
 	}
 	wlog, err := wab.Open(ctx, wab.Options{
 		FS:               fs,
