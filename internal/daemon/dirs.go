@@ -13,8 +13,10 @@ import (
 const sinkDirPerm = 0o750
 
 // makeDirs creates every directory a node with a write-ahead buffer
-// writes — wab_dir, the drain's dead-letter lane, the [sink]'s and each
-// [[secondary]]'s directory — before the buffer opens. Its shards reserve
+// opens at start — wab_dir, the drain's dead-letter lane, the [sink]'s and
+// each [[secondary]]'s directory and quarantine_dir — before the buffer
+// opens (the dq-audit directory is opened before it already; the gates'
+// quarantine lanes only when first written). Its shards reserve
 // their first segments as they start, and on a nearly full disk those
 // reservations may take every block left: a directory made afterwards
 // could fail with ENOSPC and stop the start, where a node that cannot
@@ -29,6 +31,11 @@ func makeDirs(fs vfs.FS, cfg *config.Config) error {
 	sinks := []config.SinkConfig{cfg.Sink}
 	for _, sc := range cfg.Secondaries {
 		sinks = append(sinks, sc.Sink)
+		if sc.QuarantinePostgresURL == "" && sc.QuarantineMaxBytes > 0 && sc.QuarantineDir != "" { // as openQuarantine opens it
+			if err := fs.MkdirAll(sc.QuarantineDir, 0o700); err != nil {
+				return fmt.Errorf("create secondary %q's quarantine_dir: %w", sc.Name, err)
+			}
+		}
 	}
 	for _, sc := range sinks {
 		if dir := cfg.SinkDir(sc); dir != "" {
