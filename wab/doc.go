@@ -125,7 +125,9 @@
 // that cannot get PreallocFloor starts with no reservation. A reservation
 // that runs out of space keeps nothing past the end of the file (ext4
 // keeps what a failed fallocate found; vfs truncates it away), so each
-// smaller one is made again from there. The shard keeps the smaller chunk until a new segment gets a full one again. The
+// smaller one is made again from there, and when none fits, the one the
+// segment had (a footer's room among it) is made again. The shard keeps
+// the smaller chunk until a new segment gets a full one again. The
 // first fallback is logged at warn, the return to full chunks at info, and
 // an Observer that implements PreallocObserver sees each change. A batch
 // fails with ErrDiskFull only when its own bytes cannot be reserved.

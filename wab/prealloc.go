@@ -40,10 +40,12 @@ type PreallocObserver interface {
 // PreallocFloor, and then just [off, off+need); a need of 0 then reserves
 // nothing and succeeds. A reservation that runs out of space may release
 // every one before it past eof (vfs.File.Preallocate), so the fallbacks
-// reserve from min(off, eof) again. It returns where the reservation now
-// ends — after an error too, which is then at least min(off, eof). Errors
-// other than running out of space are returned at once; running out of
-// space only when even need could not be reserved.
+// reserve from min(off, eof) again, and when none succeeds the old
+// reservation, up to off, is made again (it was just freed, so it fits
+// unless another writer took the space meanwhile). It returns where the
+// reservation now ends, after an error too. Errors other than running
+// out of space are returned at once; running out of space only when even
+// need could not be reserved.
 func (s *shard) preallocate(f vfs.File, path string, eof, off, want, need int64) (int64, error) {
 	from, size := off, want
 	for {
@@ -56,19 +58,28 @@ func (s *shard) preallocate(f vfs.File, path string, eof, off, want, need int64)
 			return from, err
 		}
 		from = min(off, eof)
-		if size <= need {
-			return from, err
-		}
-		if next := size / 2; next >= PreallocFloor && next > need {
+		switch next := size / 2; {
+		case size <= need:
+			return restoreReservation(f, from, off), err
+		case next >= PreallocFloor && next > need:
 			size = next
-			continue
-		}
-		if need == 0 {
+		case need == 0:
 			s.noteChunk(path, want, 0)
-			return from, nil
+			return restoreReservation(f, from, off), nil
+		default:
+			size = need
 		}
-		size = need
 	}
+}
+
+// restoreReservation reserves [from, off) of f again after a failed
+// reservation released it (the room for a footer among it), returning
+// where the reservation now ends: from when even that no longer fits.
+func restoreReservation(f vfs.File, from, off int64) int64 {
+	if from >= off || f.Preallocate(from, off-from) != nil {
+		return from
+	}
+	return off
 }
 
 // noteChunk records the outcome of a reservation that wanted want bytes and

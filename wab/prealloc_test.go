@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -155,5 +156,61 @@ func TestPreallocStillDiskFull(t *testing.T) {
 	}
 	if n := len(readAllSealed(t, nil, dir)); n != 3 {
 		t.Fatalf("%d records stored, want 3", n)
+	}
+}
+
+// ext4File is a file on a disk with free bytes left that behaves as the
+// real vfs does on ext4: a reservation that runs out of space releases
+// every reservation past the end of the file.
+type ext4File struct {
+	vfs.File
+	size, reserved, free int64
+}
+
+func (f *ext4File) Preallocate(off, n int64) error {
+	start := max(f.reserved, f.size)
+	if grow := off + n - start; grow > f.free {
+		f.free += start - f.size // ext4 kept what it found; the truncate frees it all
+		f.reserved = f.size
+		return &os.PathError{Op: "fallocate", Path: "seg", Err: syscall.ENOSPC}
+	} else if grow > 0 {
+		f.free -= grow
+		f.reserved = off + n
+	}
+	return nil
+}
+
+// TestPreallocAfterRelease: a reservation that runs out of space on a
+// file system that then releases everything past the end of the file
+// reserves again from there — the old reservation with a smaller chunk —
+// and when nothing larger fits, makes the old reservation again (the room
+// for the footer of a segment's records is in it), never leaving less
+// than before.
+func TestPreallocAfterRelease(t *testing.T) {
+	l := mustOpen(t, Options{Dir: t.TempDir(), Shards: 1, SegmentMaxAge: -1})
+	defer mustClose(t, l)
+	s := l.shards[0]
+	const eof, old = 1000, 1000 + 4<<20 // written up to eof, reserved up to old
+	for _, tc := range []struct {
+		name      string
+		free      int64
+		need      int64
+		wantEnd   int64
+		wantError bool
+	}{
+		{"a smaller chunk fits once the old reservation is freed", 3 << 19, 0, old + 1<<20, false},
+		{"nothing more fits: the old reservation is made again", 0, 0, old, false},
+		{"the batch's own bytes do not fit: the old reservation is made again", 0, 100, old, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &ext4File{size: eof, reserved: old, free: tc.free}
+			end, err := s.preallocate(f, "seg", eof, old, 64<<20, tc.need)
+			if end != tc.wantEnd || f.reserved != tc.wantEnd || (err != nil) != tc.wantError {
+				t.Fatalf("reservation ends at %d (the file's at %d), error %v; want %d, error: %v", end, f.reserved, err, tc.wantEnd, tc.wantError)
+			}
+			if tc.wantError && !isDiskFull(err) {
+				t.Fatalf("error %v, want a disk-full one", err)
+			}
+		})
 	}
 }
