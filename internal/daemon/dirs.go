@@ -16,7 +16,7 @@ const sinkDirPerm = 0o750
 // opens at start — wab_dir, the drain's dead-letter lane, the [sink]'s and
 // each [[secondary]]'s directory and quarantine_dir — before the buffer
 // opens (the dq-audit directory is opened before it already; the gates'
-// quarantine lanes only when first written). Its shards reserve
+// quarantine lanes only when first written). The buffer's shards reserve
 // their first segments as they start, and on a nearly full disk those
 // reservations may take every block left: a directory made afterwards
 // could fail with ENOSPC and stop the start, where a node that cannot
