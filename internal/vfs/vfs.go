@@ -53,7 +53,9 @@ type File interface {
 	// platform cannot do it. ENOSPC surfaces here rather than mid-write.
 	// A call that runs out of space (ENOSPC, EDQUOT) may release every
 	// reservation past the end of the file, earlier ones included: the
-	// real one does, since ext4 keeps what a failed fallocate found.
+	// real one does, since ext4 keeps what a failed fallocate found, by
+	// truncating the file to its size — so nothing may write the file
+	// while Preallocate runs.
 	Preallocate(off, n int64) error
 	// Seek sets the offset for the next Read or Write.
 	Seek(offset int64, whence int) (int64, error)
