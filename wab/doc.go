@@ -113,7 +113,10 @@
 // its directory fsynced, all before any record is written to it. The flusher
 // creates the first segment of each shard when it starts and the next one
 // right after sealing the previous, so creation normally happens between
-// batches rather than in front of one. The reservation is extended (after
+// batches rather than in front of one — but only with a full chunk: on a
+// disk that cannot hold one, an empty segment would keep its reservation
+// for as long as no record comes, space the drain needs to deliver what is
+// stored, so the next batch creates it instead. The reservation is extended (after
 // the batch's acks) when less than half a chunk is left; if a batch would
 // run past the reservation, it is extended before the write, so that an
 // out-of-space condition fails that batch with ErrDiskFull before any byte

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -210,6 +211,51 @@ func TestPreallocAfterRelease(t *testing.T) {
 			}
 			if tc.wantError && !isDiskFull(err) {
 				t.Fatalf("error %v, want a disk-full one", err)
+			}
+		})
+	}
+}
+
+// TestNoSegmentAheadWithoutAFullChunk: a shard makes its next segment
+// ahead of work (at start, after a seal) only with a full chunk. On a
+// disk that cannot hold one, an empty segment would keep what it reserved
+// for as long as no record comes — space the drain needs to deliver what
+// is stored, and so to free it — so the segment is left for the next
+// batch, which falls back to less; with room, it is there ahead.
+func TestNoSegmentAheadWithoutAFullChunk(t *testing.T) {
+	for _, full := range []bool{true, false} {
+		t.Run(map[bool]string{true: "disk nearly full", false: "room"}[full], func(t *testing.T) {
+			dir := t.TempDir()
+			efs := errorfs.New(vfs.OS)
+			if full {
+				efs.Add(errorfs.Rule{Op: errorfs.OpPreallocate, Path: "*.wab", Larger: 1 << 20, Errno: syscall.ENOSPC})
+			}
+			o := testOpts(dir)
+			o.FS, o.PreallocateBytes, o.SegmentMaxAge = efs, 4<<20, 50*time.Millisecond
+			l := mustOpen(t, o)
+			defer mustClose(t, l)
+			open := func() int {
+				m, _ := filepath.Glob(filepath.Join(dir, ShardDirName(0), "*.wab"))
+				return len(m)
+			}
+			sealed := func() int {
+				m, _ := filepath.Glob(filepath.Join(dir, ShardDirName(0), "*.wab.sealed"))
+				return len(m)
+			}
+			time.Sleep(100 * time.Millisecond) // the flusher has started
+			if got, want := open(), map[bool]int{true: 0, false: 1}[full]; got != want {
+				t.Fatalf("%d open segments at start, want %d", got, want)
+			}
+			if err := submit(t, l, 0, Durable, 1, []byte("a record")); err != nil {
+				t.Fatalf("a small push: %v", err)
+			}
+			waitFor(t, "the segment to be sealed by age", func() bool { return sealed() == 1 })
+			time.Sleep(100 * time.Millisecond)
+			if got, want := open(), map[bool]int{true: 0, false: 1}[full]; got != want {
+				t.Fatalf("%d open segments after the seal, want %d", got, want)
+			}
+			if err := submit(t, l, 0, Durable, 2, []byte("the next record")); err != nil {
+				t.Fatalf("a small push after the seal: %v", err)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,8 +23,10 @@ import (
 // what they want; the daemon must still create every directory it needs,
 // become ready, store small Durable pushes on every connection (each
 // shard), answer DiskFull to pushes that no longer fit, and, once space is
-// freed, deliver everything it acknowledged. Needs root and the
-// loop-device tools (testenv.LoopExt4).
+// freed, deliver everything it acknowledged — which it cannot if the
+// segments made after a seal take the freed space back for reservations
+// the sink then lacks. Needs root and the loop-device tools
+// (testenv.LoopExt4).
 func TestSmallDiskStart(t *testing.T) {
 	mnt := testenv.LoopExt4(t, 64<<20)
 	testenv.FillTo(t, mnt, 20<<20)
@@ -33,7 +36,10 @@ func TestSmallDiskStart(t *testing.T) {
 	d.start()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("--- daemon log (tail) ---\n%s", tail(d.log.String(), 6000))
+			// What holds the space: the sink's files, the segments and
+			// their reservations (ls -s counts allocated blocks).
+			du, _ := exec.Command("sh", "-c", "df -B1 "+mnt+"; ls -lsR "+mnt).CombinedOutput()
+			t.Logf("--- disk ---\n%s\n--- daemon log (tail) ---\n%s", du, tail(d.log.String(), 6000))
 		}
 	})
 
