@@ -366,7 +366,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 			func(p *partial) **int64 { return &p.SegmentMaxBytes }, func(c *Config) *int64 { return &c.SegmentMaxBytes }),
 		durationKnob("segment_max_age", DefaultSegmentMaxAge, time.Millisecond, 24*time.Hour, "A segment is sealed (and handed to the drain) once it is this old.",
 			func(p *partial) **time.Duration { return &p.SegmentMaxAge }, func(c *Config) *time.Duration { return &c.SegmentMaxAge }),
-		sizeKnob("segment_preallocate_bytes", DefaultPreallocateBytes, 0, 4*gib, "Disk space reserved for each new segment ahead of writes; 0 turns preallocation off. Never more than segment_max_bytes. On a disk with less free space, less is reserved (halved down to 1MiB, then just what each batch needs; logged once, weir_wab_preallocate_reduced): a push fails with DiskFull only when its own bytes cannot be reserved.",
+		sizeKnob("segment_preallocate_bytes", DefaultPreallocateBytes, 0, 4*gib, "Disk space reserved for each new segment ahead of writes; 0 turns preallocation off. Never more than segment_max_bytes. On a disk with less free space, less is reserved (halved down to 1MiB, then just what each batch needs; logged once, weir_wab_preallocate_reduced), and a segment is made when a push needs it rather than ahead, so idle segments hold no space the sink needs: a push fails with DiskFull only when its own bytes cannot be reserved.",
 			func(p *partial) **int64 { return &p.PreallocateBytes }, func(c *Config) *int64 { return &c.PreallocateBytes }),
 
 		durationKnob("drain_retry_base", DefaultDrainRetryBase, time.Millisecond, time.Minute, "First back-off after a sink reports a transient error; doubles per attempt.",
