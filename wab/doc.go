@@ -115,7 +115,10 @@
 // its directory fsynced, all before any record is written to it. The flusher
 // creates the first segment of each shard when it starts and the next one
 // right after sealing the previous, so creation normally happens between
-// batches rather than in front of one. The reservation is extended (after
+// batches rather than in front of one — but only with a full chunk: on a
+// disk that cannot hold one, an empty segment would keep its reservation
+// for as long as no record comes, space the drain needs to deliver what is
+// stored, so the next batch creates it instead. The reservation is extended (after
 // the batch's acks) when less than half a chunk is left; if a batch would
 // run past the reservation, it is extended before the write, so that an
 // out-of-space condition fails that batch with ErrDiskFull before any byte
@@ -124,8 +127,12 @@
 // A disk with less free space than a chunk does not refuse everything: a
 // reservation that does not fit is halved, down to PreallocFloor, and then
 // only the batch's own bytes (and a footer's) are reserved; a new segment
-// that cannot get PreallocFloor starts with no reservation. The shard
-// keeps the smaller chunk until a new segment gets a full one again. The
+// that cannot get PreallocFloor starts with no reservation. A reservation
+// that runs out of space keeps nothing past the end of the file (ext4
+// keeps what a failed fallocate found; vfs truncates it away), so each
+// smaller one is made again from there, and when none fits, the one the
+// segment had (a footer's room among it) is made again. The shard keeps
+// the smaller chunk until a new segment gets a full one again. The
 // first fallback is logged at warn, the return to full chunks at info, and
 // an Observer that implements PreallocObserver sees each change. A batch
 // fails with ErrDiskFull only when its own bytes cannot be reserved.

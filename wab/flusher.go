@@ -1,6 +1,7 @@
 package wab
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -150,9 +151,7 @@ func (s *shard) run() {
 	// A SubmitInline may have been first and opened one.
 	if s.seg == nil {
 		s.busySince.Store(monoNow())
-		if err := s.openSegment(); err != nil {
-			s.l.logger.Warn("cannot prepare segment; will retry on the next batch", "shard", s.id, "err", err)
-		}
+		s.prepareSegment()
 		s.busySince.Store(0)
 	}
 	for {
@@ -479,7 +478,7 @@ func (s *shard) process(yield bool) {
 // batch's path; the check after each batch makes this rare).
 func (s *shard) segmentFor(size int64) error {
 	if s.seg == nil {
-		if err := s.openSegment(); err != nil {
+		if err := s.openSegment(false); err != nil {
 			return err
 		}
 	}
@@ -491,7 +490,7 @@ func (s *shard) segmentFor(size int64) error {
 		return err
 	}
 	if s.seg == nil {
-		return s.openSegment()
+		return s.openSegment(false)
 	}
 	return nil
 }
@@ -629,11 +628,22 @@ func (s *shard) startWriteback(seg *segment) {
 	seg.written = end
 }
 
+// errNoRoomAhead is openSegment's answer, ahead of work, when the disk
+// cannot hold a full chunk: the segment is left for a batch to create.
+var errNoRoomAhead = errors.New("wab: no room for a full chunk ahead of work; the next batch creates the segment")
+
 // openSegment creates the next segment durably: create (exclusive), header,
 // preallocate, fdatasync, directory fsync. Nothing is written to it before
 // that has returned. Out-of-space and other errors before the syncs remove
 // the file and fail only the caller's batch; a failed sync fails the shard.
-func (s *shard) openSegment() error {
+//
+// ahead is set when no batch waits for the segment (the flusher's start,
+// right after a seal): then it gets a full chunk or is not made at all
+// (errNoRoomAhead). On a nearly full disk an empty segment would hold,
+// for as long as no record comes, space the drain needs to deliver what
+// is stored — and so to free it; a batch's own segment falls back to
+// less and is sealed within SegmentMaxAge, releasing what it did not use.
+func (s *shard) openSegment(ahead bool) error {
 	seq := s.nextSeq
 	s.nextSeq++
 	uid, err := randomUID()
@@ -673,7 +683,18 @@ func (s *shard) openSegment() error {
 	if chunk := s.l.opts.PreallocateBytes; chunk > 0 {
 		// Always a full chunk first: a new segment is where a reduced
 		// reservation goes back to normal once there is space again.
-		if prealloc, err = s.preallocate(f, path, 0, min(chunk, s.l.opts.SegmentMaxBytes), 0); err != nil {
+		want := min(chunk, s.l.opts.SegmentMaxBytes)
+		if ahead {
+			if err := f.Preallocate(0, want); err != nil {
+				if isDiskFull(err) {
+					abandon(f, "preallocate", err)
+					return errNoRoomAhead
+				}
+				return abandon(f, "preallocate", err)
+			}
+			prealloc = want
+			s.noteChunk(path, want, want)
+		} else if prealloc, err = s.preallocate(f, path, HeaderSize, 0, want, 0); err != nil {
 			return abandon(f, "preallocate", err)
 		}
 	}
@@ -706,9 +727,17 @@ func (s *shard) rotate(prepare bool) {
 		return
 	}
 	if prepare {
-		if err := s.openSegment(); err != nil {
-			s.l.logger.Warn("cannot prepare next segment; will retry on the next batch", "shard", s.id, "err", err)
-		}
+		s.prepareSegment()
+	}
+}
+
+// prepareSegment creates the next segment ahead of work, if it can.
+func (s *shard) prepareSegment() {
+	switch err := s.openSegment(true); {
+	case errors.Is(err, errNoRoomAhead):
+		s.l.logger.Debug("disk nearly full: the next segment is created when a batch needs it", "shard", s.id)
+	case err != nil:
+		s.l.logger.Warn("cannot prepare segment; will retry on the next batch", "shard", s.id, "err", err)
 	}
 }
 

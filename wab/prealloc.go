@@ -34,33 +34,52 @@ type PreallocObserver interface {
 	Preallocation(shard int, want, chunk int64)
 }
 
-// preallocate reserves [off, off+want) in f. When the disk cannot hold
-// that much it tries half as much, and so on down to PreallocFloor, and
-// then just [off, off+need); a need of 0 then reserves nothing and
-// succeeds. It returns how much it reserved. Errors other than running
+// preallocate reserves [off, off+want) in f, a file of eof bytes whose
+// reservation ends at off (none past its end when off <= eof). When the
+// disk cannot hold that much it tries half as much, and so on down to
+// PreallocFloor, and then just [off, off+need); a need of 0 then reserves
+// nothing and succeeds. A reservation that runs out of space may release
+// every one before it past eof (vfs.File.Preallocate), so the fallbacks
+// reserve from min(off, eof) again, and when none succeeds the old
+// reservation, up to off, is made again (it was just freed, so it fits
+// unless another writer took the space meanwhile). It returns where the
+// reservation now ends, after an error too. Errors other than running
 // out of space are returned at once; running out of space only when even
 // need could not be reserved.
-func (s *shard) preallocate(f vfs.File, path string, off, want, need int64) (int64, error) {
-	size := want
+func (s *shard) preallocate(f vfs.File, path string, eof, off, want, need int64) (int64, error) {
+	from, size := off, want
 	for {
-		err := f.Preallocate(off, size)
+		err := f.Preallocate(from, off+size-from)
 		if err == nil {
 			s.noteChunk(path, want, size)
-			return size, nil
+			return off + size, nil
 		}
-		if !isDiskFull(err) || size <= need {
-			return 0, err
+		if !isDiskFull(err) {
+			return from, err
 		}
-		if next := size / 2; next >= PreallocFloor && next > need {
+		from = min(off, eof)
+		switch next := size / 2; {
+		case size <= need:
+			return restoreReservation(f, from, off), err
+		case next >= PreallocFloor && next > need:
 			size = next
-			continue
-		}
-		if need == 0 {
+		case need == 0:
 			s.noteChunk(path, want, 0)
-			return 0, nil
+			return restoreReservation(f, from, off), nil
+		default:
+			size = need
 		}
-		size = need
 	}
+}
+
+// restoreReservation reserves [from, off) of f again after a failed
+// reservation released it (the room for a footer among it), returning
+// where the reservation now ends: from when even that no longer fits.
+func restoreReservation(f vfs.File, from, off int64) int64 {
+	if from >= off || f.Preallocate(from, off-from) != nil {
+		return from
+	}
+	return off
 }
 
 // noteChunk records the outcome of a reservation that wanted want bytes and
@@ -104,15 +123,16 @@ func (s *shard) reserve(need int64) error {
 	}
 	minEnd := seg.off + need + FooterFrameSize
 	end := max(minEnd, min(seg.prealloc+s.chunk, s.l.opts.SegmentMaxBytes))
-	got, err := s.preallocate(seg.f, seg.path, seg.prealloc, end-seg.prealloc, minEnd-seg.prealloc)
+	got, err := s.preallocate(seg.f, seg.path, seg.off, seg.prealloc, end-seg.prealloc, minEnd-seg.prealloc)
 	if err != nil {
 		perr := fmt.Errorf("wab: shard %d: preallocate %s: %w", s.id, seg.path, err)
 		if isDiskFull(err) {
+			seg.prealloc = got
 			return classify(perr)
 		}
 		return s.fail(perr)
 	}
-	seg.prealloc += got
+	seg.prealloc = got
 	return nil
 }
 
@@ -126,10 +146,9 @@ func (s *shard) preallocAhead() {
 		return
 	}
 	end := min(seg.prealloc+chunk, s.l.opts.SegmentMaxBytes)
-	got, err := s.preallocate(seg.f, seg.path, seg.prealloc, end-seg.prealloc, 0)
+	got, err := s.preallocate(seg.f, seg.path, seg.off, seg.prealloc, end-seg.prealloc, 0)
+	seg.prealloc = got
 	if err != nil {
 		s.l.logger.Debug("preallocate ahead failed", "shard", s.id, "path", seg.path, "err", err)
-		return
 	}
-	seg.prealloc += got
 }

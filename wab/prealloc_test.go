@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -155,5 +157,106 @@ func TestPreallocStillDiskFull(t *testing.T) {
 	}
 	if n := len(readAllSealed(t, nil, dir)); n != 3 {
 		t.Fatalf("%d records stored, want 3", n)
+	}
+}
+
+// ext4File is a file on a disk with free bytes left that behaves as the
+// real vfs does on ext4: a reservation that runs out of space releases
+// every reservation past the end of the file.
+type ext4File struct {
+	vfs.File
+	size, reserved, free int64
+}
+
+func (f *ext4File) Preallocate(off, n int64) error {
+	start := max(f.reserved, f.size)
+	if grow := off + n - start; grow > f.free {
+		f.free += start - f.size // ext4 kept what it found; the truncate frees it all
+		f.reserved = f.size
+		return &os.PathError{Op: "fallocate", Path: "seg", Err: syscall.ENOSPC}
+	} else if grow > 0 {
+		f.free -= grow
+		f.reserved = off + n
+	}
+	return nil
+}
+
+// TestPreallocAfterRelease: a reservation that runs out of space on a
+// file system that then releases everything past the end of the file
+// reserves again from there — the old reservation with a smaller chunk —
+// and when nothing larger fits, makes the old reservation again (the room
+// for the footer of a segment's records is in it), never leaving less
+// than before.
+func TestPreallocAfterRelease(t *testing.T) {
+	l := mustOpen(t, Options{Dir: t.TempDir(), Shards: 1, SegmentMaxAge: -1})
+	defer mustClose(t, l)
+	s := l.shards[0]
+	const eof, old = 1000, 1000 + 4<<20 // written up to eof, reserved up to old
+	for _, tc := range []struct {
+		name      string
+		free      int64
+		need      int64
+		wantEnd   int64
+		wantError bool
+	}{
+		{"a smaller chunk fits once the old reservation is freed", 3 << 19, 0, old + 1<<20, false},
+		{"nothing more fits: the old reservation is made again", 0, 0, old, false},
+		{"the batch's own bytes do not fit: the old reservation is made again", 0, 100, old, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &ext4File{size: eof, reserved: old, free: tc.free}
+			end, err := s.preallocate(f, "seg", eof, old, 64<<20, tc.need)
+			if end != tc.wantEnd || f.reserved != tc.wantEnd || (err != nil) != tc.wantError {
+				t.Fatalf("reservation ends at %d (the file's at %d), error %v; want %d, error: %v", end, f.reserved, err, tc.wantEnd, tc.wantError)
+			}
+			if tc.wantError && !isDiskFull(err) {
+				t.Fatalf("error %v, want a disk-full one", err)
+			}
+		})
+	}
+}
+
+// TestNoSegmentAheadWithoutAFullChunk: a shard makes its next segment
+// ahead of work (at start, after a seal) only with a full chunk. On a
+// disk that cannot hold one, an empty segment would keep what it reserved
+// for as long as no record comes — space the drain needs to deliver what
+// is stored, and so to free it — so the segment is left for the next
+// batch, which falls back to less; with room, it is there ahead.
+func TestNoSegmentAheadWithoutAFullChunk(t *testing.T) {
+	for _, full := range []bool{true, false} {
+		t.Run(map[bool]string{true: "disk nearly full", false: "room"}[full], func(t *testing.T) {
+			dir := t.TempDir()
+			efs := errorfs.New(vfs.OS)
+			if full {
+				efs.Add(errorfs.Rule{Op: errorfs.OpPreallocate, Path: "*.wab", Larger: 1 << 20, Errno: syscall.ENOSPC})
+			}
+			o := testOpts(dir)
+			o.FS, o.PreallocateBytes, o.SegmentMaxAge = efs, 4<<20, 50*time.Millisecond
+			l := mustOpen(t, o)
+			defer mustClose(t, l)
+			open := func() int {
+				m, _ := filepath.Glob(filepath.Join(dir, ShardDirName(0), "*.wab"))
+				return len(m)
+			}
+			sealed := func() int {
+				m, _ := filepath.Glob(filepath.Join(dir, ShardDirName(0), "*.wab.sealed"))
+				return len(m)
+			}
+			time.Sleep(100 * time.Millisecond) // the flusher has started
+			if got, want := open(), map[bool]int{true: 0, false: 1}[full]; got != want {
+				t.Fatalf("%d open segments at start, want %d", got, want)
+			}
+			if err := submit(t, l, 0, Durable, 1, []byte("a record")); err != nil {
+				t.Fatalf("a small push: %v", err)
+			}
+			waitFor(t, "the segment to be sealed by age", func() bool { return sealed() == 1 })
+			time.Sleep(100 * time.Millisecond)
+			if got, want := open(), map[bool]int{true: 0, false: 1}[full]; got != want {
+				t.Fatalf("%d open segments after the seal, want %d", got, want)
+			}
+			if err := submit(t, l, 0, Durable, 2, []byte("the next record")); err != nil {
+				t.Fatalf("a small push after the seal: %v", err)
+			}
+		})
 	}
 }

@@ -69,8 +69,8 @@ type RawMode[C any] struct {
 	// Where names the raw for logs (a directory, a table).
 	Where func(c *C) string
 	// Store opens the offset store beside raw without opening the sink
-	// in raw mode, holding nothing that needs closing (nil: the kind
-	// cannot). With gate = "raw" and no [[secondary]] the [sink] is not
+	// in raw mode, holding nothing that needs closing before the process
+	// ends (nil: the kind cannot). With gate = "raw" and no [[secondary]] the [sink] is not
 	// in raw mode, yet the sources' cursors live there, so adding a
 	// secondary later does not move them.
 	Store func(ctx context.Context, p SinkParams[C]) (*engine.OffsetStore, error)

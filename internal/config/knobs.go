@@ -335,7 +335,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 			func(p *partial) **int { return &p.QueueCapacity }, func(c *Config) *int { return &c.QueueCapacity }),
 		sizeKnob("queue_capacity_bytes", DefaultQueueCapacityB, 64*kib, 1<<40, "Payload and metadata bytes queued per shard ahead of its flusher; beyond it a request waits as for queue_capacity (queue_timeout, then QueueTimeout). A request larger than this enters only an empty queue. The fuller of the two shares is a queue fill flow control watches.",
 			func(p *partial) **int64 { return &p.QueueCapacityBytes }, func(c *Config) *int64 { return &c.QueueCapacityBytes }),
-		durationKnob("queue_timeout", DefaultQueueTimeout, time.Millisecond, time.Minute, "How long a record waits for room in a full shard queue before the producer gets a busy reply.",
+		durationKnob("queue_timeout", DefaultQueueTimeout, time.Millisecond, time.Minute, "How long a request waits for room in a full shard queue (queue_capacity, queue_capacity_bytes) before its producer gets a QueueTimeout reply.",
 			func(p *partial) **time.Duration { return &p.QueueTimeout }, func(c *Config) *time.Duration { return &c.QueueTimeout }),
 		durationKnob("shutdown_timeout", DefaultShutdownTimeout, 100*time.Millisecond, time.Hour, "Bound on the whole graceful shutdown: every part of the node (sources and listeners, drain, sinks, buffer, contracts, coordination) stops within it; a part still stopping then is abandoned, and the process exits at most half a second later.",
 			func(p *partial) **time.Duration { return &p.ShutdownTimeout }, func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
@@ -366,7 +366,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 			func(p *partial) **int64 { return &p.SegmentMaxBytes }, func(c *Config) *int64 { return &c.SegmentMaxBytes }),
 		durationKnob("segment_max_age", DefaultSegmentMaxAge, time.Millisecond, 24*time.Hour, "A segment is sealed (and handed to the drain) once it is this old.",
 			func(p *partial) **time.Duration { return &p.SegmentMaxAge }, func(c *Config) *time.Duration { return &c.SegmentMaxAge }),
-		sizeKnob("segment_preallocate_bytes", DefaultPreallocateBytes, 0, 4*gib, "Disk space reserved for each new segment ahead of writes; 0 turns preallocation off. Never more than segment_max_bytes. On a disk with less free space, less is reserved (halved down to 1MiB, then just what each batch needs; logged once, weir_wab_preallocate_reduced): a push fails with DiskFull only when its own bytes cannot be reserved.",
+		sizeKnob("segment_preallocate_bytes", DefaultPreallocateBytes, 0, 4*gib, "Disk space reserved for each new segment ahead of writes; 0 turns preallocation off. Never more than segment_max_bytes. On a disk with less free space, less is reserved (halved down to 1MiB, then just what each batch needs; logged once, weir_wab_preallocate_reduced), and a segment is made when a push needs it rather than ahead, so idle segments hold no space the sink needs: a push fails with DiskFull only when its own bytes cannot be reserved.",
 			func(p *partial) **int64 { return &p.PreallocateBytes }, func(c *Config) *int64 { return &c.PreallocateBytes }),
 
 		durationKnob("drain_retry_base", DefaultDrainRetryBase, time.Millisecond, time.Minute, "First back-off after a sink reports a transient error; doubles per attempt.",
@@ -389,7 +389,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 
 		enumKnob("gate", DefaultGate, []string{"buffer", "raw"}, "What a [[source]] waits for before it commits its position: the write-ahead buffer's durable write (buffer), or the [sink]'s own durable commit with no write-ahead buffer at all (raw: no producers, no drain; records the sink refuses go to <data_dir>/quarantine/raw).",
 			func(p *partial) **string { return &p.Gate }, func(c *Config) *string { return &c.Gate }),
-		enumKnob("role", DefaultRole, []string{"both", "ingest", "recovery"}, "What this node does for [[secondary]] sinks: deliver live batches and recover gaps (both), only deliver live (ingest), or only recover (recovery): a recovery-only node reads another node's raw in sink.file.dir read-only and runs no buffer, listener or source.",
+		enumKnob("role", DefaultRole, []string{"both", "ingest", "recovery"}, "What this node does for [[secondary]] sinks: deliver live batches and recover gaps (both), only deliver live (ingest), or only recover (recovery): a recovery-only node reads another node's primary raw (the [sink]: a file or Parquet directory, or a Postgres raw table) read-only and runs no buffer, listener or source.",
 			func(p *partial) **string { return &p.Role }, func(c *Config) *string { return &c.Role }),
 		enumKnob("recovery_mode", DefaultRecoveryMode, []string{"rehydrate", "skip-quarantine"}, "Whether records a secondary rejects during recovery go to its quarantine lane again (rehydrate) or are only counted (skip-quarantine).",
 			func(p *partial) **string { return &p.RecoveryMode }, func(c *Config) *string { return &c.RecoveryMode }),

@@ -858,7 +858,7 @@ func checkRawGate(ks []knob, c *Config) []error {
 }
 
 // checkRecoveryNode checks what role = "recovery" implies: the node only
-// replays another node's primary raw (sink.file.dir, read-only) into the
+// replays another node's primary raw (the [sink], read-only) into the
 // [[secondary]] sinks. It accepts no producers and runs no source, so
 // [[source]] tables and tcp_listen are refused rather than silently left
 // unused; socket_path, wab_dir and the buffer knobs have defaults and are

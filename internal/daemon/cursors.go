@@ -33,9 +33,9 @@ func (o offsetCursors) Remove(ctx context.Context, src string) error {
 //   - gate = "buffer": <data_dir>/source-cursors, next to the write-ahead
 //     buffer;
 //   - gate = "raw": the offset store beside the [sink] (offsets, the raw
-//     store when there are secondaries, or opened alone for a kind whose
-//     raw keeps it in its directory); <data_dir>/source-cursors for a
-//     [sink] kind without one, which can never have secondaries.
+//     store when there are secondaries, or opened alone: the file in its
+//     directory, the Postgres offsets table); <data_dir>/source-cursors
+//     for a [sink] kind without one, which can never have secondaries.
 //
 // A source that is its own raw keeps its cursor in its own offset store
 // (runOriginNode), not here. Earlier versions kept the cursors in the

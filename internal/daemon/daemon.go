@@ -156,8 +156,8 @@ func buildBufferNode(ctx context.Context, st *lifecycle.Stack, cfg *config.Confi
 // close: it seals the open segments once the drain and the sources have
 // stopped. What is sealed at shutdown is delivered at the next start.
 func startWAB(ctx context.Context, st *lifecycle.Stack, cfg *config.Config, fs vfs.FS, log *slog.Logger, tel *telemetry) (*wab.Log, error) {
-	if err := fs.MkdirAll(cfg.WABDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create wab_dir: %w", err)
+	if err := makeDirs(fs, cfg); err != nil { // before the shards reserve space
+		return nil, err
 	}
 	wlog, err := wab.Open(ctx, wab.Options{
 		FS:               fs,

@@ -166,9 +166,24 @@ type deadLetters struct {
 	next  uint64
 }
 
-func openDeadLetters(fsys vfs.FS, dir string, maxBytes int64, now func() time.Time) (*deadLetters, error) {
+// PrepareDirs creates the directories the drain keeps in the WAB directory
+// wabDir (its dead-letter lane), as New does. A caller on a disk that may
+// be nearly full calls it before the WAB opens: the segments' reservations
+// may take every block left, and New could then not create them.
+func PrepareDirs(fsys vfs.FS, wabDir string) error {
+	return makeDeadLetterDir(fsys, DeadLetterDir(wabDir))
+}
+
+func makeDeadLetterDir(fsys vfs.FS, dir string) error {
 	if err := fsys.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("drain: create dead-letter directory: %w", err)
+		return fmt.Errorf("drain: create dead-letter directory: %w", err)
+	}
+	return nil
+}
+
+func openDeadLetters(fsys vfs.FS, dir string, maxBytes int64, now func() time.Time) (*deadLetters, error) {
+	if err := makeDeadLetterDir(fsys, dir); err != nil {
+		return nil, err
 	}
 	dl := &deadLetters{fs: fsys, dir: dir, maxBytes: maxBytes, now: now}
 	if err := dl.rescan(); err != nil {

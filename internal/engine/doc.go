@@ -3,7 +3,8 @@
 // secondary sinks from primary raw, the recovery that replays raw into a
 // lagging secondary, and the offset store that records how far each of
 // them got. docs/architecture.md tells the story; this comment says where
-// each part lives and which file keeps each promise.
+// each part lives and which file keeps each promise (internal/config's
+// TestEngineInvariantMap checks that every file and name it gives exists).
 //
 // # Files
 //

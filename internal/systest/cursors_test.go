@@ -1,12 +1,17 @@
 package systest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weir-io/weir/internal/testenv"
 )
 
 // TestFileSourceCursorAcrossSecondaries: a file source's cursor stays
@@ -25,20 +30,7 @@ func TestFileSourceCursorAcrossSecondaries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logDir := t.TempDir()
-			source := fmt.Sprintf(`gate = %q
-[[source]]
-name = "applog"
-type = "file"
-[source.file]
-glob = %q
-poll_interval = "50ms"
-max_batch_records = 100
-`, tc.gate, filepath.Join(logDir, "*.log"))
-			const secondary = `
-[[secondary]]
-name = "copy"
-type = "file"
-`
+			source, secondary := cursorSourceTOML(tc.gate, logDir), copySecondaryTOML
 			cfgPath := writeConfig(t, source)
 			d := newDaemon(t, "--config", cfgPath, "--coverage-flush-interval", "50ms")
 			start := func() {
@@ -94,6 +86,27 @@ type = "file"
 	}
 }
 
+// cursorSourceTOML is a node with the gate given and a file source
+// "applog" reading logDir/*.log.
+func cursorSourceTOML(gate, logDir string) string {
+	return fmt.Sprintf(`gate = %q
+[[source]]
+name = "applog"
+type = "file"
+[source.file]
+glob = %q
+poll_interval = "50ms"
+max_batch_records = 100
+`, gate, filepath.Join(logDir, "*.log"))
+}
+
+// copySecondaryTOML is a file [[secondary]] named "copy".
+const copySecondaryTOML = `
+[[secondary]]
+name = "copy"
+type = "file"
+`
+
 // waitNoSealed waits until the drain has removed every sealed segment of
 // d's write-ahead buffer (none at all with gate = "raw").
 func waitNoSealed(t *testing.T, d *daemon, timeout time.Duration) {
@@ -111,5 +124,84 @@ func waitNoSealed(t *testing.T, d *daemon, timeout time.Duration) {
 			t.Fatalf("%d sealed segments still in the buffer after %v", len(m), timeout)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFileSourceCursorPostgresAcrossSecondaries is
+// TestFileSourceCursorAcrossSecondaries with gate = "raw" and a Postgres
+// [sink] (a table of its own): the cursor lives in the offset store beside
+// the table (weir_offsets) whether or not there are secondaries, so it is
+// found after the [[secondary]] is removed, and after it is back. (The
+// table is first written with the secondary, as primary raw: a table
+// written without one lacks raw's columns and cannot become raw later.)
+// A re-read
+// shows as rows kept again (raw keeps a replayed record at a new
+// position) and in the run's count of records the source wrote through
+// the gate, which must be that run's new lines only. With the secondary
+// back, it recovers from raw every line written without it.
+func TestFileSourceCursorPostgresAcrossSecondaries(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	table := pgRaw(t, conn)
+	logDir := t.TempDir()
+	source := cursorSourceTOML("raw", logDir) + fmt.Sprintf(`
+[sink]
+type = "postgres"
+[sink.postgres]
+dsn = %q
+table = %q
+`, dsn, table)
+	secondary := copySecondaryTOML
+	cfgPath := writeConfig(t, source)
+	d := newDaemon(t, "--config", cfgPath, "--coverage-flush-interval", "50ms")
+	lg := newGrowingLog(t, filepath.Join(logDir, "app.log"), "line")
+	defer lg.close()
+	for i, phase := range []struct {
+		what  string
+		toml  string
+		lines int
+	}{
+		{"a secondary", source + secondary, 1500},
+		{"the secondary removed", source, 700},
+		{"the secondary back", source + secondary, 400},
+	} {
+		if err := os.WriteFile(cfgPath, []byte(phase.toml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		d.startNoSocket()
+		lg.write(phase.lines)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			rows, distinct := pgCount(t, conn, pgx.Identifier{table}.Sanitize())
+			if distinct == len(lg.want) {
+				if rows != distinct {
+					t.Fatalf("phase %d (%s): %d rows for %d lines", i+1, phase.what, rows, distinct)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("phase %d (%s): %d of %d lines in the table\n%s", i+1, phase.what, distinct, len(lg.want), tail(d.log.String(), 4000))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if phase.toml != source {
+			// Raw stayed whole while the secondary was away: it recovers
+			// every line the node wrote without it.
+			waitSecondary(t, d, "copy", len(lg.want))
+		}
+		written := sum(d.scrape(), `weir_source_records_written_total{source="applog"}`)
+		if err := d.stop(30 * time.Second); err != nil {
+			t.Fatalf("phase %d (%s): stop: %v\n%s", i+1, phase.what, err, tail(d.log.String(), 4000))
+		}
+		if int(written) != phase.lines {
+			t.Fatalf("phase %d (%s): the source wrote %v records for %d new lines (%d in all): it did not find its cursor and read again from the start\n%s",
+				i+1, phase.what, written, phase.lines, len(lg.want), tail(d.log.String(), 4000))
+		}
+		t.Logf("phase %d (%s): %d new lines read once, %d in the table", i+1, phase.what, phase.lines, len(lg.want))
 	}
 }

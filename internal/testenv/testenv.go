@@ -135,11 +135,7 @@ func service(t testing.TB, name, env, def string, probe func(context.Context, st
 	}
 	probeMu.Unlock()
 	if err != nil {
-		msg := fmt.Sprintf("%s is not reachable at %s=%q: %v", name, env, dsn, err)
-		if Required() {
-			t.Fatalf("%s (%s=1: a missing service is a failure)", msg, RequireEnv)
-		}
-		t.Skipf("\n*** SKIPPING: %s\n*** set %s to a reachable server, or %s=1 to make this a failure", msg, env, RequireEnv)
+		Unavailable(t, fmt.Sprintf("%s is not reachable at %s=%q: %v (set %s to a reachable server)", name, env, dsn, err, env))
 	}
 	return dsn
 }

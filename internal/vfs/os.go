@@ -68,9 +68,19 @@ func (f osFile) Preallocate(off, n int64) error {
 		return nil
 	}
 	// Not supported here (EOPNOTSUPP, ENOSYS): growing on write still works.
-	return f.call("fallocate", func() error {
+	err := f.call("fallocate", func() error {
 		return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
 	}, unix.EOPNOTSUPP, unix.ENOSYS)
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		// ext4 keeps the blocks a fallocate found before it ran out of
+		// space: left there, they would fill the disk for everything
+		// else. A truncate to the file's own size frees every block past
+		// its end and leaves its content as it is.
+		if fi, serr := f.File.Stat(); serr == nil {
+			f.File.Truncate(fi.Size())
+		}
+	}
+	return err
 }
 
 // StartWriteback implements WritebackStarter.

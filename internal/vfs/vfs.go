@@ -51,6 +51,11 @@ type File interface {
 	// Preallocate reserves [off, off+n) on disk without changing the file's
 	// size (fallocate with FALLOC_FL_KEEP_SIZE). It may be a no-op where the
 	// platform cannot do it. ENOSPC surfaces here rather than mid-write.
+	// A call that runs out of space (ENOSPC, EDQUOT) may release every
+	// reservation past the end of the file, earlier ones included: the
+	// real one does, since ext4 keeps what a failed fallocate found, by
+	// truncating the file to its size — so nothing may write the file
+	// while Preallocate runs.
 	Preallocate(off, n int64) error
 	// Seek sets the offset for the next Read or Write.
 	Seek(offset int64, whence int) (int64, error)

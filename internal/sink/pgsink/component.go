@@ -87,6 +87,11 @@ func Component() component.SinkDef {
 				return nil
 			},
 			Where: func(c *Config) string { return "postgres table " + c.Table },
+			// The cursors of a node without secondaries live in the
+			// same rows of the offsets table as with them.
+			Store: func(ctx context.Context, p component.SinkParams[Config]) (*engine.OffsetStore, error) {
+				return OpenCursorStore(ctx, options(p, true))
+			},
 		},
 	}
 }

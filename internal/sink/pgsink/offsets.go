@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/pgopen"
 	"github.com/weir-io/weir/source"
 )
 
@@ -200,4 +201,51 @@ func (o *pgOffsets) deleteCursors(ctx context.Context, tx pgx.Tx, persisted, nex
 		return classify("offset store: delete cursors", err, false)
 	}
 	return nil
+}
+
+// OpenCursorStore opens the offset store of the table opts names on its
+// own: the rows keyed by it in the offsets table (created when missing),
+// through a pool of one connection, without opening or checking the table
+// itself. A node with gate = "raw" and no [[secondary]] writes the table
+// as a plain sink, yet its sources' cursors live here as they do with
+// secondaries, so adding or removing one never strands a cursor. The
+// pool stays open for the life of the process (the store has no Close).
+func OpenCursorStore(ctx context.Context, opts Options) (*engine.OffsetStore, error) {
+	store, _, err := openCursorStore(ctx, opts)
+	return store, err
+}
+
+// openCursorStore is OpenCursorStore, also returning the pool (for tests
+// to close).
+func openCursorStore(ctx context.Context, opts Options) (*engine.OffsetStore, *pgopen.Pool, error) {
+	opts.Positions, opts.AsyncCommit = true, false // the store is durable, like raw
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, nil, err
+	}
+	ident, err := parseTable(opts.Table)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &Sink{opts: opts, ident: ident, table: ident.Sanitize(), offsets: offsetsIdent(ident).Sanitize()}
+	cfg, err := opts.poolConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.MaxConns = 1
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	if s.pool, err = pgopen.NewPool(ctx, cfg); err != nil {
+		return nil, nil, classify("connect", err, false)
+	}
+	if _, err := s.pool.Exec(ctx, s.offsetsCreateSQL()); err != nil {
+		s.pool.Close()
+		return nil, nil, classify("create table "+s.offsets, err, false)
+	}
+	store, err := engine.NewOffsetStore(ctx, &pgOffsets{s: s})
+	if err != nil {
+		s.pool.Close()
+		return nil, nil, err
+	}
+	return store, s.pool, nil
 }

@@ -51,6 +51,31 @@ func (s *Sink) offsetsCreateSQL() string {
 )`, s.offsets)
 }
 
+// stayRaw opens a table that is primary raw (it has weir_position) as raw
+// even when the sink was not asked to: a node with gate = "raw" whose last
+// [[secondary]] was removed goes on writing its [sink] as a plain sink,
+// and raw must stay whole — every row numbered, the raw end in step — for
+// a secondary added back to recover from it. A plain write could not even
+// fill the table's weir_position.
+func (s *Sink) stayRaw(ctx context.Context, q *pgxpool.Pool) error {
+	var raw bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attname = 'weir_position' AND attnum > 0 AND NOT attisdropped)`, s.table).Scan(&raw)
+	if err != nil {
+		return classify("inspect table "+s.table, err, false)
+	}
+	if !raw {
+		return nil
+	}
+	if s.opts.AsyncCommit {
+		return fmt.Errorf("pgsink: table %s is primary raw (it has weir_position), which is always written durably: it cannot be a non-durable sink", s.table)
+	}
+	s.opts.Positions = true
+	s.buildSQL()
+	s.log.Info("table is primary raw (it has weir_position): written as raw, every row numbered")
+	return nil
+}
+
 // prepareRaw creates the offsets table when missing and makes sure the raw
 // end row exists and lies past every position the raw table holds, so no
 // position is ever handed out twice — not even after the offsets table was

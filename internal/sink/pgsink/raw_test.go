@@ -310,3 +310,55 @@ func TestRawOffsetStore(t *testing.T) {
 		t.Fatalf("removed cursor reads back as %q", cur)
 	}
 }
+
+// TestRawTableStaysRaw: a table that has been primary raw, opened as a
+// plain sink (a gate = "raw" node whose last secondary was removed), is
+// written as raw — every row numbered, the raw end in step — and its
+// cursors are found by the offset store opened on its own
+// (OpenCursorStore), in the same rows as with the raw-mode sink.
+func TestRawTableStaysRaw(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	raw := e.open(t, e.dsn, Options{Positions: true})
+	commitRaw(t, raw, rawRecords("a", 5))
+	st, err := raw.OffsetStore(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Save(ctx, "files", []byte("cursor-1")); err != nil {
+		t.Fatal(err)
+	}
+	plain := e.open(t, e.dsn, Options{})
+	if !plain.Replayable() {
+		t.Fatal("a raw table opened as a plain sink is not written as raw")
+	}
+	if _, err := plain.Commit(ctx, sink.NewBatch(rawRecords("b", 3))); err != nil {
+		t.Fatalf("Commit into a raw table opened as a plain sink: %v", err)
+	}
+	if end, err := raw.End(ctx); err != nil || end != 8 {
+		t.Fatalf("raw end %d, %v; want 8", end, err)
+	}
+	if n := len(readAll(t, raw, 100)); n != 8 {
+		t.Fatalf("%d rows read by position, want 8", n)
+	}
+	alone, pool, err := openCursorStore(ctx, Options{DSN: e.dsn, Table: e.table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if c, _ := alone.Load(ctx, "files"); string(c) != "cursor-1" {
+		t.Fatalf("the store opened alone holds cursor %q, want the raw store's", c)
+	}
+	if err := alone.Save(ctx, "files", []byte("cursor-2")); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = raw.OffsetStore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := st.Load(ctx, "files"); string(c) != "cursor-2" {
+		t.Fatalf("the raw store holds cursor %q after the store opened alone saved cursor-2", c)
+	}
+	if _, err := New(ctx, Options{DSN: e.dsn, Table: e.table, AsyncCommit: true}); err == nil {
+		t.Fatal("a raw table opened as a non-durable sink")
+	}
+}

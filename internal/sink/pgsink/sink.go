@@ -319,6 +319,13 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	if err != nil {
 		return nil, classify("connect", err, false)
 	}
+	if !opts.Positions {
+		if err := s.stayRaw(ctx, pool.Pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		opts = s.opts
+	}
 	if err := s.prepareTable(ctx, pool.Pool); err != nil {
 		pool.Close()
 		return nil, err
