@@ -205,6 +205,7 @@ func startDrain(cfg *config.Config, fs vfs.FS, wlog *wab.Log, dl *delivery, tel 
 		DeadLetterMaxBytes:      cfg.DeadLetterMaxBytes,
 		DeadLetterCheckInterval: cfg.DeadLetterCheckInterval,
 		HealthInterval:          cfg.SinkHealthInterval,
+		SinkOpened:              dl.pend.ready,
 		Observer:                tel.m,
 	}
 	tel.fc.drainOptions(cfg, &opts) // admission, batch sizes, write results

@@ -216,6 +216,11 @@ type Options struct {
 	DeadLetterCheckInterval time.Duration
 	// HealthInterval is how often Sink.Health is polled.
 	HealthInterval time.Duration
+	// SinkOpened, when not nil, is closed once a sink that was not open
+	// when the drain started (the daemon opens sinks in the background)
+	// opens: what a sink error set aside is attempted at once, not at
+	// the next health poll or RetryMax later.
+	SinkOpened <-chan struct{}
 	// PollInterval is how often an idle drain lists segments without a
 	// notification.
 	PollInterval time.Duration
@@ -284,6 +289,8 @@ type Drain struct {
 	// sinkBack is signalled by the health loop when the sink turns
 	// healthy again: segments a sink error set aside are attempted at once.
 	sinkBack chan struct{}
+	// sinkOpened is Options.SinkOpened until it has been seen closed.
+	sinkOpened <-chan struct{}
 	// deferred holds segments set aside, by path, with the time before
 	// which they are not attempted again. Used only by Run's goroutine.
 	deferred map[string]deferral
@@ -328,6 +335,7 @@ func New(opts Options) (*Drain, error) {
 		pollInterval: orDuration(opts.PollInterval, DefaultPollInterval),
 		healthNudge:  make(chan struct{}, 1),
 		sinkBack:     make(chan struct{}, 1),
+		sinkOpened:   opts.SinkOpened,
 		deferred:     make(map[string]deferral),
 	}
 	if d.fs == nil {
@@ -523,8 +531,8 @@ func (d *Drain) forgetVanished(refs []wab.SegmentRef) {
 
 // waitForWork waits for a seal notification, the poll interval (or the
 // earliest deferred segment's due time, if sooner), the sink turning
-// healthy again (which ends the deferral of every segment a sink error
-// set aside) or the end of ctx.
+// healthy again or opening (either ends the deferral of every segment a
+// sink error set aside) or the end of ctx.
 func (d *Drain) waitForWork(ctx context.Context) {
 	wait := d.pollInterval
 	now := d.now()
@@ -541,10 +549,18 @@ func (d *Drain) waitForWork(ctx context.Context) {
 	case <-d.src.Notify():
 	case <-t.C:
 	case <-d.sinkBack:
-		for p, def := range d.deferred {
-			if !def.corrupt {
-				delete(d.deferred, p)
-			}
+		d.undefer()
+	case <-d.sinkOpened:
+		d.sinkOpened = nil // seen once
+		d.undefer()
+	}
+}
+
+// undefer ends the deferral of every segment a sink error set aside.
+func (d *Drain) undefer() {
+	for p, def := range d.deferred {
+		if !def.corrupt {
+			delete(d.deferred, p)
 		}
 	}
 }

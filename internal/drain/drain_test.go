@@ -436,6 +436,33 @@ func TestSinkBackEndsDeferral(t *testing.T) {
 	waitFor(t, "segment delivered once the sink is healthy", func() bool { return !exists(seg) })
 }
 
+// A sink that opens later than the drain started (SinkOpened) is
+// delivered to at once, with no health poll or RetryMax in between.
+func TestSinkOpenedEndsDeferral(t *testing.T) {
+	dir := t.TempDir()
+	seg, _ := writeSegment(t, dir, 0, 1, "a", "b")
+	var down atomic.Bool
+	down.Store(true)
+	s := &scriptSink{max: 10, script: func(context.Context, int, sink.Batch) (sink.CommitResult, error) {
+		if down.Load() {
+			return sink.CommitResult{}, sink.Transient(errors.New("not open yet"))
+		}
+		return sink.CommitResult{}, nil
+	}}
+	obs := &recObserver{}
+	opened := make(chan struct{})
+	opts := fastOptions(dir, newDirSource(dir), s, obs)
+	opts.MaxRetries = 1
+	opts.RetryMax = time.Hour
+	opts.PollInterval = time.Hour
+	opts.SinkOpened = opened
+	start(t, opts)
+	waitFor(t, "segment set aside", func() bool { return len(obs.snapshot().deferred) > 0 })
+	down.Store(false)
+	close(opened)
+	waitFor(t, "segment delivered once the sink opened", func() bool { return !exists(seg) })
+}
+
 // containsRun reports whether want appears in states as a contiguous run.
 func containsRun(states []State, want ...State) bool {
 	for i := 0; i+len(want) <= len(states); i++ {
