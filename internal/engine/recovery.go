@@ -58,7 +58,7 @@ func (s *secondary) replayGap(ctx context.Context, gap Span, end uint64, cover c
 	}
 	defer func() { s.releaseWindow(held) }() // once the window is committed, or given up
 	rctx, cancel := context.WithTimeout(ctx, s.f.opts.WindowTime)
-	recs, err := s.f.reader.ReadFrom(rctx, gap.Lo, want)
+	recs, err := s.f.reader.ReadFrom(rctx, gap.Lo, want, 0)
 	cancel()
 	var gone sink.PositionsGone
 	if errors.As(err, &gone) && errors.Is(err, sink.ErrPositionGone) {

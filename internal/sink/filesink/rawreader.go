@@ -144,14 +144,14 @@ func (r *RawReader) countedPrefixHolds(name string, off int64) bool {
 	return err == nil && b[0] == '\n'
 }
 
-// ReadFrom implements sink.RawReader: up to max records from position
-// from on, below End as of this call. Like End it sees lines the writer
-// has not acknowledged yet; callers bound from and the records they use
-// by the writer's acknowledged end.
-func (r *RawReader) ReadFrom(ctx context.Context, from uint64, max int) ([]sink.Positioned, error) {
+// ReadFrom implements sink.RawReader: up to max records, holding up to
+// maxBytes, from position from on, below End as of this call. Like End it
+// sees lines the writer has not acknowledged yet; callers bound from and
+// the records they use by the writer's acknowledged end.
+func (r *RawReader) ReadFrom(ctx context.Context, from uint64, max int, maxBytes int64) ([]sink.Positioned, error) {
 	end, err := r.End(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return r.d.read(ctx, from, end, max)
+	return r.d.read(ctx, from, end, max, maxBytes)
 }

@@ -181,14 +181,14 @@ func stillThere(f vfs.File, t tailCount, size int64) bool {
 	return err == nil && ok && next == t.off
 }
 
-// ReadFrom implements sink.RawReader: up to n records from position from
-// on, below End as of this call. Like End it sees rows the writer has not
-// acknowledged yet; callers bound from and the records they use by the
-// writer's acknowledged end.
-func (r *RawReader) ReadFrom(ctx context.Context, from uint64, n int) ([]sink.Positioned, error) {
+// ReadFrom implements sink.RawReader: up to n records, holding up to
+// maxBytes, from position from on, below End as of this call. Like End it
+// sees rows the writer has not acknowledged yet; callers bound from and
+// the records they use by the writer's acknowledged end.
+func (r *RawReader) ReadFrom(ctx context.Context, from uint64, n int, maxBytes int64) ([]sink.Positioned, error) {
 	end, err := r.End(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return r.d.read(ctx, from, end, n)
+	return r.d.read(ctx, from, end, n, maxBytes)
 }
