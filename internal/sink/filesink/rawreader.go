@@ -2,10 +2,10 @@ package filesink
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"sync"
 
+	"github.com/weir-io/weir/internal/sink/rawfiles"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 )
@@ -47,36 +47,24 @@ type tailCount struct {
 
 var _ sink.RawReader = (*RawReader)(nil)
 
-// OpenRawReader opens a read-only view of the raw-mode directory dir. The
-// directory must exist; it may be empty (the writer has not committed
-// anything yet). A directory holding file-sink output written without raw
-// mode is refused: it has no positions to read.
+// OpenRawReader opens a read-only view of the raw-mode directory dir
+// (fsys nil means vfs.OS). The directory must exist; it may be empty (the
+// writer has not committed anything yet). A directory holding file-sink
+// output written without raw mode is refused: it has no positions to read.
 func OpenRawReader(fsys vfs.FS, dir string) (*RawReader, error) {
-	if fsys == nil {
-		fsys = vfs.OS
-	}
-	dir = filepath.Clean(dir)
-	st, err := fsys.Stat(dir)
+	fsys, dir, err := rawfiles.OpenDir(fsys, dir, rawfiles.Kind{
+		Pkg: "filesink", Output: "file-sink output",
+		Raw: func(n string) bool {
+			_, _, ok := parseRawName(n)
+			return ok
+		},
+		Plain: func(n string) bool {
+			_, _, _, ok := parseName(n)
+			return ok
+		},
+	})
 	if err != nil {
-		return nil, fmt.Errorf("filesink: raw reader: %w", err)
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("filesink: raw reader: %s is not a directory", dir)
-	}
-	names, err := fsys.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("filesink: raw reader: list %s: %w", dir, err)
-	}
-	raw, plain := false, false
-	for _, n := range names {
-		if _, _, ok := parseRawName(n); ok {
-			raw = true
-		} else if _, _, _, ok := parseName(n); ok {
-			plain = true
-		}
-	}
-	if plain && !raw {
-		return nil, fmt.Errorf("filesink: raw reader: %s holds file-sink output written without raw mode (no positions to read)", dir)
+		return nil, err
 	}
 	return &RawReader{d: rawDir{fs: fsys, dir: dir}}, nil
 }
