@@ -7,6 +7,7 @@ import "unsafe"
 const (
 	recordStructSize = int64(unsafe.Sizeof(Record{}))
 	headerStructSize = int64(unsafe.Sizeof(Header{}))
+	positionSize     = int64(unsafe.Sizeof(Positioned{}.Pos))
 )
 
 // MemSize is the number of bytes r keeps alive in memory: the struct, its
@@ -21,3 +22,8 @@ func (r *Record) MemSize() int64 {
 	}
 	return n
 }
+
+// MemSize is what p keeps alive in memory: its record's MemSize and its
+// position. It is what a recovery window reserves per record, and what
+// RawReader.ReadFrom's maxBytes counts.
+func (p *Positioned) MemSize() int64 { return positionSize + p.Record.MemSize() }

@@ -21,7 +21,18 @@ type RawReader interface {
 	// consecutive records may skip positions; a caller that has seen every
 	// record up to p has seen every position up to p. An empty result
 	// means nothing is stored at or past from (from >= End).
-	ReadFrom(ctx context.Context, from uint64, max int) ([]Positioned, error)
+	//
+	// maxBytes > 0 also bounds what the result holds in memory, counted
+	// as the sum of Positioned.MemSize: the read stops before the record
+	// that would take the sum past maxBytes, and does not go on looking
+	// past it. The first record (at or past from) is returned whatever
+	// its size, so that a caller always makes progress; a caller that
+	// reserved maxBytes must deal with a first record larger than that
+	// (flow control's oversize rule, docs/flow_control.md). maxBytes <= 0
+	// bounds nothing but max. While it reads, a reader should hold no
+	// more than the records it returns and the one record it refused.
+	// ReadLimit does the counting; sinktest.ReadBound checks a reader.
+	ReadFrom(ctx context.Context, from uint64, max int, maxBytes int64) ([]Positioned, error)
 	// End is one past the highest position acknowledged so far: every
 	// position below it belongs to an acknowledged batch or holds nothing.
 	End(ctx context.Context) (uint64, error)
@@ -90,3 +101,54 @@ func (e *GoneError) Unwrap() error { return ErrPositionGone }
 
 // GonePositions implements PositionsGone.
 func (e *GoneError) GonePositions() (from, to uint64) { return e.From, e.To }
+
+// ReadLimit counts the records a ReadFrom takes against its max and
+// maxBytes (see RawReader.ReadFrom), for the readers that implement it:
+// ask Take for each record before keeping it, and stop reading once Done.
+type ReadLimit struct {
+	max      int
+	maxBytes int64
+	n        int
+	bytes    int64
+	stopped  bool // a record was refused: the read ends before it
+}
+
+// NewReadLimit is the limit of a ReadFrom(ctx, from, max, maxBytes).
+func NewReadLimit(max int, maxBytes int64) ReadLimit {
+	return ReadLimit{max: max, maxBytes: maxBytes}
+}
+
+// Take counts p and reports whether the read may return it. false means
+// p would take the read past maxBytes: the read ends before p (Done is
+// then true). The first record is always taken while max > 0.
+func (l *ReadLimit) Take(p *Positioned) bool {
+	if l.Done() {
+		return false
+	}
+	size := p.MemSize()
+	if l.maxBytes > 0 && l.n > 0 && l.bytes+size > l.maxBytes {
+		l.stopped = true
+		return false
+	}
+	l.n++
+	l.bytes += size
+	return true
+}
+
+// Done reports whether the read has all it may return: max records, or a
+// record refused for maxBytes, or maxBytes reached.
+func (l *ReadLimit) Done() bool {
+	return l.n >= l.max || l.stopped || (l.maxBytes > 0 && l.n > 0 && l.bytes >= l.maxBytes)
+}
+
+// Left is what the read may still take: records, and bytes (-1 when
+// maxBytes bounds nothing). Both are 0 once Done.
+func (l *ReadLimit) Left() (records int, bytes int64) {
+	switch {
+	case l.Done():
+		return 0, 0
+	case l.maxBytes <= 0:
+		return l.max - l.n, -1
+	}
+	return l.max - l.n, l.maxBytes - l.bytes
+}

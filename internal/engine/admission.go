@@ -2,8 +2,8 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/sink"
@@ -29,14 +29,11 @@ type liveBatch struct {
 	held   *atomic.Int64 // the fan-out's total held, when reserved
 }
 
-// positionedSize is what a sink.Positioned adds to its record.
-const positionedSize = int64(unsafe.Sizeof(sink.Positioned{}.Pos))
-
 // positionedBytes is what recs hold in memory.
 func positionedBytes(recs []sink.Positioned) int64 {
 	var n int64
 	for i := range recs {
-		n += positionedSize + recs[i].Record.MemSize()
+		n += recs[i].MemSize()
 	}
 	return n
 }
@@ -165,61 +162,97 @@ func (f *Fanout) wrote(ctx context.Context, err error) {
 // queued behind it meanwhile.
 const windowShare = 4
 
-// reserveWindow reserves, before a recovery window of want records is
-// read from raw, its estimated size: the recent bytes per record × want,
-// no more than a windowShare of what the budget can grant (the window
-// shrinks to fit, to one record at least). It returns the bytes held and
-// the records to read. It waits for the grant
-// in a select beside the live queue, delivering live batches meanwhile —
-// they release what they hold, which may be what the window waits for —
-// and gives up when ctx ends.
-func (s *secondary) reserveWindow(ctx context.Context, want int) (held int64, n int, err error) {
+// reserveWindow reserves, before a recovery window of up to want records
+// is read from raw, what the window may hold: the recent bytes per record
+// × want, no more than a windowShare of what the budget can grant — but
+// one record's worth at least, when records are larger than that. It
+// returns the bytes held and the window's byte bound, the smaller of held
+// and the windowShare: raw is read with it as sink.RawReader.ReadFrom's
+// maxBytes, so the reservation bounds what is read whatever the estimate
+// (a cold start's record_size_estimate may be far below the records raw
+// holds), and only a window's first record may take it past the
+// windowShare. Without a budget both are 0: no byte bound. It waits for
+// the grant in a select beside the live queue (awaitGrant) and gives up
+// when ctx ends.
+func (s *secondary) reserveWindow(ctx context.Context, want int) (held, bound int64, err error) {
 	b := s.f.opts.Budget
 	if b == nil {
-		return 0, want, nil
+		return 0, 0, nil
 	}
 	per, g := s.perRecord, b.Stats().Grantable
-	held = max(min(int64(want)*per, g/windowShare), min(per, g))
-	n = min(want, max(1, int(held/per)))
+	share := max(g/windowShare, 1)
+	held = max(min(int64(want)*per, share), min(per, g))
 	t, err := b.Reserve(held)
 	if err != nil {
 		return 0, 0, err // the budget shrank since it was asked: next time
 	}
+	if err := s.awaitGrant(ctx, t); err != nil {
+		return 0, 0, err
+	}
+	return held, min(held, share), nil
+}
+
+// awaitGrant waits for t's grant in a select beside the live queue,
+// delivering live batches meanwhile — they release what they hold, which
+// may be what t waits for (the select rule, docs/flow_control.md). When
+// ctx ends it cancels t: nothing is held then.
+func (s *secondary) awaitGrant(ctx context.Context, t *flow.Ticket) error {
 	for {
 		select {
 		case <-t.C:
-			return held, n, nil
+			return nil
 		case lb := <-s.queue:
 			s.deliverLive(ctx, lb)
 		case <-ctx.Done():
 			t.Cancel()
-			return 0, 0, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }
 
 // fitWindow makes held, the reservation of a window, what recs — the
-// window as read — hold in memory: it gives back the surplus, or takes
-// the shortfall if it can without waiting (the estimate was low: the
-// records are in memory already). It learns the size per record for the
-// next window.
-func (s *secondary) fitWindow(held *int64, recs []sink.Positioned) {
+// window as read with bound as its byte bound — hold in memory, and
+// returns the records the window keeps. The records past the bound are
+// cut off (a reader stops before them; these are left for the next
+// window), the surplus is given back, and the size per record is learnt
+// for the next window's reservation.
+//
+// The first record is kept whatever its size. One larger than held is
+// admitted as the budget admits a record larger than a share (the
+// drain's sub-batch does the same): held is given back and the record's
+// whole size reserved, waiting beside the live queue; a record larger
+// than the budget can grant at all is refused, with an error wrapping
+// flow.ErrOversize, for the caller to quarantine with code oversize.
+func (s *secondary) fitWindow(ctx context.Context, held *int64, bound int64, recs []sink.Positioned) ([]sink.Positioned, error) {
 	b := s.f.opts.Budget
 	if b == nil || len(recs) == 0 {
-		return
+		return recs, nil
 	}
+	lim := sink.NewReadLimit(len(recs), bound)
+	n := 0
+	for n < len(recs) && lim.Take(&recs[n]) {
+		n++
+	}
+	recs = recs[:n]
 	actual := positionedBytes(recs)
-	switch {
-	case actual < *held:
+	per := actual / int64(n)
+	s.perRecord = max(s.f.opts.RecordSizeEstimate, (s.perRecord+per+1)/2)
+	if actual <= *held {
 		b.Release(*held - actual)
 		*held = actual
-	case actual > *held:
-		if ok, _ := b.TryAcquire(actual - *held); ok {
-			*held = actual
-		}
+		return recs, nil
 	}
-	per := actual / int64(len(recs))
-	s.perRecord = max(s.f.opts.RecordSizeEstimate, (s.perRecord+per+1)/2)
+	b.Release(*held)
+	*held = 0
+	t, err := b.Reserve(actual)
+	if err != nil {
+		return recs, fmt.Errorf("recovery record at position %d: %w", recs[0].Pos, err)
+	}
+	if err := s.awaitGrant(ctx, t); err != nil {
+		return nil, err
+	}
+	*held = actual
+	return recs, nil
 }
 
 // releaseWindow gives back a window's reservation.

@@ -192,6 +192,27 @@ func TestFanoutQueueBoundedInBytes(t *testing.T) {
 // the offset store on disk knows raw's end.
 func rawWith(t *testing.T, n, size int) (sink.Raw, string) {
 	t.Helper()
+	batches := make([]sink.Batch, n)
+	for i := range batches {
+		batches[i] = mkBatch(size)
+	}
+	return rawOf(t, batches...)
+}
+
+// rawOfPayloads is rawWith for one record of each payload size.
+func rawOfPayloads(t *testing.T, sizes ...int) (sink.Raw, string) {
+	t.Helper()
+	batches := make([]sink.Batch, len(sizes))
+	for i, n := range sizes {
+		batches[i] = mkBatch(1)
+		batches[i].Records[0].Payload = make([]byte, n)
+	}
+	return rawOf(t, batches...)
+}
+
+// rawOf is rawWith for the batches given.
+func rawOf(t *testing.T, batches ...sink.Batch) (sink.Raw, string) {
+	t.Helper()
 	rawDir := t.TempDir()
 	raw := openRaw(t, rawDir)
 	store := openStore(t, rawDir)
@@ -200,8 +221,8 @@ func rawWith(t *testing.T, n, size int) (sink.Raw, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ingest.Close() })
-	for range n {
-		if _, err := ingest.Commit(context.Background(), mkBatch(size)); err != nil {
+	for _, b := range batches {
+		if _, err := ingest.Commit(context.Background(), b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -218,11 +239,15 @@ func rawWith(t *testing.T, n, size int) (sink.Raw, string) {
 func TestRecoveryWindowReservesBudget(t *testing.T) {
 	raw, rawDir := rawWith(t, 10, 50)
 	budget := newBudget(t, 64<<10)
-	var short atomic.Int64
+	var short, over atomic.Int64
 	sec := &watchSink{memSink: newMemSink("mem")}
 	sec.check = func(b sink.Batch) {
-		if budget.Stats().InUse < heldBytes(b.Records) {
+		held := heldBytes(b.Records)
+		if budget.Stats().InUse < held {
 			short.Add(1)
+		}
+		if held > budget.Stats().Grantable/4 {
+			over.Add(1)
 		}
 	}
 	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
@@ -240,12 +265,10 @@ func TestRecoveryWindowReservesBudget(t *testing.T) {
 	if n := short.Load(); n != 0 {
 		t.Errorf("%d recovery commits held less than their records", n)
 	}
-	// At the 256-byte seed, a quarter of 64 KiB is 64 records; the
-	// windows read smaller records than that, and grow no further.
-	for _, n := range sec.batchSizes() {
-		if n > 64 {
-			t.Errorf("a window of %d records; a quarter of the budget covers 64", n)
-		}
+	// A window reads what a quarter of 64 KiB holds, however many
+	// records that is, and no more.
+	if n := over.Load(); n != 0 {
+		t.Errorf("%d recovery windows held more than a quarter of the budget", n)
 	}
 	waitInUse(t, budget, 0)
 }
@@ -398,4 +421,151 @@ func TestFanoutLiveBatchesKeepToTheirShare(t *testing.T) {
 	if st := f.Stats().Sinks[0]; st.LiveDropped < 60 || st.LiveDropped > 80 {
 		t.Fatalf("dropped %d records to recovery, want about 70 (the batches past the share)", st.LiveDropped)
 	}
+}
+
+// countingReader is a sink.RawReader that records what each ReadFrom
+// returned: the bytes its records hold (sink.Positioned.MemSize), and the
+// byte bound it was asked for.
+type countingReader struct {
+	sink.RawReader
+	mu    sync.Mutex
+	reads []readCount
+}
+
+type readCount struct {
+	records         int
+	bytes, maxBytes int64
+	first           int64 // the first record's bytes
+}
+
+func (c *countingReader) ReadFrom(ctx context.Context, from uint64, max int, maxBytes int64) ([]sink.Positioned, error) {
+	recs, err := c.RawReader.ReadFrom(ctx, from, max, maxBytes)
+	rc := readCount{records: len(recs), maxBytes: maxBytes}
+	for i := range recs {
+		rc.bytes += recs[i].MemSize()
+	}
+	if len(recs) > 0 {
+		rc.first = recs[0].MemSize()
+	}
+	c.mu.Lock()
+	c.reads = append(c.reads, rc)
+	c.mu.Unlock()
+	return recs, err
+}
+
+func (c *countingReader) counts() []readCount {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]readCount(nil), c.reads...)
+}
+
+// Issue #24: after a restart the first recovery window was sized from the
+// 256-byte record_size_estimate and read a whole window of records
+// whatever their size — with 48 KiB records, hundreds of times what it
+// had reserved, held unreserved for as long as the secondary stalled. The
+// window's reservation is now the byte bound of its read, so what
+// recovery holds stays within a quarter of what the budget can grant from
+// the first window on, and is reserved.
+func TestRecoveryWindowBoundedByItsReservationFromTheFirstWindow(t *testing.T) {
+	const size = 48 << 10
+	sizes := make([]int, 200)
+	for i := range sizes {
+		sizes[i] = size
+	}
+	raw, rawDir := rawOfPayloads(t, sizes...)
+	budget := newBudget(t, 1<<20)
+	quarter := budget.Stats().Grantable / 4
+	reader := &countingReader{RawReader: raw}
+	sec := newMemSink("mem")
+	sec.hold = make(chan struct{}) // stalled
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Reader: reader, Store: openStore(t, rawDir), Role: engine.RoleRecovery, RecoveryInterval: 5 * time.Millisecond,
+		WindowRecords: 4096, RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
+		RecordSizeEstimate: 256, Budget: budget, Secondaries: []engine.SecondaryConfig{{Sink: sec, Name: "mem"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	waitFor(t, "the first window read, its commit stalled", func() bool {
+		return len(reader.counts()) > 0 && sec.calls.Load() > 0
+	})
+	// Stalled: the window read is all recovery holds, and it is reserved.
+	for range 20 {
+		rc := reader.counts()
+		last := rc[len(rc)-1]
+		in := budget.Stats().InUse
+		if last.bytes > quarter || in > quarter {
+			t.Fatalf("stalled, recovery read %d records holding %d bytes and reserves %d; a quarter of the budget is %d",
+				last.records, last.bytes, in, quarter)
+		}
+		if in < last.bytes {
+			t.Fatalf("stalled, recovery holds %d bytes read with %d reserved", last.bytes, in)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(sec.hold)
+	waitCaughtUp(t, f, 20*time.Second)
+	if sec.count() != 200 {
+		t.Fatalf("recovered %d records, want 200", sec.count())
+	}
+	for i, rc := range reader.counts() {
+		if rc.maxBytes <= 0 || rc.maxBytes > quarter {
+			t.Errorf("read %d: asked for at most %d bytes; a quarter of the budget is %d", i, rc.maxBytes, quarter)
+		}
+		if rc.bytes > max(rc.maxBytes, rc.first) || (rc.bytes > rc.maxBytes && rc.records != 1) {
+			t.Errorf("read %d: %d records holding %d bytes, bound %d", i, rc.records, rc.bytes, rc.maxBytes)
+		}
+	}
+	waitInUse(t, budget, 0)
+}
+
+// A record larger than a window's reservation is admitted alone, its
+// whole size reserved, as flow control admits a record larger than a
+// share; one larger than the budget can grant at all goes to the
+// secondary's quarantine lane with code oversize, and recovery goes on
+// past it.
+func TestRecoveryWindowOversizeRecords(t *testing.T) {
+	budget := newBudget(t, 1<<20)
+	g := budget.Stats().Grantable
+	raw, rawDir := rawOfPayloads(t, 100, 100, int(g/2), 100, int(g+1), 100)
+	var mu sync.Mutex
+	var quarantined []engine.QuarantinedRecord
+	sec := &watchSink{memSink: newMemSink("mem")}
+	var big atomic.Int64
+	sec.check = func(b sink.Batch) {
+		if len(b.Records[0].Payload) == int(g/2) {
+			big.Store(budget.Stats().InUse)
+		}
+	}
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Reader: raw, Store: openStore(t, rawDir), Role: engine.RoleRecovery, RecoveryInterval: 5 * time.Millisecond,
+		Budget: budget, Secondaries: []engine.SecondaryConfig{{Sink: sec, Name: "mem",
+			Quarantine: engine.QuarantineFunc(func(_ context.Context, qs []engine.QuarantinedRecord) error {
+				mu.Lock()
+				defer mu.Unlock()
+				quarantined = append(quarantined, qs...)
+				return nil
+			})}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	waitCaughtUp(t, f, 10*time.Second)
+	if sec.count() != 5 {
+		t.Fatalf("recovered %d records, want the 5 the budget can grant", sec.count())
+	}
+	if n := big.Load(); n < int64(g/2) {
+		t.Errorf("the record of half the budget was committed with %d bytes reserved", n)
+	}
+	waitFor(t, "the oversize record quarantined", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(quarantined) == 1
+	})
+	if q := quarantined[0]; q.Pos != 4 || q.Reject.Code != sink.CodeOversize || len(q.Record.Payload) != int(g+1) {
+		t.Errorf("quarantined position %d, code %v, %d bytes; want position 4, oversize, %d bytes", q.Pos, q.Reject.Code, len(q.Record.Payload), g+1)
+	}
+	waitInUse(t, budget, 0)
 }

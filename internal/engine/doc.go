@@ -15,7 +15,7 @@
 //	recovery.go     recovery windows over coverage gaps, window halving, stepping over positions raw no longer keeps
 //	claims.go       Claims and Claim (recovery windows shared among nodes by lease), FencedStore, WindowKey, the window grid
 //	claimed.go      claimed recovery: take a window with a gap nobody holds, enter its fence, replay it, give it up
-//	admission.go    flow control: live batches and recovery windows reserved from the memory budget, queue fill, batch sizes and write results for the pacer
+//	admission.go    flow control: live batches and recovery windows reserved from the memory budget (a window reads no more than it reserved), queue fill, batch sizes and write results for the pacer
 //	quarantine.go   Quarantine, QuarantinedRecord, each secondary's quarantine lane (own goroutine and buffer; sheds when full)
 //	reject.go       a sink's rejections turned into quarantine records; counts by reason code
 //	coverage.go     the flusher: writes coverage to the offset store and reports the gauges every FlushInterval
@@ -67,7 +67,9 @@
 // CoverageStore.Cover for a chunk only after commitChunk saw the
 // secondary's Commit return nil (each record delivered, or rejected and
 // handed to the quarantine lane). Recovery covers on its own only a gap
-// raw says holds nothing, or no longer keeps (recovery.go). The store
+// raw says holds nothing, or no longer keeps, and a record larger than the
+// memory budget can grant, handed to the quarantine lane as oversize
+// (secondary.oversize in recovery.go). The store
 // persists what was covered in memory later (coverage.go; Flush in
 // offsetstore.go), so what is written may lag the acks, never lead them,
 // and a merge with what another writer persisted only unites coverage.
@@ -85,8 +87,8 @@
 // recording as soon as its claim's Lost fires.
 //
 // Recovery from raw in bounded windows. secondary.recoverWindow
-// (recovery.go) reads at most the current window of records from the first
-// gap in coverage — positions queued for live delivery count as covered —
+// (recovery.go) reads at most the current window of records, and at most
+// the bytes it reserved (above), from the first gap in coverage — positions queued for live delivery count as covered —
 // and commits them under a WindowTime deadline; a window that misses it is
 // halved (down to minWindowRecords) and grows back after a window that
 // fits. A gap raw no longer keeps (sink.PositionsGone) is stepped over,
@@ -103,10 +105,19 @@
 // Memory held is reserved. A live batch holds its size (sink.Record.
 // MemSize) from the budget from when it is offered until the last
 // secondary that queued it has committed or dropped it (liveBatch.done); a
-// recovery window reserves its estimated size before it reads raw, waiting
-// in a select beside the live queue so that live batches go on releasing
-// meanwhile, and releases it once committed (reserveWindow, fitWindow in
-// admission.go).
+// recovery window reserves before it reads raw — the recent size per
+// record × its records, at most a quarter of what the budget can grant —
+// waiting in a select beside the live queue so that live batches go on
+// releasing meanwhile (reserveWindow, awaitGrant in admission.go), and
+// releases it once committed. What a window reads never exceeds what it
+// reserved, from the first window after a restart on, whatever the
+// record_size_estimate: the reservation is the read's byte bound
+// (sink.RawReader.ReadFrom's maxBytes, counted by sink.ReadLimit in every
+// raw reader; replayGap in recovery.go), and fitWindow cuts off whatever
+// a reader returned past it. Only a window's first record may be larger:
+// it is admitted alone with its whole size reserved, or, larger than the
+// budget can grant, quarantined as oversize (fitWindow, then
+// secondary.oversize).
 //
 // Quarantine never backpressures the clean path. A secondary hands its
 // rejected records to its quarantine lane without blocking

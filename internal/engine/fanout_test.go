@@ -132,7 +132,7 @@ func rawIDs(t testing.TB, r sink.RawReader) []sink.Positioned {
 	end, _ := r.End(ctx)
 	var out []sink.Positioned
 	for from := uint64(0); from < end; {
-		got, err := r.ReadFrom(ctx, from, 5000)
+		got, err := r.ReadFrom(ctx, from, 5000, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ func (c *coverageChecker) check() string {
 	ctx := context.Background()
 	for _, sp := range cov.Spans() {
 		for from := sp.Lo; from < sp.Hi; {
-			recs, err := c.raw.ReadFrom(ctx, from, int(min(sp.Hi-from, 5000)))
+			recs, err := c.raw.ReadFrom(ctx, from, int(min(sp.Hi-from, 5000)), 0)
 			if err != nil {
 				return err.Error()
 			}
@@ -944,11 +944,11 @@ type goneReader struct {
 	goneBelow uint64
 }
 
-func (g goneReader) ReadFrom(ctx context.Context, from uint64, max int) ([]sink.Positioned, error) {
+func (g goneReader) ReadFrom(ctx context.Context, from uint64, max int, maxBytes int64) ([]sink.Positioned, error) {
 	if from < g.goneBelow {
 		return nil, fmt.Errorf("test raw: %w", &sink.GoneError{From: from, To: g.goneBelow, Why: "removed by the test"})
 	}
-	return g.RawReader.ReadFrom(ctx, from, max)
+	return g.RawReader.ReadFrom(ctx, from, max, maxBytes)
 }
 
 // Positions raw no longer keeps are stepped over, counted as

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -52,13 +53,14 @@ func (s *secondary) recoverWindow(ctx context.Context) (bool, error) {
 // replayGap replays one window from the start of gap, a gap in the sink's
 // coverage below raw's end, and records what the sink acked with cover.
 func (s *secondary) replayGap(ctx context.Context, gap Span, end uint64, cover coverFunc) (bool, error) {
-	held, want, err := s.reserveWindow(ctx, int(min(uint64(s.f.scale(s.window)), gap.Len())))
+	want := int(min(uint64(s.f.scale(s.window)), gap.Len()))
+	held, bound, err := s.reserveWindow(ctx, want)
 	if err != nil {
 		return false, err
 	}
 	defer func() { s.releaseWindow(held) }() // once the window is committed, or given up
 	rctx, cancel := context.WithTimeout(ctx, s.f.opts.WindowTime)
-	recs, err := s.f.reader.ReadFrom(rctx, gap.Lo, want)
+	recs, err := s.f.reader.ReadFrom(rctx, gap.Lo, want, bound)
 	cancel()
 	var gone sink.PositionsGone
 	if errors.As(err, &gone) && errors.Is(err, sink.ErrPositionGone) {
@@ -86,8 +88,14 @@ func (s *secondary) replayGap(ctx context.Context, gap Span, end uint64, cover c
 		// guess that the gap is empty; look again later.
 		return false, fmt.Errorf("raw returned nothing from %d below its end %d", gap.Lo, end)
 	}
-	s.fitWindow(&held, recs)
-	err = s.deliver(ctx, gap.Lo, recs[:keep], true, cover)
+	recs, err = s.fitWindow(ctx, &held, bound, recs[:keep])
+	if errors.Is(err, flow.ErrOversize) {
+		return true, s.oversize(ctx, gap.Lo, recs[0], err, cover)
+	}
+	if err != nil {
+		return false, err // ctx ended while the record waited for the budget
+	}
+	err = s.deliver(ctx, gap.Lo, recs, true, cover)
 	switch {
 	case errors.Is(err, errWindowTimeout):
 		s.window = max(minWindowRecords, s.window/2)
@@ -97,12 +105,25 @@ func (s *secondary) replayGap(ctx context.Context, gap Span, end uint64, cover c
 		return true, err
 	}
 	if a := s.f.opts.Audit; a != nil {
-		a.Recovered(s.name, gap.Lo, recs[keep-1].Pos+1, s.f.opts.Mode.String())
+		a.Recovered(s.name, gap.Lo, recs[len(recs)-1].Pos+1, s.f.opts.Mode.String())
 	}
 	if s.window < s.f.opts.WindowRecords {
 		s.window = min(s.f.opts.WindowRecords, s.window*2)
 	}
 	return true, nil
+}
+
+// oversize hands rec, read from raw at the start of a window and alone
+// larger than the budget can grant (cause wraps flow.ErrOversize), to the
+// quarantine lane with code oversize, as flow control's oversize rule
+// says, and covers it with the positions before it: it has been accounted
+// for, and recovery goes on with the records behind it instead of asking
+// for it forever. Raw keeps it.
+func (s *secondary) oversize(ctx context.Context, lo uint64, rec sink.Positioned, cause error, cover coverFunc) error {
+	s.f.log.Warn("recovery read a record larger than the memory budget can grant; it goes to quarantine as oversize",
+		"sink", s.name, "position", rec.Pos, "bytes", rec.MemSize(), "err", cause)
+	s.accounted([]sink.Positioned{rec}, []sink.Rejection{{Index: 0, Reason: cause.Error(), Code: sink.CodeOversize}}, true, 0)
+	return cover(ctx, lo, rec.Pos+1)
 }
 
 // stepOver records that the part of gap raw reports gone will never

@@ -67,7 +67,7 @@ func (w *WAB) DrainToFileRaw(t testing.TB) []sink.Record {
 	}
 	var recs []sink.Record
 	for from := uint64(0); ; {
-		got, err := r.ReadFrom(ctx, from, 1024)
+		got, err := r.ReadFrom(ctx, from, 1024, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -198,7 +198,7 @@ func (o *outage) caughtUp() engine.FanoutStats {
 func (o *outage) rawIDs(end uint64) map[sink.RecordID]bool {
 	want := map[sink.RecordID]bool{}
 	for from := uint64(0); from < end; {
-		recs, err := o.raw.ReadFrom(context.Background(), from, 10000)
+		recs, err := o.raw.ReadFrom(context.Background(), from, 10000, 0)
 		if err != nil || len(recs) == 0 {
 			o.t.Fatalf("read raw from %d: %d, %v", from, len(recs), err)
 		}

@@ -57,8 +57,8 @@ func TestRawMetadataRoundTrip(t *testing.T) {
 	r, _ := openReader(t, dir)
 	ctx := context.Background()
 	for name, read := range map[string]func() ([]sink.Positioned, error){
-		"sink":       func() ([]sink.Positioned, error) { return s.ReadFrom(ctx, 0, 10) },
-		"raw reader": func() ([]sink.Positioned, error) { return r.ReadFrom(ctx, 0, 10) },
+		"sink":       func() ([]sink.Positioned, error) { return s.ReadFrom(ctx, 0, 10, 0) },
+		"raw reader": func() ([]sink.Positioned, error) { return r.ReadFrom(ctx, 0, 10, 0) },
 	} {
 		got, err := read()
 		if err != nil {

@@ -193,15 +193,17 @@ func (s *Sink) Replayable() bool { return s.opts.Positions }
 // ReadFrom implements sink.Raw. It may run concurrently with Commit; it
 // never returns a position at or past the end that was acknowledged when
 // it started.
-func (s *Sink) ReadFrom(ctx context.Context, from uint64, max int) ([]sink.Positioned, error) {
+func (s *Sink) ReadFrom(ctx context.Context, from uint64, max int, maxBytes int64) ([]sink.Positioned, error) {
 	if !s.opts.Positions {
 		return nil, ErrNotRaw
 	}
-	return s.raw.read(ctx, from, s.end.Load(), max)
+	return s.raw.read(ctx, from, s.end.Load(), max, maxBytes)
 }
 
-// read returns up to max records from position from on and below end.
-func (d *rawDir) read(ctx context.Context, from, end uint64, max int) ([]sink.Positioned, error) {
+// read returns up to max records, holding up to maxBytes (see
+// sink.RawReader), from position from on and below end. It parses no line
+// past the first one it refuses.
+func (d *rawDir) read(ctx context.Context, from, end uint64, max int, maxBytes int64) ([]sink.Positioned, error) {
 	if from >= end || max <= 0 {
 		return nil, nil
 	}
@@ -209,7 +211,8 @@ func (d *rawDir) read(ctx context.Context, from, end uint64, max int) ([]sink.Po
 	defer d.mu.Unlock()
 	var out []sink.Positioned
 	err := retryRenamed(func() (err error) {
-		out, err = d.readFrom(ctx, from, end, max)
+		lim := sink.NewReadLimit(max, maxBytes)
+		out, err = d.readFrom(ctx, from, end, &lim)
 		return err
 	})
 	if err != nil {
@@ -218,7 +221,7 @@ func (d *rawDir) read(ctx context.Context, from, end uint64, max int) ([]sink.Po
 	return out, nil
 }
 
-func (d *rawDir) readFrom(ctx context.Context, from, end uint64, max int) ([]sink.Positioned, error) {
+func (d *rawDir) readFrom(ctx context.Context, from, end uint64, lim *sink.ReadLimit) ([]sink.Positioned, error) {
 	files, err := d.files()
 	if err != nil {
 		return nil, err
@@ -230,7 +233,7 @@ func (d *rawDir) readFrom(ctx context.Context, from, end uint64, max int) ([]sin
 		}
 	}
 	var out []sink.Positioned
-	for ; i < len(files) && len(out) < max; i++ {
+	for ; i < len(files) && !lim.Done(); i++ {
 		f := files[i]
 		if f.first >= end {
 			break
@@ -248,7 +251,7 @@ func (d *rawDir) readFrom(ctx context.Context, from, end uint64, max int) ([]sin
 		}
 		var perr error
 		err := d.scan(ctx, f.name, off, func(next int64, line []byte) bool {
-			if pos >= limit || len(out) >= max {
+			if pos >= limit || lim.Done() {
 				return false
 			}
 			p := pos
@@ -262,7 +265,11 @@ func (d *rawDir) readFrom(ctx context.Context, from, end uint64, max int) ([]sin
 				perr = fmt.Errorf("filesink: %s: position %d: %w", filepath.Join(d.dir, f.name), p, err)
 				return false
 			}
-			out = append(out, sink.Positioned{Pos: p, Record: l.Record()})
+			rec := sink.Positioned{Pos: p, Record: l.Record()}
+			if !lim.Take(&rec) {
+				return false // past maxBytes: the next read starts at p
+			}
+			out = append(out, rec)
 			d.hint = readHint{true, f.first, pos, next}
 			return true
 		})

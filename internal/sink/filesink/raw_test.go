@@ -37,7 +37,7 @@ func checkRaw(t *testing.T, s *Sink, want []sink.Record) {
 		for _, start := range []uint64{0, 1, uint64(len(want) / 2), uint64(len(want))} {
 			from := start
 			for from < end {
-				got, err := s.ReadFrom(ctx, from, window)
+				got, err := s.ReadFrom(ctx, from, window, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -54,7 +54,7 @@ func checkRaw(t *testing.T, s *Sink, want []sink.Record) {
 					from++
 				}
 			}
-			if got, err := s.ReadFrom(ctx, end, window); err != nil || len(got) != 0 {
+			if got, err := s.ReadFrom(ctx, end, window, 0); err != nil || len(got) != 0 {
 				t.Fatalf("ReadFrom(end) = %d records, %v", len(got), err)
 			}
 		}
@@ -133,7 +133,7 @@ func TestRawCrashKeepsAcknowledgedPositions(t *testing.T) {
 		if end < uint64(len(want)) || end > uint64(len(want))+1 {
 			t.Fatalf("seed %d: end %d after crash, acknowledged %d", seed, end, len(want))
 		}
-		got, err := r.ReadFrom(context.Background(), 0, len(want))
+		got, err := r.ReadFrom(context.Background(), 0, len(want), 0)
 		if err != nil || len(got) != len(want) {
 			t.Fatalf("seed %d: read %d, %v", seed, len(got), err)
 		}
@@ -179,7 +179,7 @@ func TestRawSyncFailureStopsUntilReopen(t *testing.T) {
 	if first := commitRaw(t, r, b3); first != end {
 		t.Fatalf("first after reopen %d, want %d", first, end)
 	}
-	got, _ := r.ReadFrom(context.Background(), 0, 5)
+	got, _ := r.ReadFrom(context.Background(), 0, 5, 0)
 	for i, p := range got {
 		if p.Record.ID != b1.Records[i].ID {
 			t.Fatalf("acknowledged position %d changed", i)
@@ -204,5 +204,23 @@ func TestConformanceRaw(t *testing.T) {
 				return harness(t, Options{Positions: true}, mem, nil)
 			})
 		})
+	}
+}
+
+// ReadFrom's byte bound, on the sink and on a read-only reader of its
+// directory: it stops before the record past the bound, returns a first
+// record larger than the bound alone, and a read from where one stopped
+// goes on with the record it refused — across the files of raw.
+func TestRawReadFromByteBound(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, Options{Dir: dir, Positions: true, MaxBytes: 4096})
+	defer s.Close()
+	for i, size := range []int{100, 300, 50, 6000, 200, 200, 9000, 10} {
+		commitRaw(t, s, batch(i*2, 2, size))
+	}
+	r, _ := openReader(t, dir)
+	for _, from := range []uint64{0, 5, 13} {
+		sinktest.ReadBound(t, s, from)
+		sinktest.ReadBound(t, r, from)
 	}
 }

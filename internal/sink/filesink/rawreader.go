@@ -2,10 +2,10 @@ package filesink
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"sync"
 
+	"github.com/weir-io/weir/internal/sink/rawfiles"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 )
@@ -47,36 +47,24 @@ type tailCount struct {
 
 var _ sink.RawReader = (*RawReader)(nil)
 
-// OpenRawReader opens a read-only view of the raw-mode directory dir. The
-// directory must exist; it may be empty (the writer has not committed
-// anything yet). A directory holding file-sink output written without raw
-// mode is refused: it has no positions to read.
+// OpenRawReader opens a read-only view of the raw-mode directory dir
+// (fsys nil means vfs.OS). The directory must exist; it may be empty (the
+// writer has not committed anything yet). A directory holding file-sink
+// output written without raw mode is refused: it has no positions to read.
 func OpenRawReader(fsys vfs.FS, dir string) (*RawReader, error) {
-	if fsys == nil {
-		fsys = vfs.OS
-	}
-	dir = filepath.Clean(dir)
-	st, err := fsys.Stat(dir)
+	fsys, dir, err := rawfiles.OpenDir(fsys, dir, rawfiles.Kind{
+		Pkg: "filesink", Output: "file-sink output",
+		Raw: func(n string) bool {
+			_, _, ok := parseRawName(n)
+			return ok
+		},
+		Plain: func(n string) bool {
+			_, _, _, ok := parseName(n)
+			return ok
+		},
+	})
 	if err != nil {
-		return nil, fmt.Errorf("filesink: raw reader: %w", err)
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("filesink: raw reader: %s is not a directory", dir)
-	}
-	names, err := fsys.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("filesink: raw reader: list %s: %w", dir, err)
-	}
-	raw, plain := false, false
-	for _, n := range names {
-		if _, _, ok := parseRawName(n); ok {
-			raw = true
-		} else if _, _, _, ok := parseName(n); ok {
-			plain = true
-		}
-	}
-	if plain && !raw {
-		return nil, fmt.Errorf("filesink: raw reader: %s holds file-sink output written without raw mode (no positions to read)", dir)
+		return nil, err
 	}
 	return &RawReader{d: rawDir{fs: fsys, dir: dir}}, nil
 }
@@ -144,14 +132,14 @@ func (r *RawReader) countedPrefixHolds(name string, off int64) bool {
 	return err == nil && b[0] == '\n'
 }
 
-// ReadFrom implements sink.RawReader: up to max records from position
-// from on, below End as of this call. Like End it sees lines the writer
-// has not acknowledged yet; callers bound from and the records they use
-// by the writer's acknowledged end.
-func (r *RawReader) ReadFrom(ctx context.Context, from uint64, max int) ([]sink.Positioned, error) {
+// ReadFrom implements sink.RawReader: up to max records, holding up to
+// maxBytes, from position from on, below End as of this call. Like End it
+// sees lines the writer has not acknowledged yet; callers bound from and
+// the records they use by the writer's acknowledged end.
+func (r *RawReader) ReadFrom(ctx context.Context, from uint64, max int, maxBytes int64) ([]sink.Positioned, error) {
 	end, err := r.End(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return r.d.read(ctx, from, end, max)
+	return r.d.read(ctx, from, end, max, maxBytes)
 }

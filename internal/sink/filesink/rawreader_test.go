@@ -67,7 +67,7 @@ func readAll(t *testing.T, r *RawReader, from, to uint64, n int, want []sink.Rec
 	t.Helper()
 	ctx := context.Background()
 	for from < to {
-		got, err := r.ReadFrom(ctx, from, n)
+		got, err := r.ReadFrom(ctx, from, n, 0)
 		if err != nil {
 			t.Fatalf("ReadFrom(%d): %v", from, err)
 		}
@@ -96,7 +96,7 @@ func TestRawReaderEmptyAndMissingDir(t *testing.T) {
 	if end, err := r.End(ctx); err != nil || end != 0 {
 		t.Fatalf("End of an empty dir = %d, %v", end, err)
 	}
-	if got, err := r.ReadFrom(ctx, 0, 10); err != nil || len(got) != 0 {
+	if got, err := r.ReadFrom(ctx, 0, 10, 0); err != nil || len(got) != 0 {
 		t.Fatalf("ReadFrom of an empty dir = %d records, %v", len(got), err)
 	}
 	if _, err := OpenRawReader(vfs.OS, filepath.Join(dir, "missing")); err == nil {
@@ -240,11 +240,11 @@ func TestRawReaderBoundedByEnd(t *testing.T) {
 	if end, _ := r.End(ctx); end != 6 {
 		t.Fatalf("End counts a partial line: %d", end)
 	}
-	got, err := r.ReadFrom(ctx, 0, 100)
+	got, err := r.ReadFrom(ctx, 0, 100, 0)
 	if err != nil || len(got) != 6 {
 		t.Fatalf("ReadFrom = %d records, %v", len(got), err)
 	}
-	if got, err := r.ReadFrom(ctx, 6, 100); err != nil || len(got) != 0 {
+	if got, err := r.ReadFrom(ctx, 6, 100, 0); err != nil || len(got) != 0 {
 		t.Fatalf("ReadFrom(end) = %d records, %v", len(got), err)
 	}
 	// The line completes (unacknowledged: End counts what is on disk)...

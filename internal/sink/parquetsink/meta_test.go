@@ -60,7 +60,7 @@ func TestRawMetadataThroughParquet(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rr.Close()
-		got, err := rr.ReadFrom(context.Background(), 0, 100)
+		got, err := rr.ReadFrom(context.Background(), 0, 100, 0)
 		if err != nil || len(got) != len(want) {
 			t.Fatalf("%s: RawReader: %d records, %v", when, len(got), err)
 		}
@@ -79,7 +79,7 @@ func TestRawMetadataThroughParquet(t *testing.T) {
 	}
 	check("in Parquet")
 	s = open(t, rawOpts(nil, dir))
-	got, err := s.ReadFrom(context.Background(), 3, 4)
+	got, err := s.ReadFrom(context.Background(), 3, 4, 0)
 	if err != nil || len(got) != 4 {
 		t.Fatalf("ReadFrom: %d records, %v", len(got), err)
 	}
@@ -166,7 +166,7 @@ func TestReadsVersion1Files(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := rr.ReadFrom(context.Background(), 0, 100)
+	ps, err := rr.ReadFrom(context.Background(), 0, 100, 0)
 	rr.Close()
 	if err != nil {
 		t.Fatal(err)

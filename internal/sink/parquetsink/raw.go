@@ -145,9 +145,9 @@ func (s *Sink) Replayable() bool { return s.opts.Positions }
 // ReadFrom implements sink.RawReader. It may run concurrently with Commit
 // (which may turn a stage into Parquet under it); it never returns a
 // position at or past the end acknowledged when it started.
-func (s *Sink) ReadFrom(ctx context.Context, from uint64, n int) ([]sink.Positioned, error) {
+func (s *Sink) ReadFrom(ctx context.Context, from uint64, n int, maxBytes int64) ([]sink.Positioned, error) {
 	if !s.opts.Positions {
 		return nil, ErrNotRaw
 	}
-	return s.raw.read(ctx, from, s.end.Load(), n)
+	return s.raw.read(ctx, from, s.end.Load(), n, maxBytes)
 }

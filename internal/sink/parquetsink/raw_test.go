@@ -83,7 +83,7 @@ func checkRaw(t *testing.T, r sink.RawReader, want []sink.Record) {
 		for _, start := range []uint64{0, 3, end / 2, end} {
 			from := min(start, end)
 			for from < end {
-				got, err := r.ReadFrom(ctx, from, window)
+				got, err := r.ReadFrom(ctx, from, window, 0)
 				if err != nil {
 					t.Fatalf("ReadFrom(%d, %d): %v", from, window, err)
 				}
@@ -100,7 +100,7 @@ func checkRaw(t *testing.T, r sink.RawReader, want []sink.Record) {
 					from++
 				}
 			}
-			if got, err := r.ReadFrom(ctx, end, window); err != nil || len(got) != 0 {
+			if got, err := r.ReadFrom(ctx, end, window, 0); err != nil || len(got) != 0 {
 				t.Fatalf("ReadFrom(End) = %d records, %v", len(got), err)
 			}
 		}
@@ -242,7 +242,7 @@ func TestRawModeRefusals(t *testing.T) {
 		if _, err := s.End(ctx); !errors.Is(err, ErrNotRaw) {
 			t.Fatalf("End: %v", err)
 		}
-		if _, err := s.ReadFrom(ctx, 0, 1); !errors.Is(err, ErrNotRaw) {
+		if _, err := s.ReadFrom(ctx, 0, 1, 0); !errors.Is(err, ErrNotRaw) {
 			t.Fatalf("ReadFrom: %v", err)
 		}
 		if s.Replayable() {
@@ -276,10 +276,10 @@ func TestRawModeRefusals(t *testing.T) {
 		if err := vfs.OS.Remove(filepath.Join(dir, rawBase(0)+SuffixParquet)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.ReadFrom(ctx, 1, 10); !errors.Is(err, sink.ErrPositionGone) {
+		if _, err := s.ReadFrom(ctx, 1, 10, 0); !errors.Is(err, sink.ErrPositionGone) {
 			t.Fatalf("ReadFrom below the oldest file: %v, want ErrPositionGone", err)
 		}
-		got, err := s.ReadFrom(ctx, 3, 10)
+		got, err := s.ReadFrom(ctx, 3, 10, 0)
 		if err != nil || len(got) != 3 || got[0].Pos != 3 {
 			t.Fatalf("ReadFrom(3): %d records, %v", len(got), err)
 		}
@@ -439,7 +439,7 @@ func crashRun(t *testing.T, mode memfs.CrashOptions, seed uint64) {
 		t.Fatalf("seed %d (crash at call %d): End %d after the crash; %d acknowledged, %d in flight", seed, crashAt, end, acked, inFlight)
 	}
 	for from := uint64(0); from < end; {
-		got, err := r.ReadFrom(ctx, from, 5)
+		got, err := r.ReadFrom(ctx, from, 5, 0)
 		if err != nil || len(got) == 0 {
 			t.Fatalf("seed %d: ReadFrom(%d): %d records, %v", seed, from, len(got), err)
 		}
@@ -540,7 +540,7 @@ func TestRawSyncFailure(t *testing.T) {
 				if end != uint64(tc.before) && end != uint64(tc.before+len(failed)) {
 					t.Fatalf("End %d after reopening", end)
 				}
-				got, err := s.ReadFrom(ctx, 0, tc.before)
+				got, err := s.ReadFrom(ctx, 0, tc.before, 0)
 				if err != nil || len(got) != tc.before {
 					t.Fatalf("ReadFrom after reopening: %d records, %v", len(got), err)
 				}
@@ -595,5 +595,41 @@ func TestConformanceRaw(t *testing.T) {
 				return harness(t, rawOpts(nil, ""), mem, rawOnly)
 			})
 		})
+	}
+}
+
+// ReadFrom's byte bound, on the sink and on a read-only reader of its
+// directory, in Parquet files and in the stage: it stops before the
+// record past the bound, returns a first record larger than the bound
+// alone, and a read from where one stopped goes on with the record it
+// refused (seeking back in a Parquet file, inside a frame in a stage).
+func TestRawReadFromByteBound(t *testing.T) {
+	dir := t.TempDir()
+	opts := rawOpts(vfs.OS, dir)
+	opts.MaxBytes = 16 << 10
+	s, err := New(ctxT(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sizes := []int{100, 300, 50, 6000, 200, 200, 9000, 10}
+	for i := range 3 * len(sizes) / 2 {
+		recs := recsAt(uint64(2*i), 2)
+		for j := range recs {
+			recs[j].Payload = make([]byte, sizes[(2*i+j)%len(sizes)])
+		}
+		commitRaw(t, s, recs, uint64(2*i))
+	}
+	if parquets, stages := rawFiles(t, vfs.OS, dir); parquets == 0 || stages == 0 {
+		t.Fatalf("%d Parquet files and %d stages; the test wants both", parquets, stages)
+	}
+	r, err := OpenRawReader(vfs.OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, from := range []uint64{0, 5, 13, 19} {
+		sinktest.ReadBound(t, s, from)
+		sinktest.ReadBound(t, r, from)
 	}
 }

@@ -97,8 +97,10 @@ var errRelist = errors.New("parquetsink: listing changed under the read")
 // gap. The last attempt takes a gap as positions that hold nothing.
 const readAttempts = 4
 
-// read returns up to n records from position from on and below end.
-func (d *rawDir) read(ctx context.Context, from, end uint64, n int) ([]sink.Positioned, error) {
+// read returns up to n records, holding up to maxBytes (see
+// sink.RawReader), from position from on and below end. It decodes rows
+// only while they may fit.
+func (d *rawDir) read(ctx context.Context, from, end uint64, n int, maxBytes int64) ([]sink.Positioned, error) {
 	if from >= end || n <= 0 {
 		return nil, nil
 	}
@@ -107,7 +109,8 @@ func (d *rawDir) read(ctx context.Context, from, end uint64, n int) ([]sink.Posi
 	var out []sink.Positioned
 	var err error
 	for attempt := range readAttempts {
-		out, err = d.readFrom(ctx, from, end, n, attempt == readAttempts-1)
+		lim := sink.NewReadLimit(n, maxBytes)
+		out, err = d.readFrom(ctx, from, end, &lim, attempt == readAttempts-1)
 		if err == nil || !(errors.Is(err, iofs.ErrNotExist) || errors.Is(err, errRelist)) {
 			break
 		}
@@ -121,7 +124,7 @@ func (d *rawDir) read(ctx context.Context, from, end uint64, n int) ([]sink.Posi
 	return out, nil
 }
 
-func (d *rawDir) readFrom(ctx context.Context, from, end uint64, n int, final bool) ([]sink.Positioned, error) {
+func (d *rawDir) readFrom(ctx context.Context, from, end uint64, lim *sink.ReadLimit, final bool) ([]sink.Positioned, error) {
 	files, err := d.files()
 	if err != nil {
 		return nil, err
@@ -139,7 +142,7 @@ func (d *rawDir) readFrom(ctx context.Context, from, end uint64, n int, final bo
 	// The file holding from is the last one starting at or before it.
 	i := sort.Search(len(files), func(i int) bool { return files[i].first > from }) - 1
 	var out []sink.Positioned
-	for ; i < len(files) && len(out) < n; i++ {
+	for ; i < len(files) && !lim.Done(); i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("parquetsink: read %s: %w", d.dir, err)
 		}
@@ -159,14 +162,14 @@ func (d *rawDir) readFrom(ctx context.Context, from, end uint64, n int, final bo
 		}
 		var stop uint64
 		if f.parquet {
-			out, stop, err = d.readParquet(ctx, f, start, limit, n, out)
+			out, stop, err = d.readParquet(ctx, f, start, limit, lim, out)
 		} else {
-			out, stop, err = d.readStage(ctx, f, start, limit, n, out)
+			out, stop, err = d.readStage(ctx, f, start, limit, lim, out)
 		}
 		if err != nil {
 			return nil, err
 		}
-		if len(out) < n && stop < limit && !final {
+		if !lim.Done() && stop < limit && !final {
 			// The file ends before the next one starts: positions
 			// [stop, limit) hold nothing, unless the listing missed a
 			// file. Look again before skipping them.
@@ -186,11 +189,11 @@ func positioned(f rawFile, pos uint64, rw *row) (sink.Positioned, error) {
 	return sink.Positioned{Pos: pos, Record: r.sinkRecord()}, nil
 }
 
-// readStage appends the rows of a stage at positions [start, limit), up to
-// n records in out, scanning complete frames from where the last read
+// readStage appends the rows of a stage at positions [start, limit) to out
+// while lim takes them, scanning complete frames from where the last read
 // stopped when it can. stop is one past the last row of the last frame
-// examined: below limit with room left in out, the stage ends there.
-func (d *rawDir) readStage(ctx context.Context, f rawFile, start, limit uint64, n int, out []sink.Positioned) ([]sink.Positioned, uint64, error) {
+// examined: below limit with lim not done, the stage ends there.
+func (d *rawDir) readStage(ctx context.Context, f rawFile, start, limit uint64, lim *sink.ReadLimit, out []sink.Positioned) ([]sink.Positioned, uint64, error) {
 	path := filepath.Join(d.dir, f.name)
 	fh, err := d.fs.Open(path)
 	if err != nil {
@@ -208,7 +211,7 @@ func (d *rawDir) readStage(ctx context.Context, f rawFile, start, limit uint64, 
 	} else if ok, err := hasMagic(fh, size); err != nil || !ok {
 		return out, pos, err // a stage being created: no rows yet
 	}
-	for k := 0; pos < limit && len(out) < n; k++ {
+	for k := 0; pos < limit && !lim.Done(); k++ {
 		if k%64 == 63 {
 			if err := ctx.Err(); err != nil {
 				return nil, 0, fmt.Errorf("parquetsink: read %s: %w", path, err)
@@ -221,19 +224,24 @@ func (d *rawDir) readStage(ctx context.Context, f rawFile, start, limit uint64, 
 		if !ok {
 			break // the end of the complete frames
 		}
+		taken := pos // one past the last row taken from this frame
 		for j := range fr.rows {
 			p := pos + uint64(j)
-			if p < start || p >= limit || len(out) >= n {
+			if p < start || p >= limit || lim.Done() {
 				continue
 			}
 			rec, err := positioned(f, p, &fr.rows[j])
 			if err != nil {
 				return nil, 0, err
 			}
+			if !lim.Take(&rec) {
+				break
+			}
 			out = append(out, rec)
+			taken = p + 1
 		}
 		end := pos + uint64(len(fr.rows))
-		if len(out) >= n && out[len(out)-1].Pos+1 < end {
+		if lim.Done() && taken < end {
 			// Stopped inside this frame: the next read starts here.
 			d.hint = stageHint{true, f.first, pos, off}
 		} else {
@@ -256,11 +264,13 @@ func hasMagic(r io.ReaderAt, size int64) (bool, error) {
 }
 
 // readParquet appends the rows of a Parquet file at positions [start,
-// limit), up to n records in out. It keeps the file open at the next row,
-// so a sequence of reads neither reopens the file nor seeks; any other
-// start seeks through the file's page index instead of decoding the rows
-// before it. stop is as for readStage.
-func (d *rawDir) readParquet(ctx context.Context, f rawFile, start, limit uint64, n int, out []sink.Positioned) ([]sink.Positioned, uint64, error) {
+// limit) to out while lim takes them. It keeps the file open at the next
+// row, so a sequence of reads neither reopens the file nor seeks; any
+// other start seeks through the file's page index instead of decoding the
+// rows before it. stop is as for readStage. Under a byte bound it decodes
+// rows in runs sized by what is left of the bound, so that it decodes few
+// rows it then refuses.
+func (d *rawDir) readParquet(ctx context.Context, f rawFile, start, limit uint64, lim *sink.ReadLimit, out []sink.Positioned) ([]sink.Positioned, uint64, error) {
 	c, err := d.cursor(f)
 	if err != nil {
 		return nil, 0, err
@@ -283,28 +293,48 @@ func (d *rawDir) readParquet(ctx context.Context, f rawFile, start, limit uint64
 		}
 		c.next = lo
 	}
-	want := min(hi-lo, int64(n-len(out)))
-	buf := make([]row, min(want, 256))
-	for want > 0 {
+	var buf []row
+	var taken, held int64 // rows taken by this call, and what they hold
+	for c.next < hi && !lim.Done() {
 		if err := ctx.Err(); err != nil {
 			return fail(err)
 		}
-		k, rerr := c.rd.Read(buf[:min(want, int64(len(buf)))])
-		for j := range k {
+		recs, bytes := lim.Left()
+		k := min(hi-c.next, int64(recs), 256)
+		if bytes >= 0 {
+			// Rows of the size of those taken so far that fit what is
+			// left; one row while nothing tells the size.
+			per := max(held/max(taken, 1), 1)
+			k = min(k, max(bytes/per, 1))
+			if taken == 0 {
+				k = 1
+			}
+		}
+		if int64(len(buf)) < k {
+			buf = make([]row, k)
+		}
+		got, rerr := c.rd.Read(buf[:k])
+		read := c.next // the row the reader returned first
+		c.next += int64(got)
+		for j := range got {
 			buf[j].detach()
-			rec, err := positioned(f, f.first+uint64(c.next), &buf[j])
+			rec, err := positioned(f, f.first+uint64(read)+uint64(j), &buf[j])
+			buf[j] = row{}
 			if err != nil {
 				return fail(err)
 			}
+			if !lim.Take(&rec) {
+				// Past the byte bound: the next read starts at this row.
+				clear(buf[j:got])
+				return out, f.first + uint64(read) + uint64(j), nil
+			}
 			out = append(out, rec)
-			buf[j] = row{}
-			c.next++
+			taken, held = taken+1, held+rec.MemSize()
 		}
-		want -= int64(k)
 		switch {
-		case want == 0:
-		case rerr == io.EOF || (rerr == nil && k == 0):
-			return fail(fmt.Errorf("%d rows short of row %d of %d", want, hi, c.rows))
+		case int64(got) == k:
+		case rerr == io.EOF || (rerr == nil && got == 0):
+			return fail(fmt.Errorf("%d rows short of row %d of %d", hi-c.next, hi, c.rows))
 		case rerr != nil && rerr != io.EOF:
 			return fail(fmt.Errorf("at row %d: %w", c.next, rerr))
 		}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/weir-io/weir/internal/sink/rawfiles"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 )
@@ -57,31 +58,19 @@ var _ sink.RawReader = (*RawReader)(nil)
 // writer has not committed anything yet). A directory holding only output
 // written without raw mode is refused: it has no positions to read.
 func OpenRawReader(fsys vfs.FS, dir string) (*RawReader, error) {
-	if fsys == nil {
-		fsys = vfs.OS
-	}
-	dir = filepath.Clean(dir)
-	st, err := fsys.Stat(dir)
+	fsys, dir, err := rawfiles.OpenDir(fsys, dir, rawfiles.Kind{
+		Pkg: "parquetsink", Output: "Parquet sink output",
+		Raw: func(n string) bool {
+			_, _, ok := parseRawName(n)
+			return ok || n == rawLockName
+		},
+		Plain: func(n string) bool {
+			_, ok := parseName(n)
+			return ok
+		},
+	})
 	if err != nil {
-		return nil, fmt.Errorf("parquetsink: raw reader: %w", err)
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("parquetsink: raw reader: %s is not a directory", dir)
-	}
-	names, err := fsys.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("parquetsink: raw reader: list %s: %w", dir, err)
-	}
-	raw, plain := false, false
-	for _, n := range names {
-		if _, _, ok := parseRawName(n); ok || n == rawLockName {
-			raw = true
-		} else if _, ok := parseName(n); ok {
-			plain = true
-		}
-	}
-	if plain && !raw {
-		return nil, fmt.Errorf("parquetsink: raw reader: %s holds Parquet sink output written without raw mode (no positions to read)", dir)
+		return nil, err
 	}
 	return &RawReader{d: rawDir{fs: fsys, dir: dir}}, nil
 }
@@ -181,14 +170,14 @@ func stillThere(f vfs.File, t tailCount, size int64) bool {
 	return err == nil && ok && next == t.off
 }
 
-// ReadFrom implements sink.RawReader: up to n records from position from
-// on, below End as of this call. Like End it sees rows the writer has not
-// acknowledged yet; callers bound from and the records they use by the
-// writer's acknowledged end.
-func (r *RawReader) ReadFrom(ctx context.Context, from uint64, n int) ([]sink.Positioned, error) {
+// ReadFrom implements sink.RawReader: up to n records, holding up to
+// maxBytes, from position from on, below End as of this call. Like End it
+// sees rows the writer has not acknowledged yet; callers bound from and
+// the records they use by the writer's acknowledged end.
+func (r *RawReader) ReadFrom(ctx context.Context, from uint64, n int, maxBytes int64) ([]sink.Positioned, error) {
 	end, err := r.End(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return r.d.read(ctx, from, end, n)
+	return r.d.read(ctx, from, end, n, maxBytes)
 }

@@ -115,7 +115,7 @@ func TestRawReaderEmptyAndRefusals(t *testing.T) {
 	if end, err := r.End(ctx); err != nil || end != 0 {
 		t.Fatalf("End of an empty directory = %d, %v", end, err)
 	}
-	if got, err := r.ReadFrom(ctx, 0, 10); err != nil || len(got) != 0 {
+	if got, err := r.ReadFrom(ctx, 0, 10, 0); err != nil || len(got) != 0 {
 		t.Fatalf("ReadFrom of an empty directory = %d records, %v", len(got), err)
 	}
 	if _, err := OpenRawReader(vfs.OS, filepath.Join(dir, "missing")); err == nil {
@@ -187,7 +187,7 @@ func TestRawReaderFollowsWriter(t *testing.T) {
 				return
 			}
 			for from < end {
-				got, err := rd.ReadFrom(ctx, from, 7)
+				got, err := rd.ReadFrom(ctx, from, 7, 0)
 				if err != nil || len(got) == 0 {
 					t.Errorf("%s: ReadFrom(%d) below End %d: %d records, %v", name, from, end, len(got), err)
 					return
@@ -272,7 +272,7 @@ func TestRawStageTurnedIntoParquetUnderRead(t *testing.T) {
 					t.Fatalf("End = %d, %v", end, err)
 				}
 			} else {
-				got, err := rd.ReadFrom(ctx, 0, 100)
+				got, err := rd.ReadFrom(ctx, 0, 100, 0)
 				if err != nil || len(got) != 20 {
 					t.Fatalf("ReadFrom = %d records, %v", len(got), err)
 				}
@@ -317,7 +317,7 @@ func TestRawReadDoesNotTrustAGapAtOnce(t *testing.T) {
 		return slices.DeleteFunc(slices.Clone(names), func(s string) bool { return s == middle })
 	}
 	lfs.filter = hideOnce
-	got, err := r.ReadFrom(ctx, 0, 100)
+	got, err := r.ReadFrom(ctx, 0, 100, 0)
 	if err != nil || len(got) != 12 {
 		t.Fatalf("ReadFrom with a listing missing a file: %d records, %v", len(got), err)
 	}
@@ -334,11 +334,11 @@ func TestRawReadDoesNotTrustAGapAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rd := range []sink.RawReader{r, w} {
-		got, err = rd.ReadFrom(ctx, 1, 100)
+		got, err = rd.ReadFrom(ctx, 1, 100, 0)
 		if err != nil || len(got) != 8 || got[1].Pos != 2 || got[2].Pos != 6 {
 			t.Fatalf("ReadFrom across a removed file: %d records, %v", len(got), err)
 		}
-		if got, err = rd.ReadFrom(ctx, 4, 1); err != nil || len(got) != 1 || got[0].Pos != 6 {
+		if got, err = rd.ReadFrom(ctx, 4, 1, 0); err != nil || len(got) != 1 || got[0].Pos != 6 {
 			t.Fatalf("ReadFrom inside a removed file: %v, %v", got, err)
 		}
 	}
@@ -397,7 +397,7 @@ func TestRawReaderEndCountsTheLastStage(t *testing.T) {
 	end(13)
 	write(f2[len(f2)-3:], false)
 	end(15)
-	got, err := r.ReadFrom(ctx, 10, 100)
+	got, err := r.ReadFrom(ctx, 10, 100, 0)
 	if err != nil || len(got) != 5 || got[0].Pos != 10 || !sameRecord(got[4].Record, recAt(14)) {
 		t.Fatalf("ReadFrom = %v, %v", got, err)
 	}
@@ -431,7 +431,7 @@ func TestRawReadKeepsParquetOpen(t *testing.T) {
 	opens := efs.CallsOn(errorfs.OpOpen, path)
 	for _, from := range []uint64{0, 290, 7} {
 		for p := from; p < 300; {
-			got, err := r.ReadFrom(ctx, p, 13)
+			got, err := r.ReadFrom(ctx, p, 13, 0)
 			if err != nil || len(got) == 0 {
 				t.Fatalf("ReadFrom(%d) = %d records, %v", p, len(got), err)
 			}

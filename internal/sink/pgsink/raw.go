@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -148,23 +149,35 @@ func (s *Sink) End(ctx context.Context) (uint64, error) {
 	return uint64(end), nil
 }
 
-// ReadFrom implements sink.RawReader.
-func (s *Sink) ReadFrom(ctx context.Context, from uint64, max int) ([]sink.Positioned, error) {
+// rowOverhead is what a record read back holds before its bytes: the
+// MemSize of an empty one. The read's byte bound counts it per row.
+var rowOverhead = (&sink.Positioned{}).MemSize()
+
+// ReadFrom implements sink.RawReader. It streams the rows and stops at
+// the first one past maxBytes; the server itself sends no row past a
+// lower bound of that count (readSQL), so a window of large records does
+// not carry the rest of its max over the network.
+func (s *Sink) ReadFrom(ctx context.Context, from uint64, max int, maxBytes int64) ([]sink.Positioned, error) {
 	if !s.opts.Positions {
 		return nil, ErrNotRaw
 	}
 	if max <= 0 {
 		return nil, nil
 	}
+	serverBytes := maxBytes
+	if serverBytes <= 0 {
+		serverBytes = math.MaxInt64
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, s.readSQL, int64(from), max)
+	rows, err := s.pool.Query(ctx, s.readSQL, int64(from), max, serverBytes, rowOverhead)
 	if err != nil {
 		return nil, classify("read raw", err, false)
 	}
 	defer rows.Close()
+	lim := sink.NewReadLimit(max, maxBytes)
 	out := make([]sink.Positioned, 0, min(max, 4096))
-	for rows.Next() {
+	for !lim.Done() && rows.Next() {
 		var (
 			pos          int64
 			id           [16]byte
@@ -185,8 +198,13 @@ func (s *Sink) ReadFrom(ctx context.Context, from uint64, max int) ([]sink.Posit
 		if err := rawMeta(&r, key, headers, event); err != nil {
 			return nil, sink.Permanent(fmt.Errorf("pgsink: raw position %d: %w", pos, err))
 		}
-		out = append(out, sink.Positioned{Pos: uint64(pos), Record: r})
+		p := sink.Positioned{Pos: uint64(pos), Record: r}
+		if !lim.Take(&p) {
+			break
+		}
+		out = append(out, p)
 	}
+	rows.Close() // what the server sent past the bound is discarded
 	if err := rows.Err(); err != nil {
 		return nil, classify("read raw", err, false)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/sink/sinktest"
 	"github.com/weir-io/weir/source"
 )
 
@@ -32,7 +33,7 @@ func readAll(t *testing.T, s *Sink, w int) []sink.Positioned {
 	var out []sink.Positioned
 	from := uint64(0)
 	for {
-		got, err := s.ReadFrom(context.Background(), from, w)
+		got, err := s.ReadFrom(context.Background(), from, w, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +126,7 @@ func TestRawReplayKeepsDuplicates(t *testing.T) {
 	}
 	// The tail after a replay is readable (it used to hold nothing).
 	commitRaw(t, s, a)
-	if got, err := s.ReadFrom(context.Background(), 12, 10); err != nil || len(got) != 5 {
+	if got, err := s.ReadFrom(context.Background(), 12, 10, 0); err != nil || len(got) != 5 {
 		t.Fatalf("ReadFrom(12) after a replay at the tail: %d records, %v", len(got), err)
 	}
 }
@@ -226,7 +227,7 @@ func TestRawOptions(t *testing.T) {
 	if _, _, err := s.CommitRaw(context.Background(), sink.Batch{Records: rawRecords("x", 1)}); !errors.Is(err, ErrNotRaw) {
 		t.Fatalf("CommitRaw outside raw mode: %v", err)
 	}
-	if _, err := s.ReadFrom(context.Background(), 0, 1); !errors.Is(err, ErrNotRaw) {
+	if _, err := s.ReadFrom(context.Background(), 0, 1, 0); !errors.Is(err, ErrNotRaw) {
 		t.Fatalf("ReadFrom outside raw mode: %v", err)
 	}
 	if s.Replayable() {
@@ -308,6 +309,50 @@ func TestRawOffsetStore(t *testing.T) {
 	f, _ := s.OffsetStore(ctx)
 	if cur, _ := f.Load(ctx, "files"); cur != nil {
 		t.Fatalf("removed cursor reads back as %q", cur)
+	}
+}
+
+// ReadFrom's byte bound: the rows stop before the record past the bound,
+// a first record larger than the bound comes alone, and a read from where
+// one stopped goes on with the record it refused — with keys and headers,
+// which the server's own bound does not count, in some records.
+func TestRawReadFromByteBound(t *testing.T) {
+	e := newEnv(t)
+	s := e.open(t, e.dsn, Options{Positions: true})
+	recs := rawRecords("bound", 16)
+	for i, size := range []int{100, 300, 50, 6000, 200, 200, 9000, 10} {
+		for _, j := range []int{2 * i, 2*i + 1} {
+			recs[j].Payload = make([]byte, size)
+			if j%3 == 0 {
+				recs[j].Key = []byte(strings.Repeat("k", size/2))
+				recs[j].Headers = []sink.Header{{Key: "h", Value: make([]byte, size)}}
+			}
+		}
+	}
+	commitRaw(t, s, recs)
+	for _, from := range []uint64{0, 5, 13} {
+		sinktest.ReadBound(t, s, from)
+	}
+	// The server sends the rows under the bound, and at most the one
+	// past it: not the rest of max.
+	got, err := s.ReadFrom(context.Background(), 0, 16, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.pool.Query(context.Background(), s.readSQL, 0, 16, 1000, rowOverhead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	for rows.Next() {
+		sent++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if sent > len(got)+1 {
+		t.Errorf("the server sent %d rows for a read that took %d under its byte bound", sent, len(got))
 	}
 }
 

@@ -435,9 +435,21 @@ func (s *Sink) buildSQL() {
 	if s.opts.Positions {
 		cols, types = append(cols, "weir_position"), append(types, "bigint")
 		conflict = "" // raw keeps a replayed record again, at its new position
+		// The server sends no row past the byte bound $3: w.weir_run
+		// sums, up to each row, $4 (what a record holds before its
+		// bytes) and the payload, key and source — a lower bound of
+		// sink.Positioned.MemSize, so every row ReadFrom takes is sent.
+		// The first row is sent whatever its size (a run before it of 0).
 		s.readSQL = fmt.Sprintf(`SELECT weir_position, weir_record_id, payload, source, durability, received_at,
 	weir_key, weir_headers, weir_event_time
-FROM %s WHERE weir_position >= $1 ORDER BY weir_position LIMIT $2`, s.table)
+FROM (SELECT weir_position, weir_record_id, payload, source, durability, received_at,
+		weir_key, weir_headers, weir_event_time,
+		sum($4 + octet_length(payload) + coalesce(octet_length(weir_key), 0) + octet_length(source))
+			OVER (ORDER BY weir_position ROWS UNBOUNDED PRECEDING) AS weir_run,
+		$4 + octet_length(payload) + coalesce(octet_length(weir_key), 0) + octet_length(source) AS weir_size
+	FROM %s WHERE weir_position >= $1 ORDER BY weir_position LIMIT $2) w
+WHERE w.weir_run - w.weir_size < $3
+ORDER BY weir_position`, s.table)
 	}
 	arrays := make([]string, len(types))
 	for i, t := range types {

@@ -22,6 +22,7 @@ import (
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/internal/vfs/errorfs"
 	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/sink/sinktest"
 	"github.com/weir-io/weir/source"
 )
 
@@ -267,7 +268,7 @@ func (e *originEnv) readBack(want []sink.Positioned, gone func(payload string) b
 	}
 	wantGone := func(p uint64) bool { return gone != nil && gone(string(want[p].Record.Payload)) }
 	for p := uint64(0); p < end; {
-		got, err := e.o.ReadFrom(ctx, p, 7)
+		got, err := e.o.ReadFrom(ctx, p, 7, 0)
 		var ge *filesrc.GoneError
 		if errors.As(err, &ge) {
 			if !errors.Is(err, sink.ErrPositionGone) || ge.First > p || ge.End <= p || ge.End > end {
@@ -303,7 +304,7 @@ func (e *originEnv) readBack(want []sink.Positioned, gone func(payload string) b
 			p++
 		}
 	}
-	if got, err := e.o.ReadFrom(ctx, end, 10); err != nil || len(got) != 0 {
+	if got, err := e.o.ReadFrom(ctx, end, 10, 0); err != nil || len(got) != 0 {
 		e.t.Fatalf("ReadFrom(End) = %d records, %v; want none", len(got), err)
 	}
 }
@@ -799,7 +800,7 @@ func TestOriginIndexSyncFailureIsSticky(t *testing.T) {
 	if len(d) != 20 || d[10].Pos != 20 {
 		t.Fatalf("after reopen %d records acknowledged, the first new at position %d; want 20 and position 20", len(d), d[10].Pos)
 	}
-	got, err := e.o.ReadFrom(context.Background(), 0, 100)
+	got, err := e.o.ReadFrom(context.Background(), 0, 100, 0)
 	if err != nil || len(got) != 30 {
 		t.Fatalf("ReadFrom(0) = %d records, %v; want 30", len(got), err)
 	}
@@ -900,7 +901,7 @@ func TestOriginDeletedRotatedFileIsGone(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, from := range []uint64{0, 5, 19} {
-		_, err := e.o.ReadFrom(ctx, from, 100)
+		_, err := e.o.ReadFrom(ctx, from, 100, 0)
 		var ge *filesrc.GoneError
 		if !errors.Is(err, sink.ErrPositionGone) || !errors.As(err, &ge) {
 			t.Fatalf("ReadFrom(%d) = %v, want %v", from, err, sink.ErrPositionGone)
@@ -1103,5 +1104,32 @@ func TestOriginOptionsMustMatch(t *testing.T) {
 	e.o.Close()
 	if _, err := filesrc.OpenOriginRaw(context.Background(), filesrc.OriginOptions{Dir: e.idx, Source: o}); err == nil || !strings.Contains(err.Error(), `"files"`) {
 		t.Fatalf("opening the index of %q for %q = %v, want it refused", srcName, o.Name, err)
+	}
+}
+
+// ReadFrom's byte bound on an origin raw, within an entry and across
+// entries: it stops before the record past the bound, returns a first
+// record larger than the bound alone, and a read from where one stopped
+// goes on with the record it refused.
+func TestOriginReadFromByteBound(t *testing.T) {
+	e := newOriginEnv(t, nil)
+	f := e.create("app.log")
+	r := e.start()
+	n := 0
+	for range 2 {
+		var b strings.Builder
+		for _, size := range []int{100, 300, 50, 6000, 200, 200, 9000, 10} {
+			b.WriteString(strings.Repeat(string(rune('a'+n%26)), size) + "\n")
+			n++
+		}
+		write(t, f, b.String())
+		e.waitRecords(n)
+	}
+	r.Stop(t)
+	if e.batchCount() < 2 {
+		t.Fatalf("%d entries; the test wants two at least", e.batchCount())
+	}
+	for _, from := range []uint64{0, 5, 13} {
+		sinktest.ReadBound(t, e.o, from)
 	}
 }

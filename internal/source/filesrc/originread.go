@@ -27,8 +27,8 @@ type readCache struct {
 	recs  []sink.Record
 }
 
-// ReadFrom implements sink.RawReader: up to max records from position from
-// on, below End as of the call. It re-reads the lines from the origin
+// ReadFrom implements sink.RawReader: up to max records, holding up to
+// maxBytes, from position from on, below End as of the call. It re-reads the lines from the origin
 // files: each entry's byte range is cut into lines as the source cut it,
 // and the records get the ids, payloads and source name the source gave
 // them (Received is the time the source read the batch). Before returning
@@ -36,8 +36,11 @@ type readCache struct {
 // (same count, same ids); positions whose file is gone, shorter than what
 // was read or rewritten return a *GoneError (wrapping
 // sink.ErrPositionGone) — or, if records before them were read in this
-// call, those records, and the error on the next call.
-func (o *OriginRaw) ReadFrom(ctx context.Context, from uint64, max int) ([]sink.Positioned, error) {
+// call, those records, and the error on the next call. An entry is cut
+// whole (its records are checked together, and kept for the next read),
+// so the byte bound limits what is returned, not what one entry — one
+// batch the source read — costs while it is cut.
+func (o *OriginRaw) ReadFrom(ctx context.Context, from uint64, max int, maxBytes int64) ([]sink.Positioned, error) {
 	o.mu.Lock()
 	es := o.entries // appends never change what is below len(es)
 	o.mu.Unlock()
@@ -47,7 +50,8 @@ func (o *OriginRaw) ReadFrom(ctx context.Context, from uint64, max int) ([]sink.
 	o.rmu.Lock()
 	defer o.rmu.Unlock()
 	var out []sink.Positioned
-	for i := sort.Search(len(es), func(i int) bool { return es[i].next() > from }); i < len(es) && len(out) < max; i++ {
+	lim := sink.NewReadLimit(max, maxBytes)
+	for i := sort.Search(len(es), func(i int) bool { return es[i].next() > from }); i < len(es) && !lim.Done(); i++ {
 		e := &es[i]
 		recs, err := o.entryRecords(ctx, es, i)
 		if err != nil {
@@ -57,9 +61,14 @@ func (o *OriginRaw) ReadFrom(ctx context.Context, from uint64, max int) ([]sink.
 			return nil, err
 		}
 		for k := range recs {
-			if p := e.first + uint64(k); p >= from && len(out) < max {
-				out = append(out, sink.Positioned{Pos: p, Record: recs[k]})
+			p := sink.Positioned{Pos: e.first + uint64(k), Record: recs[k]}
+			if p.Pos < from {
+				continue
 			}
+			if !lim.Take(&p) {
+				break
+			}
+			out = append(out, p)
 		}
 	}
 	return out, nil
