@@ -165,6 +165,9 @@ func envOr(k, def string) string {
 
 func verdict(name string, code int, body string) string {
 	if code == http.StatusOK {
+		if _, why, ok := strings.Cut(strings.TrimSpace(body), "degraded: "); ok {
+			return name + ", DEGRADED (" + why + ")"
+		}
 		return name
 	}
 	if code == 0 {

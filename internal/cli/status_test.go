@@ -138,3 +138,23 @@ weir_recovery_windows_unclaimed{sink="pg"} 7
 		t.Errorf("status shows coordination with coordination off:\n%s", out.String())
 	}
 }
+
+// The health line carries /ready's degraded reason, so `weir status`
+// says why a ready daemon is not delivering.
+func TestVerdictDegraded(t *testing.T) {
+	tests := []struct {
+		code int
+		body string
+		want string
+	}{
+		{200, "ready\n", "ready"},
+		{200, "ready, degraded: sink down (postgres, for 3s): connection refused\n", "ready, DEGRADED (sink down (postgres, for 3s): connection refused)"},
+		{503, "not ready: shutting down\n", "NOT ready (503: not ready: shutting down)"},
+		{0, "", "NOT ready (no answer)"},
+	}
+	for _, tc := range tests {
+		if got := verdict("ready", tc.code, tc.body); got != tc.want {
+			t.Errorf("verdict(%d, %q) = %q, want %q", tc.code, tc.body, got, tc.want)
+		}
+	}
+}
