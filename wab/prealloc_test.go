@@ -205,7 +205,9 @@ func TestPreallocAfterRelease(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &ext4File{size: eof, reserved: old, free: tc.free}
+			s.own.Lock() // the shard's state, beside its flusher
 			end, err := s.preallocate(f, "seg", eof, old, 64<<20, tc.need)
+			s.own.Unlock()
 			if end != tc.wantEnd || f.reserved != tc.wantEnd || (err != nil) != tc.wantError {
 				t.Fatalf("reservation ends at %d (the file's at %d), error %v; want %d, error: %v", end, f.reserved, err, tc.wantEnd, tc.wantError)
 			}

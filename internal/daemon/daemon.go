@@ -156,7 +156,7 @@ func buildBufferNode(ctx context.Context, st *lifecycle.Stack, cfg *config.Confi
 // close: it seals the open segments once the drain and the sources have
 // stopped. What is sealed at shutdown is delivered at the next start.
 func startWAB(ctx context.Context, st *lifecycle.Stack, cfg *config.Config, fs vfs.FS, log *slog.Logger, tel *telemetry) (*wab.Log, error) {
-	if err := makeDirs(fs, cfg); err != nil { // before the shards reserve space
+	if err := makeDirs(fs, cfg, log); err != nil { // before the shards reserve space
 		return nil, err
 	}
 	wlog, err := wab.Open(ctx, wab.Options{

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/drain"
@@ -21,7 +22,12 @@ const sinkDirPerm = 0o750
 // reservations may take every block left: a directory made afterwards
 // could fail with ENOSPC and stop the start, where a node that cannot
 // reserve must still start and answer DiskFull to what does not fit.
-func makeDirs(fs vfs.FS, cfg *config.Config) error {
+//
+// Only the buffer's own directories are required: a sink's directory that
+// cannot be made now (a mount not there yet, read-only) is logged and
+// left to the sink, which opens in the background and is retried until
+// it can (pendingSink) — a missing sink must not stop the start.
+func makeDirs(fs vfs.FS, cfg *config.Config, log *slog.Logger) error {
 	if err := fs.MkdirAll(cfg.WABDir, 0o700); err != nil {
 		return fmt.Errorf("create wab_dir: %w", err)
 	}
@@ -33,14 +39,14 @@ func makeDirs(fs vfs.FS, cfg *config.Config) error {
 		sinks = append(sinks, sc.Sink)
 		if sc.QuarantinePostgresURL == "" && sc.QuarantineMaxBytes > 0 && sc.QuarantineDir != "" { // as openQuarantine opens it
 			if err := fs.MkdirAll(sc.QuarantineDir, 0o700); err != nil {
-				return fmt.Errorf("create secondary %q's quarantine_dir: %w", sc.Name, err)
+				log.Warn("cannot create a secondary's quarantine_dir now; its lane opens it at start of the fan-out", "secondary", sc.Name, "dir", sc.QuarantineDir, "err", err)
 			}
 		}
 	}
 	for _, sc := range sinks {
 		if dir := cfg.SinkDir(sc); dir != "" {
 			if err := fs.MkdirAll(dir, sinkDirPerm); err != nil {
-				return fmt.Errorf("create the %s sink's directory: %w", sc.Type, err)
+				log.Warn("cannot create a sink's directory now; the sink retries when it opens", "sink", sc.Type, "dir", dir, "err", err)
 			}
 		}
 	}

@@ -133,9 +133,9 @@ func TestDelay(t *testing.T) {
 				if c.held[i] && el < d {
 					t.Errorf("sync %d took %v, want at least %v", i, el, d)
 				}
-				if !c.held[i] && el >= d {
-					t.Errorf("sync %d took %v: held though the rule did not fire", i, el)
-				}
+				// A call the rule did not hold is checked by the events
+				// below, not by its time: a real fdatasync on a busy disk
+				// may take longer than d by itself.
 			}
 			delayed, injected := 0, 0
 			for i, want := range c.held {
