@@ -89,7 +89,7 @@ type shard struct {
 	held        []*Request
 	heldHead    int    // held[heldHead:] are held
 	rotateAfter bool   // the last batch was cut because the segment is full
-	buf         []byte // batch encoding buffer, reused
+	buf         []byte // encode buffer, reused; at most keptBufBytes kept
 	footBuf     []byte
 	ageTimer    *time.Timer
 	ageArmed    bool
@@ -448,8 +448,7 @@ func (s *shard) process(yield bool) {
 		return
 	}
 	seg := s.seg
-	s.encode(batch, seg.synced)
-	if err := s.write(batch, records); err != nil {
+	if err := s.write(batch, records, size, seg.synced); err != nil {
 		doneAll(batch, err)
 		return
 	}
@@ -465,7 +464,7 @@ func (s *shard) process(yield bool) {
 		runtime.Gosched()
 	}
 	if o := s.l.obs; o != nil {
-		o.Batch(s.id, records, len(s.buf), syncDur)
+		o.Batch(s.id, records, int(size), syncDur)
 		o.QueueDepth(s.id, len(s.queue))
 	}
 	s.afterBatch(seg, size)
@@ -495,10 +494,44 @@ func (s *shard) segmentFor(size int64) error {
 	return nil
 }
 
-// encode encodes batch into s.buf; marked puts the sync mark on its first
-// frame (everything before it is durable: see FlagSyncMarks).
-func (s *shard) encode(batch []*Request, marked bool) {
+// encodeChunk is the most encoded bytes a flusher holds before writing
+// them: a batch is encoded and written in chunks of about this size, so
+// the buffer does not grow with the batch (docs/flow_control.md, "Buffers
+// outside records"). A record larger than a chunk is encoded alone, and a
+// buffer it grew beyond keptBufBytes is dropped after the batch.
+const encodeChunk = 1 << 20
+
+// keptBufBytes is the most encode buffer a shard keeps between batches.
+const keptBufBytes = 2 * encodeChunk
+
+// write reserves room for the batch's size encoded bytes in the open
+// segment and writes them, encoded chunk by chunk (one write(2) for a
+// batch within encodeChunk); marked puts the sync mark on its first frame
+// (everything before it is durable: see FlagSyncMarks). An out-of-space
+// error before any byte reached the file fails only the batch; any other
+// failure fails the shard.
+func (s *shard) write(batch []*Request, records int, size int64, marked bool) error {
+	seg := s.seg
+	if err := s.reserve(size); err != nil {
+		return err
+	}
 	buf := s.buf[:0]
+	var written int64
+	flush := func() error {
+		n, err := seg.f.Write(buf)
+		if err != nil {
+			werr := fmt.Errorf("write %s at offset %d: %w", seg.path, seg.off+written, err)
+			if written == 0 && n == 0 && isDiskFull(err) {
+				// Nothing reached the file: this batch fails, the shard goes on.
+				return fmt.Errorf("wab: shard %d: %w", s.id, classify(werr))
+			}
+			return s.fail(werr)
+		}
+		written += int64(n)
+		buf = buf[:0]
+		return nil
+	}
+	var err error
 	for _, r := range batch {
 		for i, p := range r.Payloads {
 			var meta []byte
@@ -511,27 +544,25 @@ func (s *shard) encode(batch []*Request, marked bool) {
 			} else {
 				buf = appendRecord(buf, r.Durability, r.Received, meta, p)
 			}
+			if len(buf) >= encodeChunk {
+				if err = flush(); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			break
 		}
 	}
-	s.buf = buf
-}
-
-// write reserves room for s.buf in the open segment and writes it with one
-// write(2). An out-of-space error before any byte reached the file fails
-// only the batch; any other failure fails the shard.
-func (s *shard) write(batch []*Request, records int) error {
-	seg := s.seg
-	if err := s.reserve(int64(len(s.buf))); err != nil {
-		return err
+	if err == nil && len(buf) > 0 {
+		err = flush()
 	}
-	n, err := seg.f.Write(s.buf)
+	if cap(buf) > keptBufBytes {
+		buf = nil
+	}
+	s.buf = buf[:0]
 	if err != nil {
-		werr := fmt.Errorf("write %s at offset %d: %w", seg.path, seg.off, err)
-		if n == 0 && isDiskFull(err) {
-			// Nothing reached the file: this batch fails, the shard goes on.
-			return fmt.Errorf("wab: shard %d: %w", s.id, classify(werr))
-		}
-		return s.fail(werr)
+		return err
 	}
 	seg.synced = false
 	if seg.records == 0 {
@@ -542,7 +573,7 @@ func (s *shard) write(batch []*Request, records int) error {
 			s.ageArmed = true
 		}
 	}
-	seg.off += int64(len(s.buf))
+	seg.off += written
 	seg.records += uint64(records)
 	for i := len(batch) - 1; i >= 0; i-- {
 		if len(batch[i].Payloads) > 0 {

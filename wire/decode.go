@@ -12,6 +12,12 @@ import (
 // are read straight into the body buffer.
 const readBufferSize = 32 << 10
 
+// keptBodyBytes is the most body buffer a Decoder keeps once a frame that
+// fits in it arrives: a larger frame's buffer is dropped then, so a
+// connection that sent one large frame does not keep its size
+// (docs/flow_control.md, "Buffers outside records").
+const keptBodyBytes = 1 << 20
+
 // minBodyGrowth is the smallest step by which the body buffer grows.
 const minBodyGrowth = 64 << 10
 
@@ -313,6 +319,12 @@ func (d *Decoder) checkMetas(p *Push) error {
 // grow it grows step by step as bytes arrive, so a peer announcing a large
 // body has to send it before the memory is committed.
 func (d *Decoder) readBody(n int) ([]byte, error) {
+	if n <= keptBodyBytes && cap(d.body) > keptBodyBytes {
+		// A large frame grew the buffer: drop it rather than keep the
+		// largest frame's size for the connection's life (the previous
+		// frame's slices, if still held, keep it alive until released).
+		d.body = nil
+	}
 	if n <= cap(d.body) {
 		b := d.body[:n]
 		_, err := io.ReadFull(d.r, b)

@@ -47,25 +47,46 @@ func ProcessLimit() (limit int64, from string, ok bool) {
 	return limit, from, from != ""
 }
 
+// GoLimitOverhead is what SetGoMemoryLimit allows the Go runtime beyond
+// GoLimitFactor × the budget: the buffers of constant size outside
+// records, goroutine stacks and the runtime's own structures. With the
+// resident pages of the binary itself (about 40 MiB, which the Go limit
+// does not count) it makes the fixed overhead of docs/flow_control.md,
+// "The memory bound".
+const GoLimitOverhead = 16 << 20
+
+// GoLimitFactor is the Go memory limit's factor on the budget: the
+// records (1 ×), the broker clients' prefetch outside the budget (at most
+// a quarter, staged subscription) and a little room for the collector.
+const GoLimitFactor = 1.3
+
 // SetGoMemoryLimit gives the Go runtime a soft memory limit when the
-// process has none (GOMEMLIMIT unset): the memory the controller compares
-// the live heap with — the cgroup's memory.max when set, else twice the
-// budget. Without one the garbage collector lets the heap grow to twice
-// what is live before it collects, whatever the budget; with it, the heap
-// stays near what the budget and the runtime need. It returns the limit
-// set, or 0 when GOMEMLIMIT was already set (and is left alone).
-// `weir serve` calls it once at start; it changes the whole process.
+// process has none (GOMEMLIMIT unset): GoLimitFactor × the budget plus
+// GoLimitOverhead, or the cgroup's memory.max when that is smaller.
+// Without one the garbage collector lets the heap grow to twice what is
+// live before it collects, whatever the budget: a node holding its whole
+// budget would reach twice it. With it, the heap stays near what the
+// budget and the runtime need (docs/flow_control.md, "The memory bound").
+// It returns the limit set, or 0 when GOMEMLIMIT was already set (and is
+// left alone). `weir serve` calls it once at start; it changes the whole
+// process.
 func SetGoMemoryLimit(budget int64) int64 {
 	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
 		return 0
 	}
-	limit := 2 * budget
+	limit := GoMemoryLimit(budget)
 	if l, _, ok := ProcessLimit(); ok && l < limit {
 		limit = l
 	}
 	goLimitSet.Store(limit)
 	debug.SetMemoryLimit(limit)
 	return limit
+}
+
+// GoMemoryLimit is the Go memory limit SetGoMemoryLimit derives from a
+// budget: GoLimitFactor × budget + GoLimitOverhead.
+func GoMemoryLimit(budget int64) int64 {
+	return int64(GoLimitFactor*float64(budget)) + GoLimitOverhead
 }
 
 // goLimitSet is the Go memory limit SetGoMemoryLimit set: derived from

@@ -54,3 +54,36 @@ func TestDefaultLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestSetGoMemoryLimit: without GOMEMLIMIT the Go limit is 1.3 × the
+// budget + 16 MiB (docs/flow_control.md, "The memory bound"), the cgroup's
+// memory.max when smaller, and a GOMEMLIMIT already set is left alone.
+func TestSetGoMemoryLimit(t *testing.T) {
+	dir := t.TempDir()
+	old := cgroupMemoryMax
+	defer func() { cgroupMemoryMax = old }()
+	oldLimit := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(oldLimit)
+	defer goLimitSet.Store(0)
+	cgroupMemoryMax = filepath.Join(dir, "none")
+	debug.SetMemoryLimit(math.MaxInt64)
+	const budget = 128 << 20
+	want := int64(budget)*13/10 + 16<<20
+	if got := SetGoMemoryLimit(budget); got != want || debug.SetMemoryLimit(-1) != want {
+		t.Errorf("SetGoMemoryLimit(128 MiB) = %d (runtime %d), want %d", got, debug.SetMemoryLimit(-1), want)
+	}
+	debug.SetMemoryLimit(math.MaxInt64)
+	cg := filepath.Join(dir, "cg")
+	if err := os.WriteFile(cg, []byte("104857600\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cgroupMemoryMax = cg
+	if got := SetGoMemoryLimit(budget); got != 100<<20 {
+		t.Errorf("with a cgroup of 100 MiB: %d, want %d", got, 100<<20)
+	}
+	debug.SetMemoryLimit(300 << 20)
+	goLimitSet.Store(0)
+	if got := SetGoMemoryLimit(budget); got != 0 || debug.SetMemoryLimit(-1) != 300<<20 {
+		t.Errorf("with GOMEMLIMIT set: %d, limit %d; want it left alone", got, debug.SetMemoryLimit(-1))
+	}
+}

@@ -171,6 +171,7 @@ func (w *Writer) Quarantine(_ context.Context, recs []engine.QuarantinedRecord) 
 		buf = appendLine(buf, &recs[i], now)
 	}
 	w.buf = buf
+	defer w.releaseBuf()
 	n := int64(len(buf))
 	if w.total+n > w.opts.MaxBytes {
 		return fmt.Errorf("%w: %d bytes held, %d more would pass max_bytes %d", ErrFull, w.total, n, w.opts.MaxBytes)
@@ -180,6 +181,19 @@ func (w *Writer) Quarantine(_ context.Context, recs []engine.QuarantinedRecord) 
 	}
 	w.total += n
 	return nil
+}
+
+// KeptBufBytes is the most encode buffer a Writer keeps between batches.
+// A batch is appended whole (all of it or none), so while it is written
+// the buffer is the batch's encoded size; a buffer grown beyond this is
+// dropped afterwards instead of kept at the largest batch's size
+// (docs/flow_control.md, "Buffers outside records").
+const KeptBufBytes = 2 << 20
+
+func (w *Writer) releaseBuf() {
+	if cap(w.buf) > KeptBufBytes {
+		w.buf = nil
+	}
 }
 
 // nextName is q-<unix nanos>-<random>.ndjson: an ingest node and a

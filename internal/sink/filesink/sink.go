@@ -172,12 +172,14 @@ type Sink struct {
 	logger *slog.Logger
 	now    func() time.Time
 
-	mu     sync.Mutex // serialises Commit and Close
-	cur    *openFile
-	buf    []byte
-	seq    int   // next file's sequence number
-	lastNs int64 // start time of the newest file, Unix nanos
-	closed bool
+	mu  sync.Mutex // serialises Commit and Close
+	cur *openFile
+	buf []byte // encode buffer: at most about 2 × EncodeChunk kept between commits
+	// encoded is how many of the batch's records encodedSize left in buf.
+	encoded int
+	seq     int   // next file's sequence number
+	lastNs  int64 // start time of the newest file, Unix nanos
+	closed  bool
 	// finishErr is set when finishing a file failed during this Commit:
 	// the commit stands but the sink stays degraded.
 	finishErr error
@@ -327,11 +329,8 @@ func (s *Sink) commit(b sink.Batch) error {
 	if len(b.Records) == 0 {
 		return nil
 	}
-	s.buf = s.buf[:0]
-	for i := range b.Records {
-		s.buf = appendRecord(s.buf, &b.Records[i])
-	}
-	if s.cur != nil && s.cur.size > 0 && s.cur.size+int64(len(s.buf)) > s.opts.MaxBytes {
+	size := s.encodedSize(b.Records)
+	if s.cur != nil && s.cur.size > 0 && s.cur.size+size > s.opts.MaxBytes {
 		s.finish("size")
 	}
 	created := false
@@ -342,7 +341,7 @@ func (s *Sink) commit(b sink.Batch) error {
 		created = true
 	}
 	cur := s.cur
-	if _, err := cur.f.Write(s.buf); err != nil {
+	if err := s.writeChunks(cur, b.Records); err != nil {
 		s.abandon(err)
 		return fmt.Errorf("filesink: write %s: %w", cur.base+SuffixOpen, err)
 	}
@@ -358,7 +357,7 @@ func (s *Sink) commit(b sink.Batch) error {
 			return fmt.Errorf("filesink: sync directory after creating %s: %w", cur.base+SuffixOpen, err)
 		}
 	}
-	cur.size += int64(len(s.buf))
+	cur.size += size
 	if s.opts.Positions {
 		s.end.Add(uint64(len(b.Records)))
 	}
@@ -368,6 +367,65 @@ func (s *Sink) commit(b sink.Batch) error {
 		// undo the commit.
 		s.finish("size")
 	}
+	return nil
+}
+
+// EncodeChunk is the most encoded bytes a commit holds before writing
+// them: a batch is encoded and written in chunks of about this size, so
+// the encode buffer does not grow with the batch (docs/flow_control.md,
+// "Buffers outside records"). A single record larger than this is
+// encoded alone, and its buffer is dropped after the commit.
+const EncodeChunk = 1 << 20
+
+// encodedSize is the batch's size once encoded. A batch that encodes
+// within EncodeChunk is left encoded in s.buf for writeChunks; a larger
+// one is measured record by record (encoding it twice costs less than
+// holding its whole encoding).
+func (s *Sink) encodedSize(recs []sink.Record) int64 {
+	buf := s.buf[:0]
+	i := 0
+	for ; i < len(recs) && len(buf) < EncodeChunk; i++ {
+		buf = appendRecord(buf, &recs[i])
+	}
+	size := int64(len(buf))
+	if i == len(recs) {
+		s.buf, s.encoded = buf, i
+		return size
+	}
+	for ; i < len(recs); i++ {
+		buf = appendRecord(buf[:0], &recs[i])
+		size += int64(len(buf))
+	}
+	s.buf, s.encoded = buf[:0], 0
+	return size
+}
+
+// writeChunks writes the batch to f in chunks of about EncodeChunk
+// bytes (s.buf may already hold the whole batch, from encodedSize), then
+// drops a buffer that a large record grew beyond EncodeChunk's worth.
+func (s *Sink) writeChunks(cur *openFile, recs []sink.Record) error {
+	defer func() {
+		if cap(s.buf) > 2*EncodeChunk {
+			s.buf = nil
+		}
+		s.encoded = 0
+	}()
+	if s.encoded == len(recs) {
+		_, err := cur.f.Write(s.buf)
+		return err
+	}
+	buf := s.buf[:0]
+	for i := range recs {
+		buf = appendRecord(buf, &recs[i])
+		if len(buf) >= EncodeChunk || i == len(recs)-1 {
+			if _, err := cur.f.Write(buf); err != nil {
+				s.buf = buf
+				return err
+			}
+			buf = buf[:0]
+		}
+	}
+	s.buf = buf
 	return nil
 }
 

@@ -455,6 +455,7 @@ func (s *Sink) commit(b sink.Batch) (sink.CommitResult, uint64, error) {
 		return res, first, nil
 	}
 	s.buf = appendFrame(s.buf[:0], now, b.Token, b.Records, skip)
+	defer s.releaseBuf()
 	if s.cur != nil && s.cur.size > stageHeaderLen && s.cur.size+int64(len(s.buf)) > s.opts.MaxBytes {
 		s.roll("size")
 	}
@@ -493,6 +494,20 @@ func (s *Sink) commit(b sink.Batch) (sink.CommitResult, uint64, error) {
 		s.roll("size")
 	}
 	return res, first, nil
+}
+
+// KeptBufBytes is the most staging buffer the sink keeps between
+// commits. A batch's frame is encoded whole (its checksum covers it), so
+// while it is written the buffer is the batch's size; a buffer grown
+// beyond this is dropped afterwards instead of kept at the largest
+// batch's size (docs/flow_control.md, "Buffers outside records").
+const KeptBufBytes = 2 << 20
+
+// releaseBuf drops a staging buffer larger than KeptBufBytes.
+func (s *Sink) releaseBuf() {
+	if cap(s.buf) > KeptBufBytes {
+		s.buf = nil
+	}
 }
 
 // create starts a new stage as the current one. Its header is synced with

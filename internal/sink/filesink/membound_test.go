@@ -1,0 +1,45 @@
+package filesink
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/weir-io/weir/sink"
+)
+
+// TestEncodeBufferBounded: after a batch of large records (16 MiB, 64 KiB
+// each) and after a single 4 MiB record, the encode buffer the sink keeps
+// is at most 2 × EncodeChunk (docs/flow_control.md, "Buffers outside
+// records"), and every record is in the files, in order. Before the
+// buffer was written in chunks it kept the whole batch's encoding.
+// keptBound is 2 × EncodeChunk, written out so the test builds without it.
+const keptBound = 2 << 20
+
+func TestEncodeBufferBounded(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, Options{Dir: dir})
+	var want []sink.Record
+	big := batch(0, 256, 64<<10)
+	want = append(want, big.Records...)
+	commit(t, s, big)
+	if c := cap(s.buf); c > keptBound {
+		t.Errorf("after a 16 MiB batch the sink keeps an encode buffer of %d bytes (bound %d)", c, keptBound)
+	}
+	one := sink.NewBatch([]sink.Record{rec(256, strings.Repeat("y", 4<<20))})
+	want = append(want, one.Records...)
+	commit(t, s, one)
+	if c := cap(s.buf); c > keptBound {
+		t.Errorf("after a 4 MiB record the sink keeps an encode buffer of %d bytes (bound %d)", c, keptBound)
+	}
+	small := batch(257, 10, 100)
+	want = append(want, small.Records...)
+	commit(t, s, small)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRecords(t, got, want)
+}
