@@ -100,8 +100,18 @@ type copier struct{ chunk []byte }
 const batchChunkBytes = 64 << 10
 
 func (c *copier) copy(rec wab.Record) wab.Record {
-	if need := len(rec.Meta) + len(rec.Payload); cap(c.chunk)-len(c.chunk) < need {
-		c.chunk = make([]byte, 0, max(need, batchChunkBytes))
+	switch need := len(rec.Meta) + len(rec.Payload); {
+	case need > batchChunkBytes/4:
+		// A large record gets exactly its own room: carved from a fresh
+		// chunk it would leave most of one unused — up to nearly twice
+		// its size held for records of half a chunk and more, bytes the
+		// budget's estimate of the record does not count.
+		own := make([]byte, 0, need)
+		meta, own := carve(own, rec.Meta)
+		payload, _ := carve(own, rec.Payload)
+		return wab.Record{Durability: rec.Durability, Received: rec.Received, Meta: meta, Payload: payload}
+	case cap(c.chunk)-len(c.chunk) < need:
+		c.chunk = make([]byte, 0, batchChunkBytes) // at most a quarter of it left unused
 	}
 	var meta, payload []byte
 	meta, c.chunk = carve(c.chunk, rec.Meta)
