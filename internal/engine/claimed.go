@@ -183,7 +183,7 @@ func (s *secondary) release(c *heldCell, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := c.claim.Release(ctx); err != nil {
-		s.f.log.Warn("releasing a recovery window failed; it is free once its lease ends", "sink", s.name,
+		s.f.log.Warn("releasing a recovery window failed; the claims store retries it, and this node may claim the window again meanwhile", "sink", s.name,
 			"window", c.fence.Window, "token", c.fence.Token, "reason", reason, "err", err)
 		return
 	}

@@ -13,7 +13,10 @@ type Claims interface {
 	// Claim tries to take window; ok=false (no error) when another holder
 	// has it.
 	Claim(ctx context.Context, window string) (c Claim, ok bool, err error)
-	// Held lists the windows held by any node right now, under prefix.
+	// Held lists the windows held by any node right now, under prefix,
+	// less the windows whose release failed and is being retried: those
+	// are claimed, but nobody works them (counted unclaimed), and their
+	// holder may Claim them again.
 	Held(ctx context.Context, prefix string) (map[string]bool, error)
 }
 
@@ -25,7 +28,9 @@ type Claim interface {
 	// Lost is closed when the lease behind the claim is gone (or the
 	// claim was released).
 	Lost() <-chan struct{}
-	// Release gives the window up.
+	// Release gives the window up. When it fails (the store cannot be
+	// reached) the implementation keeps releasing in the background,
+	// so the window is not held for as long as the node lives.
 	Release(ctx context.Context) error
 }
 

@@ -14,6 +14,15 @@
 // and another node may claim the window. A lost session is replaced by a
 // new one at the next Claim.
 //
+// A release that cannot reach the store (a leader change, a partition)
+// must not leave the window blocked for as long as the node lives: its key
+// stays under the session's lease, which the node keeps renewing. So a
+// failed Release is retried in the background until it succeeds, the
+// session ends (the key goes with its lease) or Close; meanwhile Held
+// leaves the window out — it is claimed but nobody works it — and Claim
+// of it by this node re-enters the claim it still owns (same key, same
+// lease, same token) after stopping the retry.
+//
 // The lock alone does not make the work exclusive — a holder may not yet
 // know that its lease has expired — which is why every write made under
 // a claim carries the token: the offset store refuses one that a newer
@@ -42,6 +51,7 @@ var ErrClosed = errors.New("leases: closed")
 // Claims is engine.Claims on etcd.
 type Claims struct {
 	cli    *clientv3.Client
+	kv     clientv3.KV // cli; tests put a failing one in
 	prefix string
 	node   string
 	ttl    int // seconds
@@ -50,8 +60,26 @@ type Claims struct {
 	mu     sync.Mutex // the session, closed
 	sess   *concurrency.Session
 	closed bool
-	wg     sync.WaitGroup // claims' watchers
+	// releasing holds the keys whose release failed and is being
+	// retried: claimed by this node, worked by nobody.
+	releasing map[string]*retry
+	stop      chan struct{}  // closed by Close
+	wg        sync.WaitGroup // claims' watchers, release retries
 }
+
+// retry is the background release of one key.
+type retry struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Release retry pacing: the first retry after retryFirst, doubling up to
+// retryMax between attempts, each bounded by retryTimeout.
+const (
+	retryFirst   = 250 * time.Millisecond
+	retryMax     = 2 * time.Second
+	retryTimeout = 5 * time.Second
+)
 
 var _ engine.Claims = (*Claims)(nil)
 
@@ -62,7 +90,7 @@ func New(ctx context.Context, cli *clientv3.Client, prefix string, ttl time.Dura
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Claims{cli: cli, prefix: prefix, node: node, ttl: max(1, int(ttl.Round(time.Second)/time.Second)),
+	c := &Claims{cli: cli, kv: cli, releasing: map[string]*retry{}, stop: make(chan struct{}), prefix: prefix, node: node, ttl: max(1, int(ttl.Round(time.Second)/time.Second)),
 		log: log.With("component", "leases", "node", node)}
 	s, err := c.newSession(ctx)
 	if err != nil {
@@ -110,14 +138,17 @@ func (c *Claims) session(ctx context.Context) (*concurrency.Session, error) {
 }
 
 // Claim implements engine.Claims: one transaction creates the window's
-// key under the session's lease unless it exists.
+// key under the session's lease unless it exists. A key that exists under
+// this node's own live lease — a claim whose release has not reached the
+// store yet — is re-entered with its token.
 func (c *Claims) Claim(ctx context.Context, window string) (engine.Claim, bool, error) {
 	s, err := c.session(ctx)
 	if err != nil {
 		return nil, false, err
 	}
 	key := c.prefix + window
-	resp, err := c.cli.Txn(ctx).
+	c.stopRelease(key)
+	resp, err := c.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, c.node, clientv3.WithLease(s.Lease()))).
 		Else(clientv3.OpGet(key)).
@@ -125,27 +156,40 @@ func (c *Claims) Claim(ctx context.Context, window string) (engine.Claim, bool, 
 	if err != nil {
 		return nil, false, fmt.Errorf("leases: claim %s: %w", key, err)
 	}
+	token := uint64(resp.Header.Revision)
 	if !resp.Succeeded {
-		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-			c.log.Debug("recovery window held by another node", "window", window, "holder", string(kvs[0].Value))
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			return nil, false, nil
 		}
-		return nil, false, nil
+		if kvs[0].Lease != int64(s.Lease()) || string(kvs[0].Value) != c.node {
+			c.log.Debug("recovery window held by another node", "window", window, "holder", string(kvs[0].Value))
+			return nil, false, nil
+		}
+		token = uint64(kvs[0].CreateRevision)
+		c.log.Info("recovery window re-entered: its release had not reached the store", "window", window, "token", token)
 	}
-	cl := &claim{c: c, key: key, token: uint64(resp.Header.Revision), lost: make(chan struct{}), released: make(chan struct{})}
+	cl := &claim{c: c, key: key, token: token, lost: make(chan struct{}), released: make(chan struct{}), session: s.Done()}
 	c.wg.Add(1)
 	go cl.watch(s.Done())
 	return cl, true, nil
 }
 
 // Held implements engine.Claims: the windows under prefix that some node
-// holds now.
+// holds now, less this node's own whose release is being retried: nobody
+// works them, and this node may claim them again.
 func (c *Claims) Held(ctx context.Context, prefix string) (map[string]bool, error) {
-	resp, err := c.cli.Get(ctx, c.prefix+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := c.kv.Get(ctx, c.prefix+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, fmt.Errorf("leases: list %s%s: %w", c.prefix, prefix, err)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	out := make(map[string]bool, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
+		if c.releasing[string(kv.Key)] != nil {
+			continue
+		}
 		out[strings.TrimPrefix(string(kv.Key), c.prefix)] = true
 	}
 	return out, nil
@@ -160,6 +204,7 @@ func (c *Claims) Close() error {
 		return nil
 	}
 	c.closed = true
+	close(c.stop)
 	s := c.sess
 	c.mu.Unlock()
 	err := s.Close()
@@ -177,6 +222,7 @@ type claim struct {
 	token    uint64
 	lost     chan struct{}
 	released chan struct{}
+	session  <-chan struct{} // closed when the claim's session ends
 	once     sync.Once
 }
 
@@ -195,10 +241,20 @@ func (cl *claim) watch(sessionDone <-chan struct{}) {
 
 // Release implements engine.Claim: the window's key is deleted if it is
 // still this claim's (its create revision is the token), so a stale
-// release never frees a newer holder's claim.
+// release never frees a newer holder's claim. When the delete fails it is
+// retried in the background (see the package doc), and the error is
+// returned.
 func (cl *claim) Release(ctx context.Context) error {
 	cl.once.Do(func() { close(cl.released) })
-	_, err := cl.c.cli.Txn(ctx).
+	if err := cl.release(ctx); err != nil {
+		cl.c.retryRelease(cl)
+		return err
+	}
+	return nil
+}
+
+func (cl *claim) release(ctx context.Context) error {
+	_, err := cl.c.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(cl.key), "=", int64(cl.token))).
 		Then(clientv3.OpDelete(cl.key)).
 		Commit()
@@ -206,4 +262,72 @@ func (cl *claim) Release(ctx context.Context) error {
 		return fmt.Errorf("leases: release %s: %w", cl.key, err)
 	}
 	return nil
+}
+
+// retryRelease releases cl in the background until it succeeds, its
+// session ends, this node claims the window again (stopRelease) or Close.
+func (c *Claims) retryRelease(cl *claim) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.releasing[cl.key] != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &retry{cancel: cancel, done: make(chan struct{})}
+	c.releasing[cl.key] = r
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer close(r.done)
+		defer cancel()
+		outcome := "released"
+		defer func() {
+			c.mu.Lock()
+			if c.releasing[cl.key] == r {
+				delete(c.releasing, cl.key)
+			}
+			c.mu.Unlock()
+			c.log.Info("background release of a recovery window ended", "key", cl.key, "token", cl.token, "outcome", outcome)
+		}()
+		wait := retryFirst
+		for {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				outcome = "claimed again"
+				return
+			case <-cl.session:
+				outcome = "lease ended"
+				return
+			case <-c.stop:
+				outcome = "closed"
+				return
+			}
+			actx, acancel := context.WithTimeout(ctx, retryTimeout)
+			err := cl.release(actx)
+			acancel()
+			if err == nil {
+				return
+			}
+			if ctx.Err() != nil {
+				outcome = "claimed again"
+				return
+			}
+			c.log.Debug("releasing a recovery window failed again; retrying", "key", cl.key, "err", err)
+			wait = min(2*wait, retryMax)
+		}
+	}()
+}
+
+// stopRelease stops the background release of key, if any, and waits for
+// it: an attempt in flight either deleted the key or will not.
+func (c *Claims) stopRelease(key string) {
+	c.mu.Lock()
+	r := c.releasing[key]
+	c.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
 }
