@@ -34,6 +34,18 @@ type Claim interface {
 	Release(ctx context.Context) error
 }
 
+// ClaimFloor is implemented by Claims whose tokens can be raised above
+// a token the offset store holds (internal/coord/leases: an epoch kept in
+// the claims store, in the token's high bits). A claims store that lost
+// its history — a new cluster, or one restored from an older backup —
+// would otherwise hand out tokens below the fences the offset store keeps,
+// which Enter refuses for good. Claimed recovery calls RaiseAbove with the
+// store's highest fence before its first claim, and with the fence that
+// refused an entry.
+type ClaimFloor interface {
+	RaiseAbove(ctx context.Context, token uint64) error
+}
+
 // FencedStore is a CoverageStore that checks fencing tokens
 // (OffsetStore): what FanoutOptions.Claims needs.
 type FencedStore interface {
@@ -44,6 +56,9 @@ type FencedStore interface {
 	// CoverFenced records [lo, hi) for the sink, durably, while f is
 	// its window's current token; ErrFenced otherwise.
 	CoverFenced(ctx context.Context, sinkName string, lo, hi uint64, f Fence) error
+	// MaxFence is the highest token registered for any window, as the
+	// store was last read.
+	MaxFence() uint64
 }
 
 var _ FencedStore = (*OffsetStore)(nil)

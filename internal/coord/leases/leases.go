@@ -6,10 +6,10 @@
 // concurrency.Session of the configured TTL. Claiming a window is one
 // transaction on its key (prefix + window): if the key does not exist,
 // put the node's name under the session's lease, else read it. The
-// revision of that put is the claim's fencing token — etcd revisions only
-// grow, so a later claim of the same window always carries a larger one
-// — and the engine checks it in the offset store with every coverage
-// write. A claim is lost when the session ends (its lease expired or was
+// revision of that put, below the claims' epoch, is the claim's fencing
+// token — etcd revisions only grow, so a later claim of the same window
+// always carries a larger one — and the engine checks it in the offset
+// store with every coverage write. A claim is lost when the session ends (its lease expired or was
 // revoked, the client closed, or Close); its key is gone with the lease,
 // and another node may claim the window. A lost session is replaced by a
 // new one at the next Claim.
@@ -23,6 +23,16 @@
 // of it by this node re-enters the claim it still owns (same key, same
 // lease, same token) after stopping the retry.
 //
+// Tokens survive a claims store that lost its history (a new cluster
+// after the old one was lost without a backup, or a restore of an older
+// backup): a token is epoch<<EpochShift | revision, compared as (epoch,
+// revision). The epoch is kept in etcd (the key epochKey(prefix)), and
+// RaiseAbove — which claimed recovery calls with the offset store's
+// highest fence before its first claim — writes one above that fence's
+// epoch when the key is missing or below it. A fresh cluster therefore
+// hands out tokens above every fence the offset store keeps, while a
+// holder from the old cluster still carries a token below them.
+//
 // The lock alone does not make the work exclusive — a holder may not yet
 // know that its lease has expired — which is why every write made under
 // a claim carries the token: the offset store refuses one that a newer
@@ -34,6 +44,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +72,7 @@ type Claims struct {
 	mu     sync.Mutex // the session, closed
 	sess   *concurrency.Session
 	closed bool
+	epoch  uint64 // 0: not read yet
 	// releasing holds the keys whose release failed and is being
 	// retried: claimed by this node, worked by nobody.
 	releasing map[string]*retry
@@ -73,6 +86,88 @@ type retry struct {
 	done   chan struct{}
 }
 
+// EpochShift places the epoch above a token's revision: revisions below
+// 2^40 (a restore adds 10^9 to them), epochs below 2^24.
+const EpochShift = 40
+
+// epochKey is where the epoch of the claims under prefix is kept:
+// beside the windows, not among them ("/weir/recovery/windows/" →
+// "/weir/recovery/epoch").
+func epochKey(prefix string) string {
+	return path.Join(path.Dir(strings.TrimSuffix(prefix, "/")), "epoch")
+}
+
+// RaiseAbove implements engine.ClaimFloor: the claims' epoch is raised
+// above token's when the key is missing or below it, so that every later
+// token is larger than token. The epoch is never lowered.
+func (c *Claims) RaiseAbove(ctx context.Context, token uint64) error {
+	floor := token >> EpochShift
+	key := epochKey(c.prefix)
+	for {
+		resp, err := c.kv.Get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("leases: read the epoch %s: %w", key, err)
+		}
+		var have uint64
+		var mod int64
+		if len(resp.Kvs) > 0 {
+			mod = resp.Kvs[0].ModRevision
+			if have, err = strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64); err != nil {
+				return fmt.Errorf("leases: the epoch %s: %w", key, err)
+			}
+		}
+		if mod != 0 && have >= floor {
+			c.setEpoch(have)
+			return nil
+		}
+		want := floor + 1
+		tr, err := c.kv.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", mod)).
+			Then(clientv3.OpPut(key, strconv.FormatUint(want, 10))).
+			Commit()
+		if err != nil {
+			return fmt.Errorf("leases: raise the epoch %s to %d: %w", key, want, err)
+		}
+		if tr.Succeeded {
+			c.log.Warn("claim epoch raised above the offset store's fences: the claims store lost its history or was new",
+				"epoch", want, "was", have, "fence_epoch", floor)
+			c.setEpoch(want)
+			return nil
+		}
+	}
+}
+
+func (c *Claims) setEpoch(e uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch = e
+}
+
+// currentEpoch is the epoch tokens carry, read (or, missing, made above
+// nothing) at the first need.
+func (c *Claims) currentEpoch(ctx context.Context) (uint64, error) {
+	c.mu.Lock()
+	e := c.epoch
+	c.mu.Unlock()
+	if e != 0 {
+		return e, nil
+	}
+	if err := c.RaiseAbove(ctx, 0); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch, nil
+}
+
+// tokenOf is the token of the claim created at revision rev.
+func tokenOf(epoch uint64, rev int64) (uint64, error) {
+	if rev <= 0 || uint64(rev) >= 1<<EpochShift || epoch >= 1<<(64-EpochShift) {
+		return 0, fmt.Errorf("leases: revision %d or epoch %d out of a token's range", rev, epoch)
+	}
+	return epoch<<EpochShift | uint64(rev), nil
+}
+
 // Release retry pacing: the first retry after retryFirst, doubling up to
 // retryMax between attempts, each bounded by retryTimeout.
 const (
@@ -81,7 +176,10 @@ const (
 	retryTimeout = 5 * time.Second
 )
 
-var _ engine.Claims = (*Claims)(nil)
+var (
+	_ engine.Claims     = (*Claims)(nil)
+	_ engine.ClaimFloor = (*Claims)(nil)
+)
 
 // New starts the node's session (a lease of ttl, rounded to whole
 // seconds, at least one) for claims under prefix (e.g.
@@ -146,6 +244,10 @@ func (c *Claims) Claim(ctx context.Context, window string) (engine.Claim, bool, 
 	if err != nil {
 		return nil, false, err
 	}
+	epoch, err := c.currentEpoch(ctx)
+	if err != nil {
+		return nil, false, err
+	}
 	key := c.prefix + window
 	c.stopRelease(key)
 	resp, err := c.kv.Txn(ctx).
@@ -156,7 +258,7 @@ func (c *Claims) Claim(ctx context.Context, window string) (engine.Claim, bool, 
 	if err != nil {
 		return nil, false, fmt.Errorf("leases: claim %s: %w", key, err)
 	}
-	token := uint64(resp.Header.Revision)
+	rev := resp.Header.Revision
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
@@ -166,10 +268,14 @@ func (c *Claims) Claim(ctx context.Context, window string) (engine.Claim, bool, 
 			c.log.Debug("recovery window held by another node", "window", window, "holder", string(kvs[0].Value))
 			return nil, false, nil
 		}
-		token = uint64(kvs[0].CreateRevision)
-		c.log.Info("recovery window re-entered: its release had not reached the store", "window", window, "token", token)
+		rev = kvs[0].CreateRevision
+		c.log.Info("recovery window re-entered: its release had not reached the store", "window", window, "revision", rev)
 	}
-	cl := &claim{c: c, key: key, token: token, lost: make(chan struct{}), released: make(chan struct{}), session: s.Done()}
+	token, err := tokenOf(epoch, rev)
+	if err != nil {
+		return nil, false, err
+	}
+	cl := &claim{c: c, key: key, token: token, rev: rev, lost: make(chan struct{}), released: make(chan struct{}), session: s.Done()}
 	c.wg.Add(1)
 	go cl.watch(s.Done())
 	return cl, true, nil
@@ -220,6 +326,7 @@ type claim struct {
 	c        *Claims
 	key      string
 	token    uint64
+	rev      int64 // the key's create revision
 	lost     chan struct{}
 	released chan struct{}
 	session  <-chan struct{} // closed when the claim's session ends
@@ -240,7 +347,7 @@ func (cl *claim) watch(sessionDone <-chan struct{}) {
 }
 
 // Release implements engine.Claim: the window's key is deleted if it is
-// still this claim's (its create revision is the token), so a stale
+// still this claim's (its create revision is the token's), so a stale
 // release never frees a newer holder's claim. When the delete fails it is
 // retried in the background (see the package doc), and the error is
 // returned.
@@ -255,7 +362,7 @@ func (cl *claim) Release(ctx context.Context) error {
 
 func (cl *claim) release(ctx context.Context) error {
 	_, err := cl.c.kv.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(cl.key), "=", int64(cl.token))).
+		If(clientv3.Compare(clientv3.CreateRevision(cl.key), "=", cl.rev)).
 		Then(clientv3.OpDelete(cl.key)).
 		Commit()
 	if err != nil {
