@@ -87,7 +87,8 @@ type retry struct {
 }
 
 // EpochShift places the epoch above a token's revision: revisions below
-// 2^40 (a restore adds 10^9 to them), epochs below 2^24.
+// 2^40 (a restore adds 10^9 to them), epochs below 2^23, so that a token
+// fits a signed 64-bit integer (a Postgres offset store's bigint).
 const EpochShift = 40
 
 // epochKey is where the epoch of the claims under prefix is kept:
@@ -162,7 +163,7 @@ func (c *Claims) currentEpoch(ctx context.Context) (uint64, error) {
 
 // tokenOf is the token of the claim created at revision rev.
 func tokenOf(epoch uint64, rev int64) (uint64, error) {
-	if rev <= 0 || uint64(rev) >= 1<<EpochShift || epoch >= 1<<(64-EpochShift) {
+	if rev <= 0 || uint64(rev) >= 1<<EpochShift || epoch >= 1<<(63-EpochShift) {
 		return 0, fmt.Errorf("leases: revision %d or epoch %d out of a token's range", rev, epoch)
 	}
 	return epoch<<EpochShift | uint64(rev), nil
