@@ -11,6 +11,8 @@ import (
 
 	"github.com/weir-io/weir/internal/coord/etcdtest"
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/engine/enginetest"
+	"github.com/weir-io/weir/sink"
 )
 
 // errCutOff is what a release sees while the store cannot be reached.
@@ -159,5 +161,120 @@ func TestCloseStopsRetries(t *testing.T) {
 	}
 	if _, ok := take(t, b, "pg/0"); !ok {
 		t.Fatal("the window is held after its holder closed")
+	}
+}
+
+// failFirstEnter is an offset store whose first Enter fails: the holder
+// gives its new claim up, and — its deletes failing too — the release
+// cannot reach the store.
+type failFirstEnter struct {
+	*engine.OffsetStore
+	failed atomic.Bool
+}
+
+func (s *failFirstEnter) Enter(ctx context.Context, f engine.Fence) error {
+	if s.failed.CompareAndSwap(false, true) {
+		return errors.New("offset store unavailable (injected)")
+	}
+	return s.OffsetStore.Enter(ctx, f)
+}
+
+// Issue #25, end to end: a recovery node gives a window up and cannot
+// release it (every delete fails, for the whole test). Before, the key
+// stayed under the node's live lease and the window was skipped by
+// everyone, the holder included, for as long as the holder ran. Now the
+// holder claims it again — re-entering its own claim — and the window is
+// recovered while the release still cannot reach the store.
+func TestUnreleasedWindowIsWorkedAgain(t *testing.T) {
+	srv := etcdtest.Start(t)
+	dir := t.TempDir()
+	const n = 1000
+	raw := rawOf(t, dir, n)
+	st, err := engine.OpenOffsetStore(context.Background(), nil, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newClaims(t, newClient(t, srv), "a", 2*time.Second)
+	cut(a).cut.Store(true)
+	snk := &setSink{ids: map[sink.RecordID]bool{}}
+	logs := &enginetest.Logs{}
+	const interval = 20 * time.Millisecond
+	start := time.Now()
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Reader: raw, Store: &failFirstEnter{OffsetStore: st}, Role: engine.RoleRecovery, Claims: a, ClaimPositions: 1000,
+		WindowRecords: 100, FlushInterval: interval, RecoveryInterval: interval,
+		RetryMin: time.Millisecond, RetryMax: interval, Logger: logs.Logger(),
+		Secondaries: []engine.SecondaryConfig{{Sink: snk}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	// The window is passed over for claimSkipIntervals (5) recovery
+	// intervals after the failed entry, then claimed again at once.
+	const bound = 5 * time.Second
+	deadline := time.Now().Add(bound)
+	for snk.count() < n || f.Stats().Sinks[0].CoveredPrefix < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v the secondary holds %d of %d records: the unreleased window is not worked again", bound, snk.count(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("the window whose release failed was recovered %v after the start", time.Since(start).Round(time.Millisecond))
+	if len(logs.Records("releasing a recovery window failed; the claims store retries it, and this node may claim the window again meanwhile")) == 0 {
+		t.Fatal("no failed release was logged: the failure was not simulated")
+	}
+}
+
+// windowGauges keeps the last RecoveryWindows report.
+type windowGauges struct {
+	engine.NopObserver
+	unclaimed, held atomic.Int64
+	reports         atomic.Int64
+}
+
+func (o *windowGauges) RecoveryWindows(_ string, unclaimed, held uint64) {
+	o.unclaimed.Store(int64(unclaimed))
+	o.held.Store(int64(held))
+	o.reports.Add(1)
+}
+
+// A window claimed but worked by nobody — its release failed — counts in
+// weir_recovery_windows_unclaimed on its holder (before, it counted
+// nowhere: held, so not unclaimed, and not this node's claim either).
+func TestUnreleasedWindowCountsUnclaimed(t *testing.T) {
+	srv := etcdtest.Start(t)
+	dir := t.TempDir()
+	raw := rawOf(t, dir, 1000)
+	st, err := engine.OpenOffsetStore(context.Background(), nil, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newClaims(t, newClient(t, srv), "a", 2*time.Second)
+	cut(a).cut.Store(true)
+	ca, _ := take(t, a, "pg/0")
+	if err := ca.Release(context.Background()); err == nil {
+		t.Fatal("release while cut off succeeded")
+	}
+	obs := &windowGauges{}
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Reader: raw, Store: st, Role: engine.RoleRecovery, Claims: a, ClaimPositions: 1000,
+		WindowRecords: 100, FlushInterval: 10 * time.Millisecond, RecoveryInterval: time.Hour,
+		RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, Observer: obs,
+		Secondaries: []engine.SecondaryConfig{{Sink: &setSink{ids: map[sink.RecordID]bool{}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	deadline := time.Now().Add(5 * time.Second)
+	for obs.reports.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("no recovery window report")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if u, h := obs.unclaimed.Load(), obs.held.Load(); u+h != 1 {
+		t.Fatalf("unclaimed %d, held %d: the window claimed but worked by nobody is not counted", u, h)
 	}
 }
