@@ -82,6 +82,7 @@ type Claims struct {
 
 // retry is the background release of one key.
 type retry struct {
+	cl     *claim
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -250,13 +251,16 @@ func (c *Claims) Claim(ctx context.Context, window string) (engine.Claim, bool, 
 		return nil, false, err
 	}
 	key := c.prefix + window
-	c.stopRelease(key)
+	unreleased := c.stopRelease(key)
 	resp, err := c.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, c.node, clientv3.WithLease(s.Lease()))).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
+		if unreleased != nil { // not re-entered: go on releasing it
+			c.retryRelease(unreleased)
+		}
 		return nil, false, fmt.Errorf("leases: claim %s: %w", key, err)
 	}
 	rev := resp.Header.Revision
@@ -274,6 +278,9 @@ func (c *Claims) Claim(ctx context.Context, window string) (engine.Claim, bool, 
 	}
 	token, err := tokenOf(epoch, rev)
 	if err != nil {
+		if unreleased != nil {
+			c.retryRelease(unreleased)
+		}
 		return nil, false, err
 	}
 	cl := &claim{c: c, key: key, token: token, rev: rev, lost: make(chan struct{}), released: make(chan struct{}), session: s.Done()}
@@ -381,7 +388,7 @@ func (c *Claims) retryRelease(cl *claim) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &retry{cancel: cancel, done: make(chan struct{})}
+	r := &retry{cl: cl, cancel: cancel, done: make(chan struct{})}
 	c.releasing[cl.key] = r
 	c.wg.Add(1)
 	go func() {
@@ -428,14 +435,17 @@ func (c *Claims) retryRelease(cl *claim) {
 }
 
 // stopRelease stops the background release of key, if any, and waits for
-// it: an attempt in flight either deleted the key or will not.
-func (c *Claims) stopRelease(key string) {
+// it: an attempt in flight either deleted the key or will not. It returns
+// the claim that was being released (nil: none), for Claim to release
+// again if it cannot re-enter it.
+func (c *Claims) stopRelease(key string) *claim {
 	c.mu.Lock()
 	r := c.releasing[key]
 	c.mu.Unlock()
 	if r == nil {
-		return
+		return nil
 	}
 	r.cancel()
 	<-r.done
+	return r.cl
 }

@@ -24,6 +24,7 @@ var errCutOff = errors.New("context deadline exceeded (injected)")
 type cutKV struct {
 	clientv3.KV
 	cut atomic.Bool
+	all atomic.Bool // every transaction fails, claims too
 }
 
 func (k *cutKV) Txn(ctx context.Context) clientv3.Txn {
@@ -51,7 +52,7 @@ func (t *cutTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 }
 
 func (t *cutTxn) Commit() (*clientv3.TxnResponse, error) {
-	if t.deletes && t.kv.cut.Load() {
+	if (t.deletes && t.kv.cut.Load()) || t.kv.all.Load() {
 		return nil, errCutOff
 	}
 	return t.Txn.Commit()
@@ -149,6 +150,30 @@ func TestHolderReentersItsUnreleasedClaim(t *testing.T) {
 	}
 	if _, ok := take(t, b, "pg/0"); !ok {
 		t.Fatal("b could not claim the released window")
+	}
+}
+
+// A claim of the window that fails while its release is being retried
+// (the store cannot be reached at all) does not end the retry: the window
+// stays out of Held and is freed once the store answers.
+func TestFailedReclaimKeepsReleasing(t *testing.T) {
+	a, b, k, ca := cutHolder(t)
+	if err := ca.Release(context.Background()); err == nil {
+		t.Fatal("release while cut off succeeded")
+	}
+	k.all.Store(true)
+	if _, _, err := a.Claim(context.Background(), "pg/0"); !errors.Is(err, errCutOff) {
+		t.Fatalf("claim while cut off: %v", err)
+	}
+	k.all.Store(false)
+	if held(t, a, "pg/")["pg/0"] {
+		t.Fatal("after a failed claim, Held lists the unreleased window again")
+	}
+	k.cut.Store(false)
+	healed := time.Now()
+	claimWhenFree(t, b, "pg/0")
+	if took := time.Since(healed); took > retryBound {
+		t.Fatalf("the window was free only %v after the store answered; want within %v", took, retryBound)
 	}
 }
 
