@@ -107,7 +107,7 @@ func coordKnobs() []knob {
 			func(p *cp) **time.Duration { return &p.SessionTTL }, func(c *cc) *time.Duration { return &c.SessionTTL }),
 		boolKnob("coordination.recovery_leases", false, "Claim recovery windows by lease, so that several nodes sharing one raw never replay the same window at once; needs coordination.mode 1 or more.",
 			func(p *partial) **bool { return &p.coord.RecoveryLeases }, func(c *Config) *bool { return &c.Coordination.RecoveryLeases }),
-		dur("coordination.lease_ttl", DefaultCoordLeaseTTL, 2*time.Second, 10*time.Minute, "Lease of a claimed recovery window: a dead node's windows are claimed again after this long.",
+		dur("coordination.lease_ttl", DefaultCoordLeaseTTL, 2*time.Second, 10*time.Minute, "Lease of a claimed recovery window: a dead node's windows are claimed again after this long, or up to about 3 s (two to three election timeouts) longer when the coordination leader changes meanwhile.",
 			func(p *cp) **time.Duration { return &p.LeaseTTL }, func(c *cc) *time.Duration { return &c.LeaseTTL }),
 		intKnob("coordination.claim_positions", DefaultCoordClaimPositions, 1024, 1<<30, "Raw positions in one claimable recovery window (the unit of work nodes share).",
 			func(p *partial) **int { return &p.coord.ClaimPositions }, func(c *Config) *int { return &c.Coordination.ClaimPositions }),

@@ -76,7 +76,7 @@ func (n *Node) evaluate(ctx context.Context) {
 		}
 		return
 	}
-	n.met.observe(v, n.isLeader())
+	n.met.observe(v)
 	if len(n.cfg.Endpoints) > 0 {
 		return // an external cluster's membership is not ours to change
 	}
@@ -130,9 +130,43 @@ func (n *Node) hasServer() bool {
 	return n.srv != nil
 }
 
+// isLeader asks the local member whether it leads: no quorum needed. A
+// member that stopped does not lead; a leader cut off from a majority
+// steps down within an election timeout (etcd's check-quorum), and then
+// says so.
 func (n *Node) isLeader() bool {
 	srv := n.server()
-	return srv != nil && srv.Server.Leader() == srv.Server.MemberID()
+	if srv == nil {
+		return false
+	}
+	select {
+	case <-srv.Server.StopNotify():
+		return false
+	default:
+	}
+	return srv.Server.Leader() == srv.Server.MemberID()
+}
+
+// leaderEvery is how often followLeader reads the local member.
+const leaderEvery = 250 * time.Millisecond
+
+// followLeader keeps weir_coordination_leader at what the local member
+// says of itself, apart from the run loop, whose reads need a quorum (and
+// wait up to opTimeout without one): a former leader cut off from the
+// others reports 0 once it has stepped down, not the 1 of its last
+// membership read.
+func (n *Node) followLeader(ctx context.Context) {
+	defer n.wg.Done()
+	tick := time.NewTicker(leaderEvery)
+	defer tick.Stop()
+	for {
+		n.met.setLeader(n.isLeader())
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // withLock runs f holding the membership lock: one change at a time.

@@ -22,7 +22,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		learners: prometheus.NewGauge(prometheus.GaugeOpts{Name: "weir_coordination_learners",
 			Help: "Learners (members joining, not yet promoted) of the coordination cluster."}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "weir_coordination_leader",
-			Help: "1 while this node's embedded member is the raft leader."}),
+			Help: "1 while this node's embedded member is the raft leader, as the member itself says (no quorum needed)."}),
 		role: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "weir_coordination_role",
 			Help: "1 for the role this node holds (quorum, learner, worker), 0 for the others."}, []string{"role"}),
 	}
@@ -70,10 +70,13 @@ func (m *metrics) setRole(r Role) {
 	}
 }
 
-func (m *metrics) observe(v view, leader bool) {
+func (m *metrics) observe(v view) {
 	voters := len(v.voters())
 	m.members.Set(float64(voters))
 	m.learners.Set(float64(len(v.members) - voters))
+}
+
+func (m *metrics) setLeader(leader bool) {
 	lv := 0.0
 	if leader {
 		lv = 1

@@ -71,8 +71,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, reg prometheus.Reg
 	}
 	loop, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.run(loop)
+	go n.followLeader(loop)
 	return n, nil
 }
 

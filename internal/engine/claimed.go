@@ -115,6 +115,12 @@ func (s *secondary) claimCell(ctx context.Context) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
+	if !s.floored {
+		if err := s.raiseAbove(ctx, s.f.fenced.MaxFence()); err != nil {
+			return false, err
+		}
+		s.floored = true
+	}
 	held, err := s.f.opts.Claims.Held(ctx, s.name+"/")
 	if err != nil {
 		return false, fmt.Errorf("list held recovery windows: %w", err)
@@ -154,9 +160,11 @@ func (s *secondary) take(ctx context.Context, key string, k uint64) (bool, error
 	cell := &heldCell{lo: k * g, hi: (k + 1) * g, claim: c, fence: Fence{Window: key, Token: c.Token()}}
 	if err := s.f.fenced.Enter(ctx, cell.fence); err != nil {
 		s.release(cell, "entering the claim failed")
-		if errors.Is(err, ErrFenced) {
+		if fe := (*FencedError)(nil); errors.As(err, &fe) {
 			s.f.log.Warn("a newer claim holds the window; giving it up", "sink", s.name, "window", key, "token", cell.fence.Token, "err", err)
-			return false, nil
+			// The claims store may have lost its history: its tokens must
+			// go above the store's.
+			return false, s.raiseAbove(ctx, fe.Have)
 		}
 		return false, fmt.Errorf("enter the claim of recovery window %s: %w", key, err)
 	}
@@ -165,6 +173,19 @@ func (s *secondary) take(ctx context.Context, key string, k uint64) (bool, error
 	s.f.log.Info("recovery window claimed", "sink", s.name, "window", key, "token", cell.fence.Token,
 		"from", cell.lo, "to", cell.hi)
 	return true, nil
+}
+
+// raiseAbove lets the claims hand out tokens above token, when they can
+// (ClaimFloor).
+func (s *secondary) raiseAbove(ctx context.Context, token uint64) error {
+	cf, ok := s.f.opts.Claims.(ClaimFloor)
+	if !ok {
+		return nil
+	}
+	if err := cf.RaiseAbove(ctx, token); err != nil {
+		return fmt.Errorf("raise claim tokens above the offset store's fence %d: %w", token, err)
+	}
+	return nil
 }
 
 // dropCell gives up the held window, if any.
@@ -183,7 +204,7 @@ func (s *secondary) release(c *heldCell, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := c.claim.Release(ctx); err != nil {
-		s.f.log.Warn("releasing a recovery window failed; it is free once its lease ends", "sink", s.name,
+		s.f.log.Warn("releasing a recovery window failed; the claims store retries it, and this node may claim the window again meanwhile", "sink", s.name,
 			"window", c.fence.Window, "token", c.fence.Token, "reason", reason, "err", err)
 		return
 	}

@@ -13,7 +13,10 @@ type Claims interface {
 	// Claim tries to take window; ok=false (no error) when another holder
 	// has it.
 	Claim(ctx context.Context, window string) (c Claim, ok bool, err error)
-	// Held lists the windows held by any node right now, under prefix.
+	// Held lists the windows held by any node right now, under prefix,
+	// less the windows whose release failed and is being retried: those
+	// are claimed, but nobody works them (counted unclaimed), and their
+	// holder may Claim them again.
 	Held(ctx context.Context, prefix string) (map[string]bool, error)
 }
 
@@ -25,8 +28,22 @@ type Claim interface {
 	// Lost is closed when the lease behind the claim is gone (or the
 	// claim was released).
 	Lost() <-chan struct{}
-	// Release gives the window up.
+	// Release gives the window up. When it fails (the store cannot be
+	// reached) the implementation keeps releasing in the background,
+	// so the window is not held for as long as the node lives.
 	Release(ctx context.Context) error
+}
+
+// ClaimFloor is implemented by Claims whose tokens can be raised above
+// a token the offset store holds (internal/coord/leases: an epoch kept in
+// the claims store, in the token's high bits). A claims store that lost
+// its history — a new cluster, or one restored from an older backup —
+// would otherwise hand out tokens below the fences the offset store keeps,
+// which Enter refuses for good. Claimed recovery calls RaiseAbove with the
+// store's highest fence before its first claim, and with the fence that
+// refused an entry.
+type ClaimFloor interface {
+	RaiseAbove(ctx context.Context, token uint64) error
 }
 
 // FencedStore is a CoverageStore that checks fencing tokens
@@ -39,6 +56,9 @@ type FencedStore interface {
 	// CoverFenced records [lo, hi) for the sink, durably, while f is
 	// its window's current token; ErrFenced otherwise.
 	CoverFenced(ctx context.Context, sinkName string, lo, hi uint64, f Fence) error
+	// MaxFence is the highest token registered for any window, as the
+	// store was last read.
+	MaxFence() uint64
 }
 
 var _ FencedStore = (*OffsetStore)(nil)

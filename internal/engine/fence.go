@@ -21,9 +21,35 @@ type Fence struct {
 // window.
 var ErrFenced = errors.New("engine: offset store: a newer claim holds the recovery window")
 
+// FencedError is the ErrFenced of one refused claim: Have is the token
+// the store holds for the window.
+type FencedError struct {
+	Fence
+	Have uint64
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("%v: window %s: claim token %d, store holds %d", ErrFenced, e.Window, e.Token, e.Have)
+}
+
+func (e *FencedError) Unwrap() error { return ErrFenced }
+
 // fenced is ErrFenced for f, against the token the store holds.
 func fenced(f Fence, persisted uint64) error {
-	return fmt.Errorf("%w: window %s: claim token %d, store holds %d", ErrFenced, f.Window, f.Token, persisted)
+	return &FencedError{Fence: f, Have: persisted}
+}
+
+// MaxFence implements FencedStore: the highest token registered for any
+// window, as memory holds them (merged from the store at open and at
+// every flush and reload).
+func (s *OffsetStore) MaxFence() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var m uint64
+	for _, tok := range s.fences {
+		m = max(m, tok)
+	}
+	return m
 }
 
 // persistedFence is the token persisted for window (0: none).

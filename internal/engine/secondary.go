@@ -34,8 +34,11 @@ type secondary struct {
 	// With FanoutOptions.Claims (claimed.go): the window this worker holds
 	// under a claim, windows it failed to claim (key → retry time), and
 	// how many claims it holds, for the metrics; unclaimed is the
-	// windows nobody held at the last count (the flush loop's only).
+	// windows nobody held at the last count (the flush loop's only);
+	// floored is set once the claims' tokens were raised above the
+	// store's fences (ClaimFloor).
 	cell      *heldCell
+	floored   bool
 	skip      map[string]time.Time
 	leases    atomic.Int64
 	unclaimed uint64

@@ -213,6 +213,38 @@ func (s *SpanSet) String() string {
 // AppendBinary appends the set's encoding: a uvarint count, then each span
 // as the uvarint distance from the previous span's end to Lo and the
 // uvarint length.
+//
+// # The SpanSet encoding
+//
+// It is the value of a 'coverage' row of a Postgres raw's offsets table
+// (weir_offsets, internal/sink/pgsink) and each sink's coverage in the
+// offset file (offsetfile.go), one sink's coverage in each. Every number
+// is an unsigned LEB128 varint (encoding/binary's Uvarint: 7 bits a byte,
+// least significant group first, the high bit set on every byte but the
+// last; at most 10 bytes):
+//
+//	count                  the number of spans, n
+//	n times:
+//	  gap                  Lo minus the previous span's Hi (0 before the first span)
+//	  length               Hi minus Lo
+//
+// The spans are the set's own: sorted, disjoint and not adjacent, so after
+// the first span gap and length are never 0, and the first span's length
+// is never 0 (its gap may be, when the set holds position 0). The empty
+// set is the single byte 0x00. Nothing follows the last span in a row
+// (UnmarshalBinary refuses trailing bytes); the offset file places the
+// next field right after it. A decoder refuses a zero length, a zero gap
+// after the first span, a count larger than the bytes left, and a span
+// that would pass 2^64.
+//
+// Example (testdata/coverage_row.bin, TestSpanSetGoldenRow): the set
+// {[0,100) [150,200) [1000,1300)} is
+//
+//	03        3 spans
+//	00 64     gap 0,   length 100  → [0,100)
+//	32 32     gap 50,  length 50   → [150,200)
+//	a0 06     gap 800                (0x20 + 0x06<<7)
+//	ac 02     length 300           → [1000,1300)  (0x2c + 0x02<<7)
 func (s *SpanSet) AppendBinary(b []byte) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(len(s.spans)))
 	prev := uint64(0)

@@ -1,6 +1,10 @@
 package engine
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -156,6 +160,44 @@ func TestSpanSetDecodeRejectsJunk(t *testing.T) {
 	for _, b := range [][]byte{nil, {5}, {1, 0, 0}, {2, 0, 1, 0, 1}, {1, 0x80}} {
 		if _, _, err := decodeSpanSet(b); err == nil {
 			t.Errorf("decodeSpanSet(%x) accepted junk", b)
+		}
+	}
+}
+
+// The SpanSet encoding, as documented on AppendBinary, decoded from a
+// golden coverage row and written back byte for byte.
+func TestSpanSetGoldenRow(t *testing.T) {
+	row, err := os.ReadFile(filepath.Join("testdata", "coverage_row.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s SpanSet
+	if err := s.UnmarshalBinary(row); err != nil {
+		t.Fatal(err)
+	}
+	want := []Span{{0, 100}, {150, 200}, {1000, 1300}}
+	if !slices.Equal(s.Spans(), want) {
+		t.Fatalf("decoded %v, want %v", s.Spans(), want)
+	}
+	b, err := s.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, row) {
+		t.Fatalf("encoded % x, want % x", b, row)
+	}
+	var empty SpanSet
+	if b, _ := empty.AppendBinary(nil); !bytes.Equal(b, []byte{0}) {
+		t.Fatalf("the empty set encodes as % x", b)
+	}
+	for _, bad := range [][]byte{
+		{0x01, 0x00, 0x00},              // a zero length
+		{0x02, 0x00, 0x01, 0x00, 0x01},  // a zero gap after the first span
+		{0x05, 0x00},                    // more spans than bytes
+		append(slices.Clone(row), 0x00), // trailing bytes
+	} {
+		if err := new(SpanSet).UnmarshalBinary(bad); err == nil {
+			t.Errorf("% x decoded", bad)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weir-io/weir/client"
+	"github.com/weir-io/weir/internal/coord/leases"
 	"github.com/weir-io/weir/internal/testenv"
 )
 
@@ -433,7 +434,7 @@ func TestCoordinatedRecoveryThreeNodes(t *testing.T) {
 	// The resumed node gave each old claim up (its lease was lost, or the
 	// store fenced it off) instead of working on under it.
 	for key, token := range held {
-		line := fmt.Sprintf("window=%s token=%d reason=", strings.TrimPrefix(key, claimsPrefix), token)
+		line := fmt.Sprintf("window=%s token=%d reason=", strings.TrimPrefix(key, claimsPrefix), claimToken(token))
 		if !strings.Contains(grepLines(nodes[paused].log.String(), `msg="recovery window released"`, `msg="releasing a recovery window failed`), line) {
 			t.Errorf("%s never gave up its claim %s (token %d) after it resumed", nodes[paused].name, key, token)
 		}
@@ -521,9 +522,16 @@ func checkFencedAfterResume(t *testing.T, events []claimEvent, nd *coordNode, pa
 	t.Logf("%s held %d windows at its pause; %d were claimed by others while it was stopped", nd.name, len(held), len(taken))
 }
 
+// claimToken is the token of the claim whose key was created at rev, in
+// a cluster started afresh over a fresh offset store: its claim epoch is 1
+// (internal/coord/leases, "Tokens survive a claims store that lost its
+// history").
+func claimToken(rev int64) int64 { return 1<<leases.EpochShift | rev }
+
 // fencedCoverage counts the log lines, stamped after after, in which a
-// node recorded coverage for window under token.
-func fencedCoverage(log, window string, token int64, after time.Time) int {
+// node recorded coverage for window under the claim created at rev.
+func fencedCoverage(log, window string, rev int64, after time.Time) int {
+	token := claimToken(rev)
 	n := 0
 	for _, line := range strings.Split(log, "\n") {
 		if !strings.Contains(line, `msg="fenced coverage recorded"`) || !strings.Contains(line, "window="+window+" ") ||

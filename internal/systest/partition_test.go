@@ -199,13 +199,13 @@ handoff_grace = "5s"
 	releasedWithin := 20 * time.Second
 	deadline = time.Now().Add(releasedWithin)
 	for key, token := range held {
-		line := fmt.Sprintf("window=%s token=%d reason=", strings.TrimPrefix(key, claimsPrefix), token)
+		line := fmt.Sprintf("window=%s token=%d reason=", strings.TrimPrefix(key, claimsPrefix), claimToken(token))
 		for {
 			released := grepLines(minority.log.String(), `msg="recovery window released"`, `msg="releasing a recovery window failed`,
 				`msg="a newer claim holds the window`)
 			if strings.Contains(released, line) {
 				t.Logf("%s gave up %s (token %d), cut off:\n%s", minority.name, key, token,
-					grepLines(released, fmt.Sprintf("window=%s token=%d ", strings.TrimPrefix(key, claimsPrefix), token)))
+					grepLines(released, fmt.Sprintf("window=%s token=%d ", strings.TrimPrefix(key, claimsPrefix), claimToken(token))))
 				break
 			}
 			if time.Now().After(deadline) {
