@@ -86,7 +86,11 @@ func (d *rawDir) files() ([]rawFile, error) {
 
 // renameRetries bounds how often a listing is redone because a file was
 // renamed (finished, .open → .ndjson) between the listing and its open.
-const renameRetries = 3
+// A writer that rolls small files quickly can win that race several times
+// in a row against a reader on a busy machine; each retry lists again, so
+// the bound only keeps a reader from spinning on a directory that
+// changes without end.
+const renameRetries = 100
 
 // retryRenamed runs fn, which lists the directory and opens files from
 // the listing, again while it fails because a listed file is gone: the
