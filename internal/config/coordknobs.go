@@ -94,7 +94,7 @@ func coordKnobs() []knob {
 		list("coordination.endpoints", "An external etcd cluster's client addresses: no embedded member; the same client code.",
 			func(p *cp) **[]string { return &p.Endpoints }, func(c *cc) *[]string { return &c.Endpoints }),
 		newKnob(spec[string]{key: "coordination.backup_url", typ: setting.Secret("file:///path or s3://bucket/prefix?region=…&endpoint=…"), def: "",
-			help: "Object storage for snapshots of the coordination store: taken every coordination.backup_interval by the leader and when the last member stops; restored when a cluster bootstraps with no data. Empty: no backups.", field: bkF, out: bkO}),
+			help: "Object storage for snapshots of the coordination store: taken every coordination.backup_interval by the leader and by every member that stops gracefully while it reaches quorum; restored when a cluster bootstraps with no data. Empty: no backups.", field: bkF, out: bkO}),
 		dur("coordination.backup_interval", DefaultCoordBackupInterval, time.Second, 24*time.Hour, "How often the leader snapshots the coordination store to coordination.backup_url; losing a mode-1 node costs at most this much coordination state.",
 			func(p *cp) **time.Duration { return &p.BackupInterval }, func(c *cc) *time.Duration { return &c.BackupInterval }),
 		intKnob("coordination.backup_keep", DefaultCoordBackupKeep, 1, 1000, "Snapshots kept in coordination.backup_url; older ones are deleted after a successful backup.",

@@ -54,7 +54,7 @@ func startCoordination(ctx context.Context, cfg *config.Config, fc *flowControl,
 		bk.Keep = co.BackupKeep
 		c.bk = bk
 		ccfg.Restore = bk.RestoreHook()
-		ccfg.BeforeLastStop = bk.SaveHook(co.Node)
+		ccfg.BeforeStop = bk.SaveHook(co.Node)
 	}
 	node, err := coord.Start(ctx, ccfg, base, reg)
 	if err != nil {
@@ -114,8 +114,8 @@ func (c *coordination) fanoutOptions(cfg *config.Config, topo *metrics.Topology,
 }
 
 // close ends the claims (their keys go with the session), hands off the
-// node's membership and stops its member; the last member takes a final
-// backup first.
+// node's membership and stops its member; a member that reaches quorum
+// takes a backup first.
 func (c *coordination) close(ctx context.Context) error {
 	if c == nil {
 		return nil

@@ -10,9 +10,12 @@
 // which is the coordination state weir keeps there (recovery window claims,
 // leases, election keys). The membership in it is replaced at restore. A snapshot is taken every backup interval
 // by the node that is the etcd leader (Store.Run with an isLeader check), and
-// once more when the last member stops gracefully (Store.SaveHook, called by
-// the cluster code before it stops the server). Losing a single-member
-// (mode 1) node therefore costs at most one interval of coordination state.
+// by every member that stops gracefully while it still reaches quorum
+// (Store.SaveHook, called by the cluster code before it hands off and stops
+// the server). So when all members stop — at once, or one by one — the first
+// of them to stop its server has saved a snapshot holding every write
+// committed before its stop began. Losing a single-member (mode 1) node
+// therefore costs at most one interval of coordination state.
 //
 // # Layout and the pointer-last protocol
 //
@@ -30,8 +33,12 @@
 // still there: retention (Keep, default 5) runs only after a successful Save
 // and never deletes the snapshot "latest" names. A reader therefore sees
 // either the old pointer or the new one, and whatever it names is complete.
-// When two nodes save at once (a leader change during a save) the last
-// pointer written wins; both snapshots are whole.
+// The pointer moves only forward: a Save that finds "latest" naming a
+// snapshot of the same cluster (the etcd cluster id in the pointer) at a
+// higher revision deletes its own snapshot and leaves the pointer. Buckets
+// offer no compare-and-swap, so two saves racing between that check and
+// their pointer write may still leave the lower of the two named; both were
+// taken after the stops began, so either holds every write made before.
 //
 // # What a restore gives
 //

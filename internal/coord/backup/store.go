@@ -28,6 +28,8 @@ var (
 	ErrChecksum = errors.New("backup: snapshot checksum mismatch")
 	// ErrDataDirNotEmpty: Restore was asked to write into a data directory that holds something.
 	ErrDataDirNotEmpty = errors.New("backup: data directory not empty")
+
+	errSuperseded = errors.New("backup: a newer snapshot is already pointed to")
 )
 
 const (
@@ -38,8 +40,9 @@ const (
 
 // Info describes one stored snapshot; it is what the "latest" pointer holds.
 type Info struct {
-	Key         string    `json:"key"`      // object key, relative to the URL's prefix
-	Revision    int64     `json:"revision"` // the store's revision as the snapshot began (it holds at least this)
+	Key         string    `json:"key"`               // object key, relative to the URL's prefix
+	Revision    int64     `json:"revision"`          // the store's revision as the snapshot began (it holds at least this)
+	Cluster     string    `json:"cluster,omitempty"` // etcd cluster id, hex
 	Bytes       int64     `json:"bytes"`
 	SHA256      string    `json:"sha256"` // hex, over the whole object
 	Time        time.Time `json:"time"`
