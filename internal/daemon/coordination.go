@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -52,6 +53,9 @@ func startCoordination(ctx context.Context, cfg *config.Config, fc *flowControl,
 			return nil, fmt.Errorf("coordination.backup_url: %w", err)
 		}
 		bk.Keep = co.BackupKeep
+		if bk.Keys, err = backupKeys(co); err != nil {
+			return nil, errors.Join(err, bk.Close())
+		}
 		c.bk = bk
 		ccfg.Restore = bk.RestoreHook()
 		ccfg.BeforeStop = bk.SaveHook(co.Node)
@@ -86,6 +90,26 @@ func startCoordination(ctx context.Context, cfg *config.Config, fc *flowControl,
 	log.Info("coordination ready", "mode", co.Mode, "node", co.Node, "role", string(node.Role()),
 		"external", len(co.Endpoints) > 0, "recovery_leases", co.RecoveryLeases, "backup", co.BackupURL != "")
 	return c, nil
+}
+
+// backupKeys reads the backup encryption keys; none without a key set.
+func backupKeys(co config.CoordinationConfig) ([][]byte, error) {
+	text, from := co.BackupKey, "coordination.backup_key"
+	if co.BackupKeyFile != "" {
+		data, err := os.ReadFile(co.BackupKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("coordination.backup_key_file: %w", err)
+		}
+		text, from = string(data), "coordination.backup_key_file "+co.BackupKeyFile
+	}
+	if text == "" {
+		return nil, nil
+	}
+	keys, err := backup.ParseKeys(text)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
+	}
+	return keys, nil
 }
 
 // coordConfig is coord's view of [coordination].

@@ -79,8 +79,16 @@ func (s *Store) save(ctx context.Context, cli *clientv3.Client, node string) (In
 	info := Info{Revision: cur.Header.Revision, Cluster: fmt.Sprintf("%x", cur.Header.ClusterId),
 		Time: time.Now().UTC(), Node: node, EtcdVersion: resp.Version}
 	info.Key = snapshotKey(info.Time, info.Revision, node)
+	var src io.Reader = resp.Snapshot
+	if len(s.Keys) > 0 {
+		if src, err = newSealer(src, s.Keys[0]); err != nil {
+			return Info{}, err
+		}
+		info.Key += sealedExt
+		info.KeyID = KeyID(s.Keys[0])
+	}
 	h := sha256.New()
-	if info.Bytes, err = s.put(ctx, info.Key, io.TeeReader(resp.Snapshot, h)); err != nil {
+	if info.Bytes, err = s.put(ctx, info.Key, io.TeeReader(src, h)); err != nil {
 		return Info{}, err
 	}
 	info.SHA256 = hex.EncodeToString(h.Sum(nil))
@@ -212,6 +220,7 @@ func snapshotKey(t time.Time, rev int64, node string) string {
 // anything else (an upload's temporary file, a stranger's object).
 func snapshotNanos(key string) (int64, bool) {
 	name, ok := strings.CutPrefix(key, snapshotPrefix)
+	name = strings.TrimSuffix(name, sealedExt)
 	if !ok || !strings.HasSuffix(name, snapshotExt) || strings.Contains(name, "/") {
 		return 0, false
 	}

@@ -48,6 +48,7 @@ type Info struct {
 	Time        time.Time `json:"time"`
 	Node        string    `json:"node"` // the node that took it
 	EtcdVersion string    `json:"etcd_version,omitempty"`
+	KeyID       string    `json:"key_id,omitempty"` // the key it is sealed with; "" for a plain snapshot
 }
 
 // Store is a backup location. Set its exported fields before first use.
@@ -62,6 +63,9 @@ type Store struct {
 	ClusterToken string
 	// SaveTimeout bounds each save Run makes (default 10 minutes).
 	SaveTimeout time.Duration
+	// Keys encrypt backups (ParseKeys): the first seals new snapshots, any
+	// opens old ones. With none, snapshots are stored plain.
+	Keys [][]byte
 
 	bucket   *blob.Bucket
 	localDir string // the directory behind a file:// bucket, for fsync; "" for s3
@@ -182,7 +186,7 @@ func (s *Store) Latest(ctx context.Context) (Info, bool, error) {
 // check refuses a pointer that names no snapshot of ours or carries no hash.
 func (i Info) check() error {
 	if !strings.HasPrefix(i.Key, snapshotPrefix) || strings.Contains(i.Key, "..") ||
-		!strings.HasSuffix(i.Key, snapshotExt) {
+		!strings.HasSuffix(strings.TrimSuffix(i.Key, sealedExt), snapshotExt) {
 		return fmt.Errorf("%w: key %q", ErrPointer, i.Key)
 	}
 	if len(i.SHA256) != 64 || i.Bytes <= 0 {
