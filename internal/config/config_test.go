@@ -284,6 +284,8 @@ var samples = map[string][2]string{
 	"coordination.backup_url":        {"file:///tmp/bk", "s3://bucket/weir?region=us-east-1"},
 	"coordination.backup_interval":   {"1m", "10m"},
 	"coordination.backup_keep":       {"2", "9"},
+	"coordination.backup_key_file":   {"/etc/weir/backup.key", "/run/secrets/backup-key"},
+	"coordination.backup_key":        {"0000000000000000000000000000000000000000000000000000000000000000", "1111111111111111111111111111111111111111111111111111111111111111"},
 	"coordination.ready_timeout":     {"5s", "1m"},
 	"coordination.handoff_grace":     {"3s", "40s"},
 	"coordination.session_ttl":       {"4s", "20s"},
@@ -811,6 +813,7 @@ func TestCoordinationValidation(t *testing.T) {
 		{[]string{"--coordination-mode=1", "--coordination-recovery-leases=true"}, ""},
 		{[]string{"--coordination-mode=1", "--coordination-peer-listen=127.0.0.1:2379"}, "must differ from coordination.peer_listen"},
 		{[]string{"--coordination-join=nohostport"}, "not host:port"},
+		{[]string{"--coordination-backup-key-file=/k", "--coordination-backup-key=" + strings.Repeat("ab", 32)}, "not both"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			c, err := load(append([]string{"--data-dir=/srv/weir/data"}, tc.args...), nil, nil, "/")

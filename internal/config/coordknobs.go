@@ -37,6 +37,8 @@ type CoordinationConfig struct {
 	Join           []string      // coordination.join
 	Endpoints      []string      // coordination.endpoints
 	BackupURL      string        // coordination.backup_url
+	BackupKeyFile  string        // coordination.backup_key_file
+	BackupKey      string        // coordination.backup_key
 	BackupInterval time.Duration // coordination.backup_interval
 	BackupKeep     int           // coordination.backup_keep
 	ReadyTimeout   time.Duration // coordination.ready_timeout
@@ -53,6 +55,7 @@ func (c CoordinationConfig) On() bool { return c.Mode != 0 }
 type coordPartial struct {
 	Mode, BackupKeep, ClaimPositions                   *int
 	Node, DataDir, PeerListen, ClientListen, BackupURL *string
+	BackupKeyFile, BackupKey                           *string
 	Join, Endpoints                                    *[]string
 	BackupInterval, ReadyTimeout, HandoffGrace         *time.Duration
 	SessionTTL, LeaseTTL                               *time.Duration
@@ -79,6 +82,8 @@ func coordKnobs() []knob {
 	peerF, peerO := str(func(p *cp) **string { return &p.PeerListen }, func(c *cc) *string { return &c.PeerListen })
 	cliF, cliO := str(func(p *cp) **string { return &p.ClientListen }, func(c *cc) *string { return &c.ClientListen })
 	bkF, bkO := str(func(p *cp) **string { return &p.BackupURL }, func(c *cc) *string { return &c.BackupURL })
+	kfF, kfO := str(func(p *cp) **string { return &p.BackupKeyFile }, func(c *cc) *string { return &c.BackupKeyFile })
+	keyF, keyO := str(func(p *cp) **string { return &p.BackupKey }, func(c *cc) *string { return &c.BackupKey })
 	return []knob{
 		intKnob("coordination.mode", 0, 0, 7, "Members of the coordination cluster (etcd): 0 turns coordination off; 1, 3, 5 or 7 voting members, embedded in weir nodes (or an external cluster, coordination.endpoints). Even sizes are refused: 2 halts on losing either member.",
 			func(p *partial) **int { return &p.coord.Mode }, func(c *Config) *int { return &c.Coordination.Mode }),
@@ -94,7 +99,11 @@ func coordKnobs() []knob {
 		list("coordination.endpoints", "An external etcd cluster's client addresses: no embedded member; the same client code.",
 			func(p *cp) **[]string { return &p.Endpoints }, func(c *cc) *[]string { return &c.Endpoints }),
 		newKnob(spec[string]{key: "coordination.backup_url", typ: setting.Secret("file:///path or s3://bucket/prefix?region=…&endpoint=…"), def: "",
-			help: "Object storage for snapshots of the coordination store: taken every coordination.backup_interval by the leader and when the last member stops; restored when a cluster bootstraps with no data. Empty: no backups.", field: bkF, out: bkO}),
+			help: "Object storage for snapshots of the coordination store: taken every coordination.backup_interval by the leader and by every member that stops gracefully while it reaches quorum; restored when a cluster bootstraps with no data. Empty: no backups.", field: bkF, out: bkO}),
+		optPathKnob("coordination.backup_key_file", "a file of 32-byte keys, 64 hex digits or base64 each, one a line", "Encrypts coordination backups (AES-256-GCM): the first key seals new snapshots, every key listed opens old ones (rotation: put the new key first, keep the old ones until their snapshots are gone). With a key set, a plain snapshot is refused at restore; without one, an encrypted snapshot is.",
+			kfF, kfO),
+		newKnob(spec[string]{key: "coordination.backup_key", typ: setting.Secret("32-byte keys, 64 hex digits or base64 each, separated by commas"), def: "",
+			help: "The keys of coordination.backup_key_file given inline (usually as the environment variable); set one of the two.", field: keyF, out: keyO}),
 		dur("coordination.backup_interval", DefaultCoordBackupInterval, time.Second, 24*time.Hour, "How often the leader snapshots the coordination store to coordination.backup_url; losing a mode-1 node costs at most this much coordination state.",
 			func(p *cp) **time.Duration { return &p.BackupInterval }, func(c *cc) *time.Duration { return &c.BackupInterval }),
 		intKnob("coordination.backup_keep", DefaultCoordBackupKeep, 1, 1000, "Snapshots kept in coordination.backup_url; older ones are deleted after a successful backup.",
@@ -149,6 +158,9 @@ func validateCoordination(ks []knob, c *Config) []error {
 	}
 	if co.On() && len(co.Endpoints) == 0 && co.PeerListen == co.ClientListen {
 		errs = append(errs, invalid(knobByKey(ks, "coordination.client_listen"), co.ClientListen, "must differ from coordination.peer_listen"))
+	}
+	if co.BackupKey != "" && co.BackupKeyFile != "" {
+		errs = append(errs, invalid(knobByKey(ks, "coordination.backup_key"), "(set, not shown)", "set either it or coordination.backup_key_file, not both"))
 	}
 	if co.On() && co.Node == "" {
 		if h, err := os.Hostname(); err == nil {

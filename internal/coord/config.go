@@ -42,9 +42,10 @@ type Config struct {
 	// Restore is called when bootstrapping with an empty DataDir; true
 	// means it filled DataDir from a backup.
 	Restore func(ctx context.Context, dataDir, name, peerURL string) (bool, error)
-	// BeforeLastStop is called by Close on the last live voting member,
-	// with a client of that member alone (take a final backup).
-	BeforeLastStop func(ctx context.Context, cli *clientv3.Client) error
+	// BeforeStop is called by Close on every voting member that still
+	// reaches quorum, before it hands off, with a client of that member
+	// alone (take a backup). A member that reaches no quorum skips it.
+	BeforeStop func(ctx context.Context, cli *clientv3.Client) error
 
 	trace func(event string) // tests: handoff steps in order
 }

@@ -59,9 +59,10 @@
 // to the other members) — in mode 1 too, passing through two voters for a
 // few seconds. Without a replacement it stays a member and writes its
 // departed key: a three-member cluster with one departed keeps quorum with
-// no reconfiguration, and two is never a resting size. The last live voter
-// (or one that reaches no quorum) calls Config.BeforeLastStop (a final
-// backup) instead. Then the check-in is revoked (2 s at most), the client
+// no reconfiguration, and two is never a resting size. Before any of this,
+// a voter that reaches quorum calls Config.BeforeStop (a backup) through a
+// client of its own member; one that reaches none skips it and the handoff,
+// and logs why. Then the check-in is revoked (2 s at most), the client
 // closed, the server stopped (Server.Stop) and closed; etcd's Close waits
 // up to its request timeout (about 7 s) for other nodes' client streams on
 // this member, so allow HandoffGrace + 10 s for a termination.

@@ -2,15 +2,16 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// handoff is Close's part for a member: move leadership, get replaced by a
-// waiting worker and leave (in mode 1 too), or else stay a member recorded
-// as departed; the last live voter takes its final backup instead.
+// handoff is Close's part for a member: take a backup while quorum is
+// reachable, move leadership, get replaced by a waiting worker and leave
+// (in mode 1 too), or else stay a member recorded as departed.
 func (n *Node) handoff(ctx context.Context) error {
 	srv := n.server()
 	if srv == nil || len(n.cfg.Endpoints) > 0 {
@@ -20,29 +21,31 @@ func (n *Node) handoff(ctx context.Context) error {
 		return n.leave(ctx)
 	}
 	if p := n.progressOf(srv); p.reachable < p.voters/2+1 {
-		n.log.Info("no quorum reachable; stopping as the last member", "reachable", p.reachable, "voters", p.voters)
-		return n.lastStop(ctx)
+		n.log.Warn("no quorum reachable; stopping without a backup: the newest backup is one a member took earlier",
+			"reachable", p.reachable, "voters", p.voters)
+		return nil
 	}
+	berr := n.stopBackup(ctx)
 	v, err := n.readView(ctx)
 	if err != nil {
-		n.log.Warn("membership not readable (no quorum?); stopping as if last", "err", err)
-		return n.lastStop(ctx)
+		n.log.Warn("membership not readable (no quorum?); stopping without handing off", "err", err)
+		return berr
 	}
 	n.moveLeader(ctx, v)
 	if len(v.workers()) > 0 {
 		err := n.replace(ctx, v.effective())
 		if err == nil {
-			return nil
+			return berr
 		}
 		n.log.Warn("not replaced within the grace period", "err", err)
 	}
 	if v.lowestVoter(n.cfg.Node) != "" {
-		return n.recordDeparted(ctx)
+		return errors.Join(berr, n.recordDeparted(ctx))
 	}
 	if err := n.del(context.WithoutCancel(ctx), handoffPrefix+n.cfg.Node); err != nil {
 		n.log.Warn("handoff request left behind; a restart clears it", "err", err)
 	}
-	return n.lastStop(ctx)
+	return berr
 }
 
 // moveLeader hands leadership, when this member holds it, to the
@@ -140,10 +143,16 @@ func (n *Node) leave(ctx context.Context) error {
 	return n.removeMember(ctx, self)
 }
 
-// lastStop calls BeforeLastStop with a client of this member alone: it
-// holds the data the final backup must take.
-func (n *Node) lastStop(ctx context.Context) error {
-	if n.cfg.BeforeLastStop == nil {
+// stopBackup calls BeforeStop with a client of this member alone, while
+// the member still reaches quorum and before it hands anything off: a
+// linearizable read through it waits until the member has applied every
+// write committed so far, so what it snapshots next holds them all. Every
+// voter that stops gracefully does this, so when all of them stop —
+// together or one by one, with crashed members still counted — the first
+// to stop its server has taken a backup newer than every write committed
+// before its SIGTERM, while every server was still up.
+func (n *Node) stopBackup(ctx context.Context) error {
+	if n.cfg.BeforeStop == nil {
 		return nil
 	}
 	cli, err := n.newClient([]string{n.cfg.clientURL()}, false)
@@ -151,9 +160,10 @@ func (n *Node) lastStop(ctx context.Context) error {
 		return err
 	}
 	defer cli.Close()
-	n.cfg.tracef("before last stop")
-	if err := n.cfg.BeforeLastStop(ctx, cli); err != nil {
-		return fmt.Errorf("coord: before the last member stops: %w", err)
+	n.cfg.tracef("before stop")
+	if err := n.cfg.BeforeStop(ctx, cli); err != nil {
+		n.log.Warn("no backup taken at stop", "err", err)
+		return fmt.Errorf("coord: backup before the member stops: %w", err)
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // Mode 1: bootstrap calls Restore and self-elects; Close calls
-// BeforeLastStop; a restart from the data dir keeps the data and does not
+// BeforeStop; a restart from the data dir keeps the data and does not
 // restore again.
 func TestBootstrapAndRestartMode1(t *testing.T) {
 	rec := &recorder{}
@@ -28,9 +28,9 @@ func TestBootstrapAndRestartMode1(t *testing.T) {
 		restores.Add(1)
 		return false, nil
 	}
-	cfg.BeforeLastStop = func(ctx context.Context, cli *clientv3.Client) error {
+	cfg.BeforeStop = func(ctx context.Context, cli *clientv3.Client) error {
 		if _, err := cli.Get(ctx, "k"); err != nil {
-			t.Errorf("before last stop: client unusable: %v", err)
+			t.Errorf("before stop: client unusable: %v", err)
 		}
 		lastStops.Add(1)
 		return nil
@@ -254,14 +254,13 @@ func lowestOther(lead *tnode, nodes []*tnode) string {
 	return best
 }
 
-// Mode 1 with a worker waiting: Close hands the single membership over
-// (two voters only while it moves), the data stays, no final backup is
-// needed.
+// Mode 1 with a worker waiting: Close takes its backup, then hands the
+// single membership over (two voters only while it moves); the data stays.
 func TestModeOneHandsOffToWorker(t *testing.T) {
 	rec := &recorder{}
 	cfg := testConfig(t, rec, "weir-0", 1)
 	var lastStops atomic.Int32
-	cfg.BeforeLastStop = func(context.Context, *clientv3.Client) error { lastStops.Add(1); return nil }
+	cfg.BeforeStop = func(context.Context, *clientv3.Client) error { lastStops.Add(1); return nil }
 	n0 := start(t, rec, cfg)
 	if _, err := n0.Client().Put(ctxT(t, 5*time.Second), "k", "v"); err != nil {
 		t.Fatal(err)
@@ -272,8 +271,8 @@ func TestModeOneHandsOffToWorker(t *testing.T) {
 		t.Fatalf("weir-1 %s with mode 1 full; want worker", w.Role())
 	}
 	closeNode(t, n0.Node)
-	if lastStops.Load() != 0 || rec.index("removed weir-0") < 0 {
-		t.Fatalf("events %v, last stops %d: want a handoff, no final backup", rec.list(), lastStops.Load())
+	if lastStops.Load() != 1 || rec.index("before stop") > rec.index("removed weir-0") {
+		t.Fatalf("events %v, backups at stop %d: want one backup, then a handoff", rec.list(), lastStops.Load())
 	}
 	waitVoters(t, w.Node, "weir-1")
 	resp, err := w.Client().Get(ctxT(t, 5*time.Second), "k")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -52,9 +53,12 @@ func startCoordination(ctx context.Context, cfg *config.Config, fc *flowControl,
 			return nil, fmt.Errorf("coordination.backup_url: %w", err)
 		}
 		bk.Keep = co.BackupKeep
+		if bk.Keys, err = backupKeys(co); err != nil {
+			return nil, errors.Join(err, bk.Close())
+		}
 		c.bk = bk
 		ccfg.Restore = bk.RestoreHook()
-		ccfg.BeforeLastStop = bk.SaveHook(co.Node)
+		ccfg.BeforeStop = bk.SaveHook(co.Node)
 	}
 	node, err := coord.Start(ctx, ccfg, base, reg)
 	if err != nil {
@@ -88,6 +92,26 @@ func startCoordination(ctx context.Context, cfg *config.Config, fc *flowControl,
 	return c, nil
 }
 
+// backupKeys reads the backup encryption keys; none without a key set.
+func backupKeys(co config.CoordinationConfig) ([][]byte, error) {
+	text, from := co.BackupKey, "coordination.backup_key"
+	if co.BackupKeyFile != "" {
+		data, err := os.ReadFile(co.BackupKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("coordination.backup_key_file: %w", err)
+		}
+		text, from = string(data), "coordination.backup_key_file "+co.BackupKeyFile
+	}
+	if text == "" {
+		return nil, nil
+	}
+	keys, err := backup.ParseKeys(text)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
+	}
+	return keys, nil
+}
+
 // coordConfig is coord's view of [coordination].
 func coordConfig(co config.CoordinationConfig) coord.Config {
 	return coord.Config{
@@ -114,8 +138,8 @@ func (c *coordination) fanoutOptions(cfg *config.Config, topo *metrics.Topology,
 }
 
 // close ends the claims (their keys go with the session), hands off the
-// node's membership and stops its member; the last member takes a final
-// backup first.
+// node's membership and stops its member; a member that reaches quorum
+// takes a backup first.
 func (c *coordination) close(ctx context.Context) error {
 	if c == nil {
 		return nil

@@ -2,6 +2,7 @@ package backup
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -329,5 +330,34 @@ func TestSnapshotStreamCutKeepsLatest(t *testing.T) {
 	entries, err := os.ReadDir(filepath.Join(s.localDir, "snapshots"))
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("snapshot directory holds %v (%v): a partial upload was left behind", entries, err)
+	}
+}
+
+// The pointer moves only forward: a save at a lower revision of the same
+// cluster than "latest" names leaves it, and deletes its own snapshot.
+func TestPointerOnlyForward(t *testing.T) {
+	s, _ := openStore(t, fileURL(t))
+	ctx := testCtx(t)
+	cli := etcdtest.Start(t).Client(t)
+	first, err := s.Save(ctx, cli, "weir-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := first
+	ahead.Revision += 1000
+	ptr, _ := json.Marshal(ahead)
+	if err := s.bucket.WriteAll(ctx, latestKey, ptr, nil); err != nil {
+		t.Fatal(err)
+	}
+	seed(t, cli, 3, "b")
+	got, err := s.Save(ctx, cli, "weir-1")
+	if err != nil || got.Revision != ahead.Revision {
+		t.Fatalf("Save behind the pointer = %+v, %v; want the pointer's snapshot", got, err)
+	}
+	if latest, _, _ := s.Latest(ctx); latest.Revision != ahead.Revision {
+		t.Fatalf("pointer moved back to revision %d", latest.Revision)
+	}
+	if keys := snapshotKeys(t, s); len(keys) != 1 || keys[0] != first.Key {
+		t.Fatalf("snapshots %v: want only %s", keys, first.Key)
 	}
 }

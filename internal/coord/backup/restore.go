@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -55,9 +56,12 @@ func (s *Store) Restore(ctx context.Context, info Info, dataDir, name, peerURL s
 		return fmt.Errorf("backup: restore: %w", err)
 	}
 	defer os.RemoveAll(stage)
-	db := filepath.Join(stage, "snapshot.db")
-	if err := s.download(ctx, info, db); err != nil {
+	obj, db := filepath.Join(stage, "object"), filepath.Join(stage, "snapshot.db")
+	if err := s.download(ctx, info, obj); err != nil {
 		return err
+	}
+	if err := s.open(obj, db); err != nil {
+		return fmt.Errorf("backup: restore %s: %w", info.Key, err)
 	}
 	out := filepath.Join(stage, "data")
 	err = snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
@@ -105,6 +109,35 @@ func (s *Store) download(ctx context.Context, info Info, path string) error {
 			ErrChecksum, info.Key, n, sum, info.Bytes, info.SHA256)
 	}
 	return nil
+}
+
+// open writes to db the snapshot in the downloaded object obj: unsealed
+// with the configured keys when sealed, as it is when plain. A plain one is
+// refused while keys are configured: the pointer is not authenticated, so
+// whoever can write the bucket could otherwise substitute any snapshot.
+func (s *Store) open(obj, db string) error {
+	in, err := os.Open(obj)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	r := bufio.NewReaderSize(in, sealChunk)
+	if !isSealed(r) {
+		in.Close()
+		if len(s.Keys) > 0 {
+			return fmt.Errorf("%w: restore it with no key configured, or take a new backup first", ErrPlain)
+		}
+		return os.Rename(obj, db)
+	}
+	out, err := os.OpenFile(db, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	err = unseal(out, r, s.Keys)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // absentOrEmpty refuses a data directory that holds anything.

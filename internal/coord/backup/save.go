@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,10 +26,17 @@ import (
 // Save streams a snapshot of the store cli talks to into the bucket, then
 // points "latest" at it, then deletes all but the newest Keep snapshots.
 // node names the saving node in the key and the pointer. On error "latest"
-// still names the previous snapshot.
+// still names the previous snapshot. When "latest" already names a snapshot
+// of this cluster at a higher revision (another member saved meanwhile),
+// Save deletes its own and returns that one's Info: the pointer never moves
+// backwards.
 func (s *Store) Save(ctx context.Context, cli *clientv3.Client, node string) (Info, error) {
 	start := time.Now()
 	info, err := s.save(ctx, cli, node)
+	if errors.Is(err, errSuperseded) {
+		s.log.Info("coordination backup not pointed to: a newer one is in place", "node", node, "err", err)
+		return info, nil
+	}
 	if err != nil {
 		s.m.failed.Inc()
 		s.log.Warn("coordination backup failed", "node", node, "err", err)
@@ -45,8 +53,8 @@ func (s *Store) Save(ctx context.Context, cli *clientv3.Client, node string) (In
 	return info, nil
 }
 
-// SaveHook returns a Save by node for the cluster code to call before the
-// last member stops.
+// SaveHook returns a Save by node for the cluster code to call before a
+// member stops.
 func (s *Store) SaveHook(node string) func(ctx context.Context, cli *clientv3.Client) error {
 	return func(ctx context.Context, cli *clientv3.Client) error {
 		_, err := s.Save(ctx, cli, node)
@@ -68,13 +76,33 @@ func (s *Store) save(ctx context.Context, cli *clientv3.Client, node string) (In
 		return Info{}, fmt.Errorf("backup: open snapshot stream: %w", err)
 	}
 	defer resp.Snapshot.Close()
-	info := Info{Revision: cur.Header.Revision, Time: time.Now().UTC(), Node: node, EtcdVersion: resp.Version}
+	info := Info{Revision: cur.Header.Revision, Cluster: fmt.Sprintf("%x", cur.Header.ClusterId),
+		Time: time.Now().UTC(), Node: node, EtcdVersion: resp.Version}
 	info.Key = snapshotKey(info.Time, info.Revision, node)
+	var src io.Reader = resp.Snapshot
+	if len(s.Keys) > 0 {
+		if src, err = newSealer(src, s.Keys[0]); err != nil {
+			return Info{}, err
+		}
+		info.Key += sealedExt
+		info.KeyID = KeyID(s.Keys[0])
+	}
 	h := sha256.New()
-	if info.Bytes, err = s.put(ctx, info.Key, io.TeeReader(resp.Snapshot, h)); err != nil {
+	if info.Bytes, err = s.put(ctx, info.Key, io.TeeReader(src, h)); err != nil {
 		return Info{}, err
 	}
 	info.SHA256 = hex.EncodeToString(h.Sum(nil))
+	// The pointer moves only forward: another member of this cluster
+	// stopping at the same time may have pointed at a newer snapshot
+	// meanwhile. (Another cluster's pointer — one restored, with a new
+	// cluster id and its revisions moved forward, or one started afresh —
+	// is replaced.)
+	if cur, ok, err := s.Latest(ctx); err == nil && ok && cur.Cluster == info.Cluster && cur.Revision > info.Revision {
+		if err := s.bucket.Delete(ctx, info.Key); err != nil {
+			s.log.Warn("superseded coordination backup not deleted", "key", info.Key, "err", err)
+		}
+		return cur, fmt.Errorf("%w: %s holds revision %d, this one %d", errSuperseded, cur.Key, cur.Revision, info.Revision)
+	}
 	ptr, err := json.Marshal(info)
 	if err != nil {
 		return Info{}, fmt.Errorf("backup: encode pointer: %w", err)
@@ -192,6 +220,7 @@ func snapshotKey(t time.Time, rev int64, node string) string {
 // anything else (an upload's temporary file, a stranger's object).
 func snapshotNanos(key string) (int64, bool) {
 	name, ok := strings.CutPrefix(key, snapshotPrefix)
+	name = strings.TrimSuffix(name, sealedExt)
 	if !ok || !strings.HasSuffix(name, snapshotExt) || strings.Contains(name, "/") {
 		return 0, false
 	}

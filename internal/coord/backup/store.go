@@ -28,6 +28,8 @@ var (
 	ErrChecksum = errors.New("backup: snapshot checksum mismatch")
 	// ErrDataDirNotEmpty: Restore was asked to write into a data directory that holds something.
 	ErrDataDirNotEmpty = errors.New("backup: data directory not empty")
+
+	errSuperseded = errors.New("backup: a newer snapshot is already pointed to")
 )
 
 const (
@@ -38,13 +40,15 @@ const (
 
 // Info describes one stored snapshot; it is what the "latest" pointer holds.
 type Info struct {
-	Key         string    `json:"key"`      // object key, relative to the URL's prefix
-	Revision    int64     `json:"revision"` // the store's revision as the snapshot began (it holds at least this)
+	Key         string    `json:"key"`               // object key, relative to the URL's prefix
+	Revision    int64     `json:"revision"`          // the store's revision as the snapshot began (it holds at least this)
+	Cluster     string    `json:"cluster,omitempty"` // etcd cluster id, hex
 	Bytes       int64     `json:"bytes"`
 	SHA256      string    `json:"sha256"` // hex, over the whole object
 	Time        time.Time `json:"time"`
 	Node        string    `json:"node"` // the node that took it
 	EtcdVersion string    `json:"etcd_version,omitempty"`
+	KeyID       string    `json:"key_id,omitempty"` // the key it is sealed with; "" for a plain snapshot
 }
 
 // Store is a backup location. Set its exported fields before first use.
@@ -59,6 +63,9 @@ type Store struct {
 	ClusterToken string
 	// SaveTimeout bounds each save Run makes (default 10 minutes).
 	SaveTimeout time.Duration
+	// Keys encrypt backups (ParseKeys): the first seals new snapshots, any
+	// opens old ones. With none, snapshots are stored plain.
+	Keys [][]byte
 
 	bucket   *blob.Bucket
 	localDir string // the directory behind a file:// bucket, for fsync; "" for s3
@@ -179,7 +186,7 @@ func (s *Store) Latest(ctx context.Context) (Info, bool, error) {
 // check refuses a pointer that names no snapshot of ours or carries no hash.
 func (i Info) check() error {
 	if !strings.HasPrefix(i.Key, snapshotPrefix) || strings.Contains(i.Key, "..") ||
-		!strings.HasSuffix(i.Key, snapshotExt) {
+		!strings.HasSuffix(strings.TrimSuffix(i.Key, sealedExt), snapshotExt) {
 		return fmt.Errorf("%w: key %q", ErrPointer, i.Key)
 	}
 	if len(i.SHA256) != 64 || i.Bytes <= 0 {
