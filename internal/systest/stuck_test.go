@@ -246,8 +246,12 @@ func TestStuckDetectorRecoveryNode(t *testing.T) {
 	}
 	recNode := func(raw, name string) *daemon {
 		cfg := writeConfig(t, fmt.Sprintf("[[secondary]]\nname = %q\ntype = \"file\"\n", name))
+		// A recovery window reads no more than it reserved: seeded with
+		// the records' size, the first window after the start holds a
+		// quarter of the budget (above the stuck threshold), not one
+		// record learnt from a 256-byte estimate.
 		return newDaemon(t, append(stuckArgs(), "--config", cfg, "--role", "recovery", "--sink-file-dir", raw,
-			"--recovery-window-records", "64")...)
+			"--recovery-window-records", "64", "--record-size-estimate", "512KiB")...)
 	}
 	rec, control := recNode(src.outDir(), "hang"), recNode(rawCopy, "ok")
 	rec.env = []string{hangSync("*/secondary/hang/*")}
