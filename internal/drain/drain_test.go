@@ -409,58 +409,45 @@ func TestTransientRetriedWithBackoff(t *testing.T) {
 }
 
 // A segment set aside because the sink was down is attempted again as
-// soon as the sink's health poll finds it healthy, not RetryMax later: a
-// sink that returns is delivered to at once.
+// soon as the sink is back — its health poll finds it healthy, or a sink
+// opened in the background signals SinkOpened — not RetryMax later.
 func TestSinkBackEndsDeferral(t *testing.T) {
-	dir := t.TempDir()
-	seg, _ := writeSegment(t, dir, 0, 1, "a", "b")
-	var down atomic.Bool
-	down.Store(true)
-	s := &scriptSink{max: 10, script: func(context.Context, int, sink.Batch) (sink.CommitResult, error) {
-		if down.Load() {
-			return sink.CommitResult{}, sink.Transient(errors.New("connection refused"))
-		}
-		return sink.CommitResult{}, nil
-	}}
-	s.health.Store(&sink.Health{State: sink.Down, Reason: "connection refused"})
-	obs := &recObserver{}
-	opts := fastOptions(dir, newDirSource(dir), s, obs)
-	opts.MaxRetries = 1
-	opts.RetryMax = time.Hour // without the health poll, never again in this test
-	opts.PollInterval = time.Hour
-	opts.HealthInterval = 20 * time.Millisecond
-	start(t, opts)
-	waitFor(t, "segment set aside", func() bool { return len(obs.snapshot().deferred) > 0 })
-	down.Store(false)
-	s.health.Store(&sink.Health{State: sink.Healthy})
-	waitFor(t, "segment delivered once the sink is healthy", func() bool { return !exists(seg) })
-}
-
-// A sink that opens later than the drain started (SinkOpened) is
-// delivered to at once, with no health poll or RetryMax in between.
-func TestSinkOpenedEndsDeferral(t *testing.T) {
-	dir := t.TempDir()
-	seg, _ := writeSegment(t, dir, 0, 1, "a", "b")
-	var down atomic.Bool
-	down.Store(true)
-	s := &scriptSink{max: 10, script: func(context.Context, int, sink.Batch) (sink.CommitResult, error) {
-		if down.Load() {
-			return sink.CommitResult{}, sink.Transient(errors.New("not open yet"))
-		}
-		return sink.CommitResult{}, nil
-	}}
-	obs := &recObserver{}
-	opened := make(chan struct{})
-	opts := fastOptions(dir, newDirSource(dir), s, obs)
-	opts.MaxRetries = 1
-	opts.RetryMax = time.Hour
-	opts.PollInterval = time.Hour
-	opts.SinkOpened = opened
-	start(t, opts)
-	waitFor(t, "segment set aside", func() bool { return len(obs.snapshot().deferred) > 0 })
-	down.Store(false)
-	close(opened)
-	waitFor(t, "segment delivered once the sink opened", func() bool { return !exists(seg) })
+	for _, tc := range []struct {
+		name string
+		back func(s *scriptSink, opened chan struct{})
+	}{
+		{"health poll finds it healthy", func(s *scriptSink, _ chan struct{}) {
+			s.health.Store(&sink.Health{State: sink.Healthy})
+		}},
+		{"the sink opens", func(_ *scriptSink, opened chan struct{}) { close(opened) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			seg, _ := writeSegment(t, dir, 0, 1, "a", "b")
+			var down atomic.Bool
+			down.Store(true)
+			s := &scriptSink{max: 10, script: func(context.Context, int, sink.Batch) (sink.CommitResult, error) {
+				if down.Load() {
+					return sink.CommitResult{}, sink.Transient(errors.New("connection refused"))
+				}
+				return sink.CommitResult{}, nil
+			}}
+			s.health.Store(&sink.Health{State: sink.Down, Reason: "connection refused"})
+			obs := &recObserver{}
+			opened := make(chan struct{})
+			opts := fastOptions(dir, newDirSource(dir), s, obs)
+			opts.MaxRetries = 1
+			opts.RetryMax = time.Hour // without the sink's return, never again in this test
+			opts.PollInterval = time.Hour
+			opts.HealthInterval = 20 * time.Millisecond
+			opts.SinkOpened = opened
+			start(t, opts)
+			waitFor(t, "segment set aside", func() bool { return len(obs.snapshot().deferred) > 0 })
+			down.Store(false)
+			tc.back(s, opened)
+			waitFor(t, "segment delivered once the sink is back", func() bool { return !exists(seg) })
+		})
+	}
 }
 
 // containsRun reports whether want appears in states as a contiguous run.
