@@ -82,6 +82,7 @@
 package filesink
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -727,11 +728,9 @@ func (s *Sink) recoverFile(name string) error {
 		return fmt.Errorf("filesink: recover %s: %w", path, err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return fmt.Errorf("filesink: recover %s: read: %w", path, err)
-	}
-	keep, err := validPrefix(data)
+	// Read a line at a time: an open file can hold up to a roll's worth
+	// of records, which the process must not hold at once at start.
+	keep, size, err := validPrefix(f)
 	if err != nil {
 		return fmt.Errorf("filesink: recover %s: %w", path, err)
 	}
@@ -742,11 +741,11 @@ func (s *Sink) recoverFile(name string) error {
 		s.logger.Info("removed empty file left open by a crash", "file", name)
 		return nil
 	}
-	if keep < int64(len(data)) {
+	if keep < size {
 		if err := f.Truncate(keep); err != nil {
 			return fmt.Errorf("filesink: recover %s: truncate to %d: %w", path, keep, err)
 		}
-		s.logger.Warn("truncated torn tail of file left open by a crash", "file", name, "offset", keep, "dropped_bytes", int64(len(data))-keep)
+		s.logger.Warn("truncated torn tail of file left open by a crash", "file", name, "offset", keep, "dropped_bytes", size-keep)
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("filesink: recover %s: fdatasync: %w", path, err)
@@ -759,33 +758,65 @@ func (s *Sink) recoverFile(name string) error {
 	return nil
 }
 
-// validPrefix is the length of data up to the end of its last valid line.
-// Anything after it — a partial line, zeros, junk — is a torn tail. A bad
-// line followed by a good one is corruption and an error.
-func validPrefix(data []byte) (int64, error) {
-	var end int64
+// validPrefix reads r to its end and returns the length up to the end of
+// its last valid line, and how many bytes it read. Anything after that
+// line — a partial line, zeros, junk — is a torn tail; a bad line followed
+// by a good one is corruption and an error (committed data is never
+// truncated). It holds one line at a time: a recoveryBuf-byte buffer, more
+// only for a longer line that starts as a record line does (a long run of
+// junk is skipped, not gathered), and keeps at most recoveryKeptLine of
+// that room from one line to the next.
+func validPrefix(r io.Reader) (keep, size int64, err error) {
+	br := bufio.NewReaderSize(r, recoveryBuf)
 	badAt := int64(-1)
-	off := int64(0)
-	for len(data) > 0 {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			break // partial last line
-		}
-		line := data[:i]
-		if validLine(line) {
-			if badAt >= 0 {
-				return 0, fmt.Errorf("corrupt line at offset %d followed by valid lines; refusing to truncate committed data", badAt)
+	var long []byte   // a record line longer than the buffer, gathered
+	var skipped int64 // bytes of a long junk line, skipped
+	for {
+		chunk, err := br.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			if skipped > 0 || (len(long) == 0 && !bytes.HasPrefix(chunk, linePrefix)) {
+				skipped += int64(len(chunk))
+			} else {
+				long = append(long, chunk...)
 			}
-			end = off + int64(i) + 1
-		} else if badAt < 0 {
-			badAt = off
+			continue
+		case errors.Is(err, io.EOF):
+			return keep, size + skipped + int64(len(long)+len(chunk)), nil // a partial last line, or none
+		case err != nil:
+			return 0, 0, fmt.Errorf("read: %w", err)
 		}
-		off += int64(i) + 1
-		data = data[i+1:]
+		line, n := chunk, skipped+int64(len(chunk))
+		if len(long) > 0 {
+			long = append(long, chunk...)
+			line, n = long, int64(len(long))
+		}
+		if skipped == 0 && validLine(line[:len(line)-1]) {
+			if badAt >= 0 {
+				return 0, 0, fmt.Errorf("corrupt line at offset %d followed by valid lines; refusing to truncate committed data", badAt)
+			}
+			keep = size + n
+		} else if badAt < 0 {
+			badAt = size
+		}
+		size += n
+		skipped = 0
+		if cap(long) > recoveryKeptLine {
+			long = nil // do not keep a very long record's room
+		} else {
+			long = long[:0]
+		}
 	}
-	return end, nil
 }
 
+const (
+	recoveryBuf      = 64 << 10 // the read buffer of validPrefix
+	recoveryKeptLine = 1 << 20  // the most room validPrefix keeps for long lines between them
+)
+
+// linePrefix starts every record line.
+var linePrefix = []byte(`{"weir_record_id":"`)
+
 func validLine(line []byte) bool {
-	return bytes.HasPrefix(line, []byte(`{"weir_record_id":"`)) && json.Valid(line)
+	return bytes.HasPrefix(line, linePrefix) && json.Valid(line)
 }
