@@ -1,11 +1,13 @@
 package systest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,7 +30,8 @@ const claimsPrefix = "/weir/recovery/windows/"
 
 // claimEvent is one change of a claim key, as a watch from the test saw it.
 type claimEvent struct {
-	at        time.Time
+	at        time.Time // when the first of the watches saw it
+	rev       int64     // the store's revision of the change: events are in its order
 	key       string
 	put       bool
 	createRev int64 // of the key written (put) or removed (delete: the previous value's)
@@ -41,71 +44,110 @@ type claimEvent struct {
 type claimWatch struct {
 	mu     sync.Mutex
 	events []claimEvent
+	seen   map[claimChange]bool
 	stop   context.CancelFunc
-	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
+// claimChange names one change: the key and the revision it happened at.
+type claimChange struct {
+	key string
+	rev int64
+}
+
+// watchClaims reads the claims held now and then follows every change,
+// with one watch through each member alone: a member cut off, stopped or
+// killed delays only its own watch (which starts again from the last
+// revision it saw), and a change counts when the first watch sees it.
 func watchClaims(t *testing.T, endpoints []string) *claimWatch {
 	t.Helper()
-	// Keepalive moves the watch off a member that is stopped (SIGSTOP)
-	// but keeps its connections open.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 2 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("etcd client: %v", err)
 	}
+	defer cli.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &claimWatch{stop: cancel, done: make(chan struct{})}
+	w := &claimWatch{stop: cancel, seen: map[claimChange]bool{}}
 	// What is held now, then every change after it.
 	gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
 	now, err := cli.Get(gctx, claimsPrefix, clientv3.WithPrefix())
 	gcancel()
 	if err != nil {
 		cancel()
-		cli.Close()
 		t.Fatalf("read the claims: %v", err)
 	}
 	for _, kv := range now.Kvs {
-		w.events = append(w.events, claimEvent{at: time.Now(), key: string(kv.Key), put: true,
+		w.events = append(w.events, claimEvent{at: time.Now(), rev: kv.ModRevision, key: string(kv.Key), put: true,
 			createRev: kv.CreateRevision, holder: string(kv.Value), lease: kv.Lease})
 	}
-	ch := cli.Watch(clientv3.WithRequireLeader(ctx), claimsPrefix, clientv3.WithPrefix(), clientv3.WithPrevKV(),
-		clientv3.WithRev(now.Header.Revision+1))
-	go func() {
-		defer close(w.done)
-		defer cli.Close()
-		for resp := range ch {
-			now := time.Now()
-			w.mu.Lock()
-			for _, ev := range resp.Events {
-				e := claimEvent{at: now, key: string(ev.Kv.Key), put: ev.Type == clientv3.EventTypePut}
-				kv := ev.Kv
-				if !e.put && ev.PrevKv != nil {
-					kv = ev.PrevKv
-				}
-				e.createRev, e.holder, e.lease = kv.CreateRevision, string(kv.Value), kv.Lease
-				w.events = append(w.events, e)
-			}
-			w.mu.Unlock()
-		}
-	}()
+	for _, ep := range endpoints {
+		w.wg.Go(func() { w.follow(ctx, ep, now.Header.Revision+1) })
+	}
 	t.Cleanup(w.close)
 	return w
 }
 
+// follow watches the claims through endpoint alone from revision from
+// until ctx ends. A watch that ends (its member lost the leader, or the
+// connection broke) is opened again from the revision after the last
+// change it delivered.
+func (w *claimWatch) follow(ctx context.Context, endpoint string, from int64) {
+	// Keepalive moves a watch off a connection whose member stopped
+	// answering (SIGSTOP, a partition) without closing it.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, Logger: zap.NewNop(),
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 2 * time.Second})
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	next := from
+	for ctx.Err() == nil {
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for resp := range cli.Watch(wctx, claimsPrefix, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(next)) {
+			w.add(resp.Events)
+			for _, ev := range resp.Events {
+				next = max(next, ev.Kv.ModRevision+1)
+			}
+		}
+		wcancel()
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// add records the changes no other watch has delivered yet.
+func (w *claimWatch) add(evs []*clientv3.Event) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ev := range evs {
+		id := claimChange{string(ev.Kv.Key), ev.Kv.ModRevision}
+		if w.seen[id] {
+			continue
+		}
+		w.seen[id] = true
+		e := claimEvent{at: now, rev: ev.Kv.ModRevision, key: string(ev.Kv.Key), put: ev.Type == clientv3.EventTypePut}
+		kv := ev.Kv
+		if !e.put && ev.PrevKv != nil {
+			kv = ev.PrevKv
+		}
+		e.createRev, e.holder, e.lease = kv.CreateRevision, string(kv.Value), kv.Lease
+		w.events = append(w.events, e)
+	}
+}
+
 func (w *claimWatch) close() {
 	w.stop()
-	<-w.done
+	w.wg.Wait()
 }
 
 // heldBy returns the windows holder held at t, by the watch.
 func (w *claimWatch) heldBy(holder string, t time.Time) map[string]int64 {
 	held := map[string]int64{}
 	for _, e := range w.snapshot() {
-		if e.at.After(t) {
-			break
-		}
-		if e.holder != holder {
+		if e.at.After(t) || e.holder != holder {
 			continue
 		}
 		if e.put {
@@ -159,10 +201,14 @@ func (w *claimWatch) waitTakenOver(t *testing.T, held map[string]int64, holder s
 	}
 }
 
+// snapshot is every change so far in the store's order (the order the
+// watches delivered them in may differ).
 func (w *claimWatch) snapshot() []claimEvent {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]claimEvent(nil), w.events...)
+	out := append([]claimEvent(nil), w.events...)
+	w.mu.Unlock()
+	slices.SortStableFunc(out, func(a, b claimEvent) int { return cmp.Compare(a.rev, b.rev) })
+	return out
 }
 
 // checkExclusive reports every window that two holders had at once: a

@@ -220,19 +220,11 @@ func runOverload(t testing.TB, o overloadOpts) overloadRun {
 	budget, dur, window := o.budget, o.dur, o.window
 	db := newPGTable(t, "weir_ovl")
 	raw := pgRaw(t, db.conn)
-	cfg := writeConfig(t, fmt.Sprintf(`
-[sink]
-type = "postgres"
-[sink.postgres]
-dsn = %q
-table = %q
-create_table = true
-batch_records = 256
-timeout = "10m"
+	cfg := writeConfig(t, pgRawTOML(db.via, raw, "batch_records = 256", `timeout = "10m"`)+`
 [[secondary]]
 name = "slow"
 type = "file"
-`, db.via, raw))
+`)
 	args := overloadArgs(cfg, budget, !o.noFlow)
 	faults := "WEIR_FAULTS=" + overloadFaults(o.wabDelay)
 

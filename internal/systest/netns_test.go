@@ -45,34 +45,84 @@ type testNetns struct {
 // fails under WEIR_REQUIRE_NETNS=1.
 func newTestNetns(t *testing.T) *testNetns {
 	t.Helper()
+	ipBin := netnsIP(t)
+	pid := os.Getpid()
+	octet := freeSubnet(t, pid)
+	n := &testNetns{name: netnsPrefix + strconv.Itoa(pid), ip: ipBin,
+		hostIf: "wph" + strconv.Itoa(pid), nsIf: "wpn" + strconv.Itoa(pid),
+		hostIP: fmt.Sprintf("10.213.%d.1", octet), nsIP: fmt.Sprintf("10.213.%d.2", octet)}
+	n.create(t, "/30", []string{"addr", "add", n.hostIP + "/30", "dev", n.hostIf})
+	return n
+}
+
+// newTestBridge creates n namespaces, each joined by a veth pair to one
+// bridge in the test's namespace, all on one 10.213.x.0/24: the bridge is
+// .1 (every namespace's hostIP), the k-th namespace .(k+2). Processes in
+// two namespaces reach each other through the bridge, and the test's
+// through its address; partition cuts one namespace off from all of them
+// (its pair's end on the bridge goes down), heal joins it again.
+func newTestBridge(t *testing.T, n int) []*testNetns {
+	t.Helper()
+	ipBin := netnsIP(t)
+	pid := strconv.Itoa(os.Getpid())
+	octet := freeSubnet(t, os.Getpid())
+	bridge, bridgeIP := "wpb"+pid, fmt.Sprintf("10.213.%d.1", octet)
+	if out, err := exec.Command(ipBin, "link", "add", bridge, "type", "bridge").CombinedOutput(); err != nil {
+		netnsUnavailable(t, fmt.Sprintf("ip link add %s type bridge: %v: %s", bridge, err, strings.TrimSpace(string(out))))
+	}
+	// Registered first, so it runs last: after every namespace is gone.
+	t.Cleanup(func() { exec.Command(ipBin, "link", "del", bridge).Run() })
+	for _, args := range [][]string{{"addr", "add", bridgeIP + "/24", "dev", bridge}, {"link", "set", bridge, "up"}} {
+		if out, err := exec.Command(ipBin, args...).CombinedOutput(); err != nil {
+			netnsUnavailable(t, fmt.Sprintf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out))))
+		}
+	}
+	out := make([]*testNetns, n)
+	for k := range out {
+		sfx := strconv.Itoa(k)
+		out[k] = &testNetns{name: netnsPrefix + pid + "-" + sfx, ip: ipBin,
+			hostIf: "wph" + pid + "x" + sfx, nsIf: "wpn" + pid + "x" + sfx,
+			hostIP: bridgeIP, nsIP: fmt.Sprintf("10.213.%d.%d", octet, k+2)}
+		out[k].create(t, "/24", []string{"link", "set", out[k].hostIf, "master", bridge})
+	}
+	return out
+}
+
+// netnsIP is the ip(8) binary, after namespaces left by dead test
+// processes are removed; it skips (or fails) where there is none.
+func netnsIP(t *testing.T) string {
+	t.Helper()
 	ipBin, err := exec.LookPath("ip")
 	if err != nil {
 		netnsUnavailable(t, fmt.Sprintf("no ip(8) (iproute2) on PATH: %v", err))
 	}
 	removeStaleNetns(ipBin)
-	pid := os.Getpid()
-	n := &testNetns{name: netnsPrefix + strconv.Itoa(pid), ip: ipBin,
-		hostIf: "wph" + strconv.Itoa(pid), nsIf: "wpn" + strconv.Itoa(pid)}
-	if out, err := exec.Command(ipBin, "netns", "add", n.name).CombinedOutput(); err != nil {
+	return ipBin
+}
+
+// create adds the namespace and its veth pair: the host end is set up by
+// hostSetup (an address, or a bridge to join), the inside end gets nsIP
+// with mask. It waits until a connection crosses the pair.
+func (n *testNetns) create(t *testing.T, mask string, hostSetup []string) {
+	t.Helper()
+	if out, err := exec.Command(n.ip, "netns", "add", n.name).CombinedOutput(); err != nil {
 		netnsUnavailable(t, fmt.Sprintf("ip netns add %s: %v: %s", n.name, err, strings.TrimSpace(string(out))))
 	}
 	t.Cleanup(func() {
 		// Deleting one end of a veth pair deletes both; the namespace
 		// goes when its last process has (the daemons are killed by
 		// their own cleanups, which run before this one).
-		exec.Command(ipBin, "link", "del", n.hostIf).Run()
-		if out, err := exec.Command(ipBin, "netns", "del", n.name).CombinedOutput(); err != nil {
+		exec.Command(n.ip, "link", "del", n.hostIf).Run()
+		if out, err := exec.Command(n.ip, "netns", "del", n.name).CombinedOutput(); err != nil {
 			t.Errorf("ip netns del %s: %v: %s", n.name, err, out)
 		}
 	})
-	octet := freeSubnet(t, pid)
-	n.hostIP, n.nsIP = fmt.Sprintf("10.213.%d.1", octet), fmt.Sprintf("10.213.%d.2", octet)
 	for _, args := range [][]string{
 		{"link", "add", n.hostIf, "type", "veth", "peer", "name", n.nsIf},
 		{"link", "set", n.nsIf, "netns", n.name},
-		{"addr", "add", n.hostIP + "/30", "dev", n.hostIf},
+		hostSetup,
 		{"link", "set", n.hostIf, "up"},
-		{"-n", n.name, "addr", "add", n.nsIP + "/30", "dev", n.nsIf},
+		{"-n", n.name, "addr", "add", n.nsIP + mask, "dev", n.nsIf},
 		{"-n", n.name, "link", "set", n.nsIf, "up"},
 		{"-n", n.name, "link", "set", "lo", "up"},
 	} {
@@ -80,7 +130,8 @@ func newTestNetns(t *testing.T) *testNetns {
 			netnsUnavailable(t, err.Error())
 		}
 	}
-	// The pair is usable once a connection crosses it both ways.
+	// The pair is usable once a connection crosses it both ways (a
+	// bridge port forwards only after its learning delay).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := n.probe()
@@ -92,7 +143,6 @@ func newTestNetns(t *testing.T) *testNetns {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return n
 }
 
 func (n *testNetns) run(args ...string) error {
@@ -184,14 +234,21 @@ func removeStaleNetns(ipBin string) {
 		return
 	}
 	for _, e := range entries {
-		pid, err := strconv.Atoi(strings.TrimPrefix(e.Name(), netnsPrefix))
+		// weir-part-<pid>, or weir-part-<pid>-<k> for a bridge's.
+		p, k, bridged := strings.Cut(strings.TrimPrefix(e.Name(), netnsPrefix), "-")
+		pid, err := strconv.Atoi(p)
 		if !strings.HasPrefix(e.Name(), netnsPrefix) || err != nil || pid == os.Getpid() {
 			continue
 		}
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			continue // its process still runs
 		}
-		exec.Command(ipBin, "link", "del", "wph"+strconv.Itoa(pid)).Run()
+		if bridged {
+			exec.Command(ipBin, "link", "del", "wph"+p+"x"+k).Run()
+			exec.Command(ipBin, "link", "del", "wpb"+p).Run()
+		} else {
+			exec.Command(ipBin, "link", "del", "wph"+p).Run()
+		}
 		exec.Command(ipBin, "netns", "del", e.Name()).Run()
 	}
 }

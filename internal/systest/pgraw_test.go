@@ -3,6 +3,7 @@ package systest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +27,20 @@ func pgRaw(t testing.TB, conn *pgx.Conn) string {
 		conn.Exec(ctx, "DELETE FROM "+pgsink.OffsetsTable+" WHERE raw_table = $1", name)
 	})
 	return table
+}
+
+// pgRawTOML is a [sink] table making the Postgres table raw, reached
+// through dsn, created if absent; extra lines (key = value) follow.
+func pgRawTOML(dsn, raw string, extra ...string) string {
+	return fmt.Sprintf(`
+[sink]
+type = "postgres"
+[sink.postgres]
+dsn = %q
+table = %q
+create_table = true
+%s
+`, dsn, raw, strings.Join(extra, "\n"))
 }
 
 // rawTable reads the raw table: its ids and how often each payload is
@@ -63,15 +78,7 @@ func rawTable(t *testing.T, conn *pgx.Conn, table string) (ids map[sink.RecordID
 func TestPostgresRawWithSecondary(t *testing.T) {
 	sec := newPGTable(t, "weir_pgraw_sec")
 	raw := pgRaw(t, sec.conn)
-	cfg := writeConfig(t, fmt.Sprintf(`
-[sink]
-type = "postgres"
-[sink.postgres]
-dsn = %q
-table = %q
-create_table = true
-batch_records = 200
-`, sec.dsn, raw)+pgSecondaryTOML(sec.via, sec.table, "queue_batches = 2", `timeout = "2s"
+	cfg := writeConfig(t, pgRawTOML(sec.dsn, raw, "batch_records = 200")+pgSecondaryTOML(sec.via, sec.table, "queue_batches = 2", `timeout = "2s"
 create_table = true`))
 	d := newDaemon(t, "--config", cfg, "--recovery-window-records", "100", "--coverage-flush-interval", "50ms")
 	acked := pushKillRecover(t, d, sec, "pr", 6000, 3000)
@@ -179,14 +186,7 @@ func TestRecoveryNodePostgresRaw(t *testing.T) {
 	sec := newPGTable(t, "weir_pgraw_rn")
 	raw := pgRaw(t, sec.conn)
 	cfg := func(secDSN string) string {
-		return writeConfig(t, fmt.Sprintf(`
-[sink]
-type = "postgres"
-[sink.postgres]
-dsn = %q
-table = %q
-create_table = true
-`, sec.dsn, raw)+pgSecondaryTOML(secDSN, sec.table, "queue_batches = 1", `timeout = "2s"
+		return writeConfig(t, pgRawTOML(sec.dsn, raw)+pgSecondaryTOML(secDSN, sec.table, "queue_batches = 1", `timeout = "2s"
 create_table = true`))
 	}
 	ing := newDaemon(t, "--config", cfg(sec.via), "--role", "ingest", "--coverage-flush-interval", "50ms")
