@@ -112,6 +112,16 @@ func TestReconnectStorm(t *testing.T) {
 				}
 				nc.Close()
 			}
+			// Every storm connection is closed on the server's side too —
+			// none leaks a slot — before the live one dials (a Durable
+			// push's fdatasync can outlast slotWait on a busy machine).
+			deadline := time.Now().Add(5 * time.Second)
+			for e.obs.closed.Load() < e.obs.opened.Load() {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d storm connections still open on the server after 5s", e.obs.opened.Load()-e.obs.closed.Load(), e.obs.opened.Load())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 			live := e.dial()
 			live.push(1, wire.Durable, []byte("after the storm"))
 			live.expectAck(1, 1)
