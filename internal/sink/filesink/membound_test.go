@@ -1,6 +1,7 @@
 package filesink
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -42,4 +43,35 @@ func TestEncodeBufferBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameRecords(t, got, want)
+}
+
+// TestRecoverReadsALineAtATime: finishing a file a crash left open —
+// 32 MiB of 64 KiB records, read at start, before any budget — allocates
+// a few line buffers, not the file (docs/flow_control.md, "Buffers
+// outside records"), and keeps every record. Recovery used to read the
+// whole file into memory (up to MaxBytes, 128 MiB by default, and twice
+// that while the buffer grew): the restarted process of the memory-bound
+// test peaked at 306 MiB against a 230 MiB bound before its budget held
+// anything.
+func TestRecoverReadsALineAtATime(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, Options{Dir: dir})
+	want := batch(0, 512, 64<<10)
+	commit(t, s, want)
+	// A crash: s is never closed, its file stays .open.
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	s2 := open(t, Options{Dir: dir})
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
+		t.Errorf("recovering a 32 MiB file allocated %d bytes; want at most 4 MiB", got)
+	}
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRecords(t, got, want.Records)
 }

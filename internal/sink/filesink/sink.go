@@ -82,6 +82,7 @@
 package filesink
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -727,11 +728,7 @@ func (s *Sink) recoverFile(name string) error {
 		return fmt.Errorf("filesink: recover %s: %w", path, err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return fmt.Errorf("filesink: recover %s: read: %w", path, err)
-	}
-	keep, err := validPrefix(data)
+	keep, size, err := validPrefix(f)
 	if err != nil {
 		return fmt.Errorf("filesink: recover %s: %w", path, err)
 	}
@@ -742,11 +739,11 @@ func (s *Sink) recoverFile(name string) error {
 		s.logger.Info("removed empty file left open by a crash", "file", name)
 		return nil
 	}
-	if keep < int64(len(data)) {
+	if keep < size {
 		if err := f.Truncate(keep); err != nil {
 			return fmt.Errorf("filesink: recover %s: truncate to %d: %w", path, keep, err)
 		}
-		s.logger.Warn("truncated torn tail of file left open by a crash", "file", name, "offset", keep, "dropped_bytes", int64(len(data))-keep)
+		s.logger.Warn("truncated torn tail of file left open by a crash", "file", name, "offset", keep, "dropped_bytes", size-keep)
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("filesink: recover %s: fdatasync: %w", path, err)
@@ -759,31 +756,46 @@ func (s *Sink) recoverFile(name string) error {
 	return nil
 }
 
-// validPrefix is the length of data up to the end of its last valid line.
-// Anything after it — a partial line, zeros, junk — is a torn tail. A bad
-// line followed by a good one is corruption and an error.
-func validPrefix(data []byte) (int64, error) {
-	var end int64
+// recoverReadBytes is the read buffer of validPrefix.
+const recoverReadBytes = 64 << 10
+
+// validPrefix reads r to its end and returns the length of its data up to
+// the end of its last valid line, and the length of all of it. Anything
+// after that line — a partial line, zeros, junk — is a torn tail. A bad
+// line followed by a good one is corruption and an error. It holds one
+// line at a time, not the file: a file left open by a crash may be as
+// large as MaxBytes, and it is read at start, outside any memory budget
+// (docs/flow_control.md, "Buffers outside records").
+func validPrefix(r io.Reader) (keep, size int64, err error) {
+	br := bufio.NewReaderSize(r, recoverReadBytes)
 	badAt := int64(-1)
-	off := int64(0)
-	for len(data) > 0 {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			break // partial last line
-		}
-		line := data[:i]
-		if validLine(line) {
-			if badAt >= 0 {
-				return 0, fmt.Errorf("corrupt line at offset %d followed by valid lines; refusing to truncate committed data", badAt)
+	var long []byte // a line longer than br's buffer
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long[:0], line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = br.ReadSlice('\n')
+				long = append(long, line...)
 			}
-			end = off + int64(i) + 1
-		} else if badAt < 0 {
-			badAt = off
+			line = long
 		}
-		off += int64(i) + 1
-		data = data[i+1:]
+		size += int64(len(line))
+		switch {
+		case errors.Is(err, io.EOF):
+			return keep, size, nil // a partial last line, if any
+		case err != nil:
+			return 0, 0, fmt.Errorf("read: %w", err)
+		}
+		if validLine(line[:len(line)-1]) {
+			if badAt >= 0 {
+				return 0, 0, fmt.Errorf("corrupt line at offset %d followed by valid lines; refusing to truncate committed data", badAt)
+			}
+			keep = size
+		} else if badAt < 0 {
+			badAt = size - int64(len(line))
+		}
 	}
-	return end, nil
 }
 
 func validLine(line []byte) bool {
