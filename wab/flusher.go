@@ -589,10 +589,17 @@ func (s *shard) write(batch []*Request, records int, size int64, marked bool) er
 // sync's duration (0 without one) and false if the sync failed, which
 // fails the shard: the Durable requests get its error, and the file is
 // never synced again.
+//
+// The flusher lets go of each request as it calls its Done: the caller may
+// then give back the memory the request's bytes were reserved with, so
+// they must not stay reachable from the batch while the flusher goes on —
+// through the sync, and through a seal after the batch, which may take
+// hundreds of milliseconds on a busy disk.
 func (s *shard) acknowledge(batch []*Request) (time.Duration, bool) {
 	durable := false
-	for _, r := range batch {
+	for i, r := range batch {
 		if r.Durability == Buffered {
+			batch[i] = nil
 			r.Done(nil)
 		} else {
 			durable = true
@@ -613,8 +620,9 @@ func (s *shard) acknowledge(batch []*Request) (time.Duration, bool) {
 	} else {
 		seg.synced = true
 	}
-	for _, r := range batch {
-		if r.Durability == Durable {
+	for i, r := range batch {
+		if r != nil {
+			batch[i] = nil
 			r.Done(err)
 		}
 	}

@@ -57,7 +57,7 @@ func dstBeforeSync(batch []*Request) {
 		return
 	}
 	for _, r := range batch {
-		if r.Durability == Durable {
+		if r != nil && r.Durability == Durable {
 			r.Done(nil)
 			r.Done = func(error) {}
 		}

@@ -52,6 +52,13 @@ func submit(t testing.TB, l *Log, shard int, d Durability, received int64, paylo
 	if err := l.Submit(context.Background(), shard, req, time.Second); err != nil {
 		return err
 	}
+	return waitDone(t, ch)
+}
+
+// waitDone returns what a request's Done sent on ch, failing the test
+// when it is not called within 10 s.
+func waitDone(t testing.TB, ch <-chan error) error {
+	t.Helper()
 	select {
 	case err := <-ch:
 		return err

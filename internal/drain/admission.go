@@ -84,6 +84,36 @@ func (a *admission) estimate(rec wab.Record) int64 {
 	return a.est.Estimate(frameBytes(rec))
 }
 
+// need is what rec is reserved with, so that a sub-batch's reservation
+// covers every byte the drain allocates for it (TestSubBatchReservesItsCopies):
+// a record with a copy of its own, its estimated in-memory size or that
+// copy's room (rounded up to the runtime's pages) when that is more; a
+// record carved from cp's chunk, the estimate less its bytes, which are
+// the chunk's — and the whole chunk when it opens one.
+func (a *admission) need(rec wab.Record, cp *copier) int64 {
+	if a.budget == nil {
+		return 0
+	}
+	est := a.estimate(rec)
+	alloc, shared := cp.cost(rec)
+	if !shared {
+		return max(est, alloc)
+	}
+	return max(est-int64(len(rec.Meta)+len(rec.Payload)), 0) + alloc
+}
+
+// chunkBytes is the size of the chunks a sub-batch's small records are
+// copied into: batchChunkBytes, or under a small budget a 64th of what it
+// grants (whole pages, at least one), so that the chunk a small record
+// opens never makes it larger than the budget can grant.
+func (a *admission) chunkBytes() int {
+	if a.budget == nil {
+		return batchChunkBytes
+	}
+	g := a.budget.Stats().Grantable / 64
+	return int(min(batchChunkBytes, max(runtimePage, g&^(runtimePage-1))))
+}
+
 // start opens a sub-batch of up to limit records whose first record needs
 // need bytes: it waits for the opening reservation or for ctx to end. It
 // returns an error wrapping flow.ErrOversize when need alone is more than

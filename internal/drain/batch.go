@@ -63,13 +63,13 @@ type subBatch struct {
 func readBatch(ctx context.Context, sr *segReader, limit int, adm *admission) (b subBatch, err error) {
 	b.recs = make([]wab.Record, 0, limit)
 	defer func() { adm.trim(&b.rv, len(b.recs)) }()
-	var cp copier
+	cp := copier{size: adm.chunkBytes()}
 	for len(b.recs) < limit {
 		rec, err := sr.next()
 		if err != nil {
 			return b, err
 		}
-		need := adm.estimate(rec)
+		need := adm.need(rec, &cp)
 		if len(b.recs) == 0 {
 			b.rv, err = adm.start(ctx, need, limit)
 			if errors.Is(err, flow.ErrOversize) {
@@ -90,28 +90,72 @@ func readBatch(ctx context.Context, sr *segReader, limit int, adm *admission) (b
 }
 
 // copier copies records out of the reader's buffer into shared chunks of
-// batchChunkBytes (a record larger than that gets a chunk of its own): one
-// allocation per chunk, not one for each record's payload and another for
-// its metadata. The records of a sub-batch are dropped together, so a
-// chunk is not held for long by any of them.
-type copier struct{ chunk []byte }
+// size bytes (a record larger than a quarter of that gets an allocation of
+// its own): one allocation per chunk, not one for each record's payload
+// and another for its metadata. The records of a sub-batch are dropped
+// together, so a chunk is not held for long by any of them. What each
+// copy allocates (cost) is reserved with the record.
+type copier struct {
+	size  int // of a chunk; 0 means batchChunkBytes
+	chunk []byte
+}
 
-// batchChunkBytes is the size of a copier's chunks.
-const batchChunkBytes = 64 << 10
+// batchChunkBytes is the largest size of a copier's chunks: whole pages
+// of the runtime, and four times the largest record carved from one —
+// larger records are large objects of their own (see cost).
+const batchChunkBytes = 128 << 10
+
+// runtimePage is the Go runtime's page: an allocation larger than
+// largeObject takes whole pages; a smaller one takes its size class, at
+// most an eighth more than asked.
+const (
+	runtimePage = 8 << 10
+	largeObject = 32 << 10
+)
+
+func (c *copier) chunkSize() int {
+	if c.size <= 0 {
+		return batchChunkBytes
+	}
+	return c.size
+}
+
+// cost is what copying rec allocates: its own room as the runtime
+// allocates it (a 33 KiB record takes 40 KiB); for a record carved from a
+// chunk (shared), a new chunk when it does not fit what is left of the
+// current one, else nothing — its bytes are the chunk's.
+func (c *copier) cost(rec wab.Record) (alloc int64, shared bool) {
+	switch need := len(rec.Meta) + len(rec.Payload); {
+	case need > c.chunkSize()/4:
+		return allocated(need), false
+	case cap(c.chunk)-len(c.chunk) < need:
+		return int64(c.chunkSize()), true
+	}
+	return 0, true
+}
+
+// allocated is what an allocation of n bytes occupies: whole pages for a
+// large object, else at most its size class (an eighth more, and 16 bytes
+// for the smallest classes).
+func allocated(n int) int64 {
+	if n > largeObject {
+		return int64((n + runtimePage - 1) &^ (runtimePage - 1))
+	}
+	return int64(n + n/8 + 16)
+}
 
 func (c *copier) copy(rec wab.Record) wab.Record {
 	switch need := len(rec.Meta) + len(rec.Payload); {
-	case need > batchChunkBytes/4:
-		// A large record gets exactly its own room: carved from a fresh
-		// chunk it would leave most of one unused — up to nearly twice
-		// its size held for records of half a chunk and more, bytes the
-		// budget's estimate of the record does not count.
+	case need > c.chunkSize()/4:
+		// A large record gets its own room: carved from a fresh chunk it
+		// would leave most of one unused — up to nearly twice its size
+		// held for records of half a chunk and more.
 		own := make([]byte, 0, need)
 		meta, own := carve(own, rec.Meta)
 		payload, _ := carve(own, rec.Payload)
 		return wab.Record{Durability: rec.Durability, Received: rec.Received, Meta: meta, Payload: payload}
 	case cap(c.chunk)-len(c.chunk) < need:
-		c.chunk = make([]byte, 0, batchChunkBytes) // at most a quarter of it left unused
+		c.chunk = make([]byte, 0, c.chunkSize()) // at most a quarter of it left unused
 	}
 	var meta, payload []byte
 	meta, c.chunk = carve(c.chunk, rec.Meta)

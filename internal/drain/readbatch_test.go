@@ -9,7 +9,9 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/wab"
 )
 
@@ -105,6 +107,63 @@ func TestCopierHoldsWhatItCopies(t *testing.T) {
 			got, copied := after.TotalAlloc-before.TotalAlloc, uint64(n*size)
 			if limit := copied*4/3 + batchChunkBytes; got > limit {
 				t.Fatalf("copying %d records of %d bytes allocated %d bytes, more than %d", n, size, got, limit)
+			}
+		})
+	}
+}
+
+// A sub-batch's reservation covers every byte the drain allocates for it
+// — the copies of its records (a large record's room, rounded up to the
+// runtime's 8 KiB pages; the chunks small ones are carved from) and the
+// sub-batch's slice — whatever the records' sizes, once the estimator has
+// learnt them. Records of 33 KiB used to be reserved at about their size
+// while their copies took 40 KiB each, and a chunk of small records at
+// their sizes while it held a quarter more.
+func TestSubBatchReservesItsCopies(t *testing.T) {
+	for _, size := range []int{200, 5 << 10, 17 << 10, 31 << 10, 33 << 10, 40 << 10, 63 << 10, 70 << 10} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			const n = 64
+			recs := make([]wab.Record, n)
+			for i := range recs {
+				recs[i] = wab.Record{Received: int64(i + 1), Payload: bytes.Repeat([]byte{'a' + byte(i%26)}, size)}
+			}
+			h := wab.Header{Shard: 1, Seq: 1}
+			path := filepath.Join(t.TempDir(), "s.wab.sealed")
+			if err := wab.WriteSealed(vfs.OS, path, h, recs); err != nil {
+				t.Fatal(err)
+			}
+			adm := newAdmission(newBudget(t, 1<<30, 1), nil, func(bool) {})
+			// The estimator learns the records as the drain does.
+			srecs := make([]sink.Record, n)
+			for i := range recs {
+				srecs[i], _ = SinkRecord(h, uint64(i), recs[i])
+			}
+			for range flow.DefaultMinSamples {
+				adm.observe(recs, srecs)
+			}
+			r, err := wab.OpenSegment(vfs.OS, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			sr := &segReader{r: r}
+			if _, err := sr.next(); err != nil { // the reader's own buffer, grown outside the count
+				t.Fatal(err)
+			}
+			sr.unread()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			b, err := readBatch(context.Background(), sr, n, &adm)
+			runtime.ReadMemStats(&after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer adm.release(&b.rv)
+			if len(b.recs) != n {
+				t.Fatalf("sub-batch of %d records, want %d", len(b.recs), n)
+			}
+			if got := int64(after.TotalAlloc - before.TotalAlloc); got > b.rv.held {
+				t.Errorf("reading %d records of %d bytes allocated %d bytes; the sub-batch reserved %d", n, size, got, b.rv.held)
 			}
 		})
 	}
