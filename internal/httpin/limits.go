@@ -41,7 +41,7 @@ type Observer interface {
 	// InFlight moves the gauge of requests being served by delta.
 	InFlight(delta int)
 	// Refused counts a request refused for reason (a Reason).
-	Refused(reason Reason)
+	Refused(reason string)
 }
 
 // Options configure an Ingress. Zero fields take the Default* constants.
@@ -138,4 +138,4 @@ type nopObserver struct{}
 func (nopObserver) Request(string, int, float64) {}
 func (nopObserver) Received(int, int)            {}
 func (nopObserver) InFlight(int)                 {}
-func (nopObserver) Refused(Reason)               {}
+func (nopObserver) Refused(string)               {}

@@ -51,7 +51,7 @@ func (in *Ingress) Handler() http.Handler {
 // refuse answers p and counts it.
 func (in *Ingress) refuse(w http.ResponseWriter, route string, start time.Time, p *Problem) {
 	writeProblem(w, p, in.opts.RetryAfter)
-	in.opts.Observer.Refused(p.Reason)
+	in.opts.Observer.Refused(string(p.Reason))
 	in.opts.Observer.Request(route, p.Reason.Status(), time.Since(start).Seconds())
 }
 
