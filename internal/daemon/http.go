@@ -90,7 +90,12 @@ func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *t
 	if err := in.Listen(gate); err != nil {
 		return nil, fmt.Errorf("http.listen: %w", err)
 	}
-	st.PushClose("http listener", in.Shutdown)
+	scheme := "http"
+	if tlsCfg != nil {
+		scheme = "https"
+	}
+	unlist := obs.Listening(in.Addr().String(), scheme, hc.Stream)
+	st.PushClose("http listener", func() error { defer unlist(); return in.Shutdown() })
 	st.PushClose("http reloads", reloadOnHUP(tokens, tlsMgr, cfg))
 	return in, nil
 }

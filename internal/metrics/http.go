@@ -16,6 +16,7 @@ type HTTP struct {
 	records  prometheus.Counter
 	inFlight prometheus.Gauge
 	refused  *prometheus.CounterVec
+	listener *prometheus.GaugeVec
 }
 
 // httpBuckets span a buffered answer (tens of µs) to a durable one under
@@ -35,6 +36,7 @@ func (m *Metrics) HTTP(routes []string, codes []int, reasons []string) *HTTP {
 			records:  f.counter("weir_http_received_records_total", "Records of accepted HTTP requests (each answered 200 once durable to its tier)."),
 			inFlight: f.gauge("weir_http_requests_in_flight", "HTTP requests being served now (read, decoded, or waiting for their tier's promise)."),
 			refused:  f.counterVec("weir_http_refused_total", "HTTP requests refused, by reason code (docs/http.md): nothing of a refused request is stored.", "reason"),
+			listener: f.gaugeVec("weir_http_listener", "1 while the HTTP door listens; the labels say where (addr), with which scheme (http, https) and for which stream.", "addr", "scheme", "stream"),
 		}
 		for _, r := range routes {
 			h.duration.WithLabelValues(r)
@@ -48,6 +50,13 @@ func (m *Metrics) HTTP(routes []string, codes []int, reasons []string) *HTTP {
 		m.http = h
 	})
 	return m.http
+}
+
+// Listening shows the bound listener (weir status prints it); the stop it
+// returns removes the series.
+func (h *HTTP) Listening(addr, scheme, stream string) (stop func()) {
+	h.listener.WithLabelValues(addr, scheme, stream).Set(1)
+	return func() { h.listener.DeleteLabelValues(addr, scheme, stream) }
 }
 
 // Request counts an answered request.
