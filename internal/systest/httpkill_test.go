@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"sync"
 	"testing"
@@ -171,9 +172,5 @@ func TestHTTPKillUnderLoad(t *testing.T) {
 func (l *httpLedger) snapshotIDs() map[string]string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[string]string, len(l.ids))
-	for p, id := range l.ids {
-		out[p] = id
-	}
-	return out
+	return maps.Clone(l.ids)
 }
