@@ -27,6 +27,7 @@ type HTTPConfig struct {
 	MaxDecodedBytes   int64 // http.max_decoded_bytes
 	MaxRecords        int   // http.max_records
 	MaxConcurrent     int   // http.max_concurrent
+	MaxConnections    int   // http.max_connections
 	MaxHeaderBytes    int   // http.max_header_bytes
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
@@ -45,6 +46,7 @@ type httpPartial struct {
 	TLSAllowedIdentities                         *[]string
 	MaxBodyBytes, MaxDecodedBytes                *int64
 	MaxRecords, MaxConcurrent, MaxHeaderBytes    *int
+	MaxConnections                               *int
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout *time.Duration
 	IdleTimeout                                  *time.Duration
 }
@@ -92,6 +94,8 @@ func httpKnobs() []knob {
 			func(p *partial) **int { return &p.http.MaxRecords }, func(c *Config) *int { return &c.HTTP.MaxRecords }),
 		intKnob("http.max_concurrent", httpin.DefaultMaxConcurrent, 1, 1<<16, "Requests served at once; one more is answered 429 with Retry-After at once.",
 			func(p *partial) **int { return &p.http.MaxConcurrent }, func(c *Config) *int { return &c.HTTP.MaxConcurrent }),
+		intKnob("http.max_connections", httpin.DefaultMaxConnections, 1, 1<<20, "Connections open at once on the HTTP door (idle keep-alive ones included); one arriving beyond it waits up to 100ms for a place, then is closed unanswered (weir_http_refused_total{reason=\"max_connections\"}).",
+			func(p *partial) **int { return &p.http.MaxConnections }, func(c *Config) *int { return &c.HTTP.MaxConnections }),
 		intSizeKnob("http.max_header_bytes", httpin.DefaultMaxHeaderBytes, kib, 16*mib, "Largest request header block (request line and headers); more is answered 431.",
 			func(p *partial) **int { return &p.http.MaxHeaderBytes }, func(c *Config) *int { return &c.HTTP.MaxHeaderBytes }),
 		dur("http.read_header_timeout", httpin.DefaultReadHeaderTimeout, 10*time.Millisecond, time.Hour, "Time allowed to read a request's headers (a client that sends them slowly is cut off).",

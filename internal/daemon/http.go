@@ -70,6 +70,7 @@ func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *t
 		MaxRecords:        hc.MaxRecords,
 		MaxRecordBytes:    cfg.MaxFrameBytes,
 		MaxConcurrent:     hc.MaxConcurrent,
+		MaxConnections:    hc.MaxConnections,
 		ReadHeaderTimeout: hc.ReadHeaderTimeout,
 		ReadTimeout:       hc.ReadTimeout,
 		WriteTimeout:      hc.WriteTimeout,
@@ -170,7 +171,7 @@ func httpCodes() []int {
 }
 
 func httpReasons() []string {
-	var rs []string
+	rs := []string{httpin.RefusedConnections}
 	for _, r := range httpin.Reasons() {
 		rs = append(rs, string(r))
 	}

@@ -76,6 +76,9 @@ func decode(f format, body []byte, lim decodeLimits) ([]rec, *Problem) {
 	case formatJSON:
 		return decodeArray(body, lim)
 	}
+	if len(body) == 0 {
+		return nil, problem(ReasonDecode, "the body is empty: a raw body is one record's payload")
+	}
 	if p := lim.tooLarge(body); p != nil {
 		return nil, p
 	}

@@ -38,6 +38,7 @@ func TestDecode(t *testing.T) {
 		{"array empty", formatJSON, `[]`, 0, ReasonDecode, 0, -1},
 		{"array too many", formatJSON, `[{"payload":1},{"payload":1},{"payload":1},{"payload":1}]`, 0, ReasonTooManyRecords, 0, -1},
 		{"raw", formatRaw, "any bytes at all", 1, "", 0, -1},
+		{"raw empty", formatRaw, "", 0, ReasonDecode, 0, -1},
 		{"raw too large", formatRaw, "0123456789abcdefgh", 0, ReasonRecordTooLarge, 0, -1},
 	}
 	for _, tt := range tests {

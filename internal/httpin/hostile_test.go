@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -110,4 +111,58 @@ func TestHostileClients(t *testing.T) {
 			t.Errorf("a well-behaved request took %v", d)
 		}
 	})
+}
+
+// Connections beyond MaxConnections are closed at accept; a slot freed
+// is taken again.
+func TestMaxConnections(t *testing.T) {
+	refused := &countingObserver{}
+	_, url := start(t, &fakeBackend{}, Options{MaxConnections: 2, Observer: refused})
+	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), RouteRecords)
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	time.Sleep(50 * time.Millisecond) // both accepted
+	third, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	third.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := third.Read(make([]byte, 1)); err == nil || os.IsTimeout(err) {
+		t.Fatalf("a third connection over a limit of 2 was not closed: %v", err)
+	}
+	if n := refused.refusals(RefusedConnections); n != 1 {
+		t.Errorf("%d refusals counted, want 1", n)
+	}
+	held[0].Close()
+	time.Sleep(50 * time.Millisecond)
+	decodeAnswer(t, post(t, url, "after a slot freed"))
+}
+
+type countingObserver struct {
+	nopObserver
+	mu sync.Mutex
+	by map[string]int
+}
+
+func (o *countingObserver) Refused(r string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.by == nil {
+		o.by = map[string]int{}
+	}
+	o.by[r]++
+}
+
+func (o *countingObserver) refusals(r string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.by[r]
 }

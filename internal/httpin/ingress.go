@@ -104,6 +104,7 @@ func (in *Ingress) Listen(gate source.Gate) error {
 		p.SetUnencryptedHTTP2(true)
 	}
 	srv.Protocols = &p
+	ln = limitListen(ln, o.MaxConnections, func() { o.Observer.Refused(RefusedConnections) })
 	in.srv, in.addr, in.backend = srv, ln.Addr(), b
 	in.served = make(chan struct{})
 	in.ready.Store(true)

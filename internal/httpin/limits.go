@@ -16,6 +16,7 @@ const (
 	DefaultMaxDecodedBytes   = 32 << 20
 	DefaultMaxRecords        = 10000
 	DefaultMaxConcurrent     = 256
+	DefaultMaxConnections    = 1024
 	DefaultReadHeaderTimeout = 5 * time.Second
 	DefaultReadTimeout       = 30 * time.Second
 	DefaultWriteTimeout      = 60 * time.Second
@@ -63,6 +64,7 @@ type Options struct {
 	MaxRecords        int   // records per request
 	MaxRecordBytes    int   // one payload (the buffer's max record size)
 	MaxConcurrent     int   // requests served at once; more are answered 429
+	MaxConnections    int   // connections open at once; more are closed at accept
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration // whole request, body included
 	WriteTimeout      time.Duration // from the end of the headers to the answer
@@ -113,6 +115,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxConcurrent <= 0 {
 		o.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = DefaultMaxConnections
 	}
 	if o.MaxHeaderBytes <= 0 {
 		o.MaxHeaderBytes = DefaultMaxHeaderBytes

@@ -123,6 +123,13 @@ func (in *Ingress) records(w http.ResponseWriter, r *http.Request) {
 		in.refuse(w, RouteRecords, start, p)
 		return
 	}
+	if q.format != formatRaw {
+		// Decoding copies the payloads out of the body: at most its size.
+		if p := hold(h, int64(len(body)), o.AdmissionWait); p != nil {
+			in.refuse(w, RouteRecords, start, p)
+			return
+		}
+	}
 	recs, p := decode(q.format, body, decodeLimits{maxRecords: o.MaxRecords, maxRecordBytes: o.MaxRecordBytes})
 	if p != nil {
 		in.refuse(w, RouteRecords, start, p)
