@@ -58,6 +58,18 @@ func (h *Hold) Grow(n int64, wait time.Duration) (bool, error) {
 	return true, nil
 }
 
+// Shrink gives n of the bytes the hold took back (all it holds, at most):
+// memory the holder no longer keeps, such as a buffer it has outgrown.
+func (h *Hold) Shrink(n int64) {
+	h.mu.Lock()
+	n = min(max(n, 0), h.n)
+	h.n -= n
+	h.mu.Unlock()
+	if h.b != nil && n > 0 {
+		h.b.Release(n)
+	}
+}
+
 // Release gives everything the hold took back to the budget; a second
 // Release gives back nothing.
 func (h *Hold) Release() {

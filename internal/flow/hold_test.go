@@ -27,6 +27,11 @@ func TestHold(t *testing.T) {
 	if got := b.Stats().InUse; got != 60 {
 		t.Fatalf("budget in use = %d, want 60", got)
 	}
+	h.Shrink(20)
+	h.Shrink(-1)
+	if got := b.Stats().InUse; got != 40 || h.N() != 40 {
+		t.Fatalf("after Shrink(20): budget in use %d, hold %d; want 40", got, h.N())
+	}
 	h.Release()
 	h.Release()
 	if got := b.Stats().InUse; got != 0 {

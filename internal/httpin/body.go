@@ -51,10 +51,14 @@ func decoder(encoding string, r io.Reader) (io.Reader, func(), *Problem) {
 	return nil, nil, problem(ReasonMediaType, "Content-Encoding %q is not accepted (gzip, zstd or identity)", encoding)
 }
 
-// readBody reads a whole body, decompressed, into memory held in h: each
-// chunk is held before it is read, and the buffer's growth too (the old
-// and the new buffer both count until the body is read). raw counts the
-// bytes as sent.
+// readBody reads a whole body, decompressed, into memory held in h, and
+// never holds more than it has read plus one chunk: an uncompressed body
+// of known length is read into one buffer of that length, held first;
+// any other is read a chunk at a time, each chunk held before it is read
+// — so a compression bomb is refused (413) having held no more than
+// maxDecoded — and the chunks are joined once the body has ended (the
+// chunks and the joined copy are both held while the bytes are copied,
+// then the chunks' hold is given back). raw counts the bytes as sent.
 func readBody(r io.Reader, encoding string, sizeHint int64, lim bodyLimits, h *flow.Hold) (body []byte, raw int64, p *Problem) {
 	cr := &countingReader{r: r}
 	dr, closeDec, p := decoder(encoding, cr)
@@ -62,39 +66,62 @@ func readBody(r io.Reader, encoding string, sizeHint int64, lim bodyLimits, h *f
 		return nil, cr.n, p
 	}
 	defer closeDec()
-	capHint := int64(readChunk)
-	if sizeHint > 0 && (encoding == "" || encoding == "identity") {
-		capHint = min(sizeHint+1, lim.maxDecoded+1) // +1: the read that sees EOF
-	}
-	if p := hold(h, capHint, lim.wait); p != nil {
-		return nil, cr.n, p
-	}
-	buf := make([]byte, 0, capHint)
-	for {
-		if len(buf) == cap(buf) {
-			grow := min(max(int64(cap(buf)), readChunk), lim.maxDecoded+1-int64(cap(buf)))
-			if grow <= 0 {
-				return nil, cr.n, decodedTooLarge(lim)
-			}
-			if p := hold(h, int64(cap(buf))+grow, lim.wait); p != nil {
-				return nil, cr.n, p
-			}
-			nb := make([]byte, len(buf), int64(cap(buf))+grow)
-			copy(nb, buf)
-			buf = nb
+	if sizeHint > 0 && sizeHint <= lim.maxDecoded && (encoding == "" || encoding == "identity") {
+		if p := hold(h, sizeHint, lim.wait); p != nil {
+			return nil, cr.n, p
 		}
-		n, err := dr.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if int64(len(buf)) > lim.maxDecoded {
-			return nil, cr.n, decodedTooLarge(lim)
-		}
-		if err == io.EOF {
-			return buf, cr.n, nil
-		}
-		if err != nil {
+		buf := make([]byte, sizeHint)
+		if _, err := io.ReadFull(dr, buf); err != nil {
 			return nil, cr.n, bodyProblem(err, encoding)
 		}
+		return buf, cr.n, nil
 	}
+	var chunks [][]byte
+	total := int64(0)
+	for done := false; !done; {
+		if p := hold(h, readChunk, lim.wait); p != nil {
+			return nil, cr.n, p
+		}
+		c := make([]byte, readChunk)
+		n, err := fill(dr, c)
+		total += int64(n)
+		if total > lim.maxDecoded {
+			return nil, cr.n, decodedTooLarge(lim)
+		}
+		switch {
+		case err == io.EOF:
+			done = true
+		case err != nil:
+			return nil, cr.n, bodyProblem(err, encoding)
+		}
+		chunks = append(chunks, c[:n])
+	}
+	if len(chunks) == 1 {
+		return chunks[0], cr.n, nil
+	}
+	if p := hold(h, total, lim.wait); p != nil {
+		return nil, cr.n, p
+	}
+	body = make([]byte, 0, total)
+	for _, c := range chunks {
+		body = append(body, c...)
+	}
+	h.Shrink(int64(len(chunks)) * readChunk) // the chunks are garbage now
+	return body, cr.n, nil
+}
+
+// fill reads into b until it is full (nil), the reader ends (io.EOF, with
+// what was read before) or fails.
+func fill(r io.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := r.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func decodedTooLarge(lim bodyLimits) *Problem {

@@ -21,7 +21,7 @@ const (
 	DefaultReadTimeout       = 30 * time.Second
 	DefaultWriteTimeout      = 60 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
-	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultMaxHeaderBytes    = 16 << 10
 	DefaultRetryAfter        = time.Second
 	// MaxIdempotencyKeyBytes bounds an Idempotency-Key header's value.
 	MaxIdempotencyKeyBytes = 255
