@@ -21,9 +21,20 @@ const readChunk = 64 << 10
 // zstdMaxWindow bounds the memory a zstd stream may ask the decoder for.
 const zstdMaxWindow = 8 << 20
 
+// decoderMemory is what a decoder of encoding may hold besides the body:
+// gzip's 32 KiB window and buffers; zstd's window and a block.
+func decoderMemory(encoding string) int64 {
+	switch strings.ToLower(strings.TrimSpace(encoding)) {
+	case "gzip", "x-gzip":
+		return 64 << 10
+	case "zstd":
+		return zstdMaxWindow + 256<<10
+	}
+	return 0
+}
+
 // bodyLimits bound one body.
 type bodyLimits struct {
-	maxBody    int64 // as sent
 	maxDecoded int64 // decompressed
 	wait       time.Duration
 }
@@ -61,6 +72,9 @@ func decoder(encoding string, r io.Reader) (io.Reader, func(), *Problem) {
 // then the chunks' hold is given back). raw counts the bytes as sent.
 func readBody(r io.Reader, encoding string, sizeHint int64, lim bodyLimits, h *flow.Hold) (body []byte, raw int64, p *Problem) {
 	cr := &countingReader{r: r}
+	if p := hold(h, decoderMemory(encoding), lim.wait); p != nil {
+		return nil, 0, p
+	}
 	dr, closeDec, p := decoder(encoding, cr)
 	if p != nil {
 		return nil, cr.n, p

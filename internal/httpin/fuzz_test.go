@@ -23,7 +23,7 @@ func FuzzBody(f *testing.F) {
 	f.Add([]byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0x58, 0, 0}, uint8(formatRaw), uint8(2))
 	encodings := []string{"", "gzip", "zstd"}
 	f.Fuzz(func(t *testing.T, body []byte, fm, enc uint8) {
-		lim := bodyLimits{maxBody: 1 << 16, maxDecoded: 1 << 16, wait: time.Millisecond}
+		lim := bodyLimits{maxDecoded: 1 << 16, wait: time.Millisecond}
 		h := flow.NewHold(nil)
 		defer h.Release()
 		b, _, p := readBody(bytes.NewReader(body), encodings[int(enc)%len(encodings)], int64(len(body)), lim, h)

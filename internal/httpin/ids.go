@@ -51,7 +51,7 @@ type stored struct {
 }
 
 // storeRecords builds the stored metadata and the ids of recs. received is
-// the request's receive time (Unix ns); key says whether the request has
+// the request's receive time (Unix ns); idempotent says whether it has
 // an Idempotency-Key.
 func storeRecords(stream string, p record.ProducerID, idempotent bool, recs []rec, received int64) stored {
 	s := stored{

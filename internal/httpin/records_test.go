@@ -195,6 +195,7 @@ func TestRefusals(t *testing.T) {
 		{"bad tier", "x", []string{HeaderDurability, "eventually"}, 400, ReasonBadRequest},
 		{"bad event time", "x", []string{HeaderEventTime, "later"}, 400, ReasonBadRequest},
 		{"bad key", "x", []string{HeaderIdempotency, strings.Repeat("k", 256)}, 400, ReasonBadRequest},
+		{"empty body, Content-Length 0", "", nil, 400, ReasonDecode},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -118,7 +118,7 @@ func (in *Ingress) records(w http.ResponseWriter, r *http.Request) {
 	h := flow.NewHold(o.Budget)
 	defer h.Release()
 	r.Body = http.MaxBytesReader(w, r.Body, o.MaxBodyBytes)
-	body, raw, p := readBody(r.Body, q.encoding, r.ContentLength, bodyLimits{maxBody: o.MaxBodyBytes, maxDecoded: o.MaxDecodedBytes, wait: o.AdmissionWait}, h)
+	body, raw, p := readBody(r.Body, q.encoding, r.ContentLength, bodyLimits{maxDecoded: o.MaxDecodedBytes, wait: o.AdmissionWait}, h)
 	if p != nil {
 		in.refuse(w, RouteRecords, start, p)
 		return
