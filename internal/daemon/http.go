@@ -178,6 +178,15 @@ func httpReasons() []string {
 	return rs
 }
 
+// httpOff says, in the ready line of a node without the write-ahead
+// buffer, why the HTTP door does not listen there.
+func httpOff(cfg *config.Config) string {
+	if !cfg.HTTP.Enabled {
+		return "off"
+	}
+	return "off: the HTTP door needs the write-ahead buffer (gate = \"buffer\", role ingest or both, no source that is its own raw)"
+}
+
 // httpAddr is the HTTP door's bound address for the ready line ("off").
 func httpAddr(in *httpin.Ingress) string {
 	if in == nil {

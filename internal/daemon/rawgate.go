@@ -52,6 +52,6 @@ func buildRawGateNode(ctx context.Context, st *lifecycle.Stack, cfg *config.Conf
 	}
 	return node{tel: tel, ready: func() {
 		log.Info("weir ready: sources write straight into the sink (gate = raw)", "sink", dl.snk.Name(),
-			"secondaries", len(cfg.Secondaries), "sources", len(cfg.Sources), "quarantine", qdir)
+			"secondaries", len(cfg.Secondaries), "sources", len(cfg.Sources), "quarantine", qdir, "http", httpOff(cfg))
 	}}, nil
 }
