@@ -23,16 +23,17 @@ type HTTPConfig struct {
 	TLSAllowedIdentities []string
 	H2C                  bool // http.h2c
 
-	MaxBodyBytes      int64 // http.max_body_bytes
-	MaxDecodedBytes   int64 // http.max_decoded_bytes
-	MaxRecords        int   // http.max_records
-	MaxConcurrent     int   // http.max_concurrent
-	MaxConnections    int   // http.max_connections
-	MaxHeaderBytes    int   // http.max_header_bytes
-	ReadHeaderTimeout time.Duration
-	ReadTimeout       time.Duration
-	WriteTimeout      time.Duration
-	IdleTimeout       time.Duration
+	MaxBodyBytes        int64 // http.max_body_bytes
+	MaxDecodedBytes     int64 // http.max_decoded_bytes
+	MaxRecords          int   // http.max_records
+	MaxConcurrent       int   // http.max_concurrent
+	MaxConnections      int   // http.max_connections
+	StreamInflightBytes int64 // http.stream_inflight_bytes
+	MaxHeaderBytes      int   // http.max_header_bytes
+	ReadHeaderTimeout   time.Duration
+	ReadTimeout         time.Duration
+	WriteTimeout        time.Duration
+	IdleTimeout         time.Duration
 }
 
 // TLS reports whether the listener serves HTTPS (with client
@@ -45,6 +46,7 @@ type httpPartial struct {
 	TLSCertFile, TLSKeyFile, TLSClientCAFile     *string
 	TLSAllowedIdentities                         *[]string
 	MaxBodyBytes, MaxDecodedBytes                *int64
+	StreamInflightBytes                          *int64
 	MaxRecords, MaxConcurrent, MaxHeaderBytes    *int
 	MaxConnections                               *int
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout *time.Duration
@@ -96,6 +98,8 @@ func httpKnobs() []knob {
 			func(p *partial) **int { return &p.http.MaxConcurrent }, func(c *Config) *int { return &c.HTTP.MaxConcurrent }),
 		intKnob("http.max_connections", httpin.DefaultMaxConnections, 1, 1<<20, "Connections open at once on the HTTP door (idle keep-alive ones included); one arriving beyond it waits up to 100ms for a place, then is closed unanswered (weir_http_refused_total{reason=\"max_connections\"}).",
 			func(p *partial) **int { return &p.http.MaxConnections }, func(c *Config) *int { return &c.HTTP.MaxConnections }),
+		sizeKnob("http.stream_inflight_bytes", httpin.DefaultStreamInflightBytes, 64*kib, gib, "Memory one WebSocket stream's unanswered messages may hold (of memory_budget); the stream stops reading beyond it until answers free some — backpressure the client feels as a slow socket. A message larger than it is read only alone.",
+			func(p *partial) **int64 { return &p.http.StreamInflightBytes }, func(c *Config) *int64 { return &c.HTTP.StreamInflightBytes }),
 		intSizeKnob("http.max_header_bytes", httpin.DefaultMaxHeaderBytes, kib, 16*mib, "Largest request header block (request line and headers); more is answered 431.",
 			func(p *partial) **int { return &p.http.MaxHeaderBytes }, func(c *Config) *int { return &c.HTTP.MaxHeaderBytes }),
 		dur("http.read_header_timeout", httpin.DefaultReadHeaderTimeout, 10*time.Millisecond, time.Hour, "Time allowed to read a request's headers (a client that sends them slowly is cut off).",

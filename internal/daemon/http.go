@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -60,29 +61,30 @@ func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *t
 	written, commits := tel.m.Topology().SourceCounters(hc.Stream)
 	obs := httpObserver{HTTP: tel.m.HTTP(httpRoutes(), httpCodes(), httpReasons()), written: written, commits: commits, ctl: tel.fc.ctl}
 	opts := httpin.Options{
-		Stream:            hc.Stream,
-		Addr:              hc.Listen,
-		TLS:               tlsCfg,
-		H2C:               hc.H2C,
-		Tokens:            tokens,
-		MaxBodyBytes:      hc.MaxBodyBytes,
-		MaxDecodedBytes:   hc.MaxDecodedBytes,
-		MaxRecords:        hc.MaxRecords,
-		MaxRecordBytes:    cfg.MaxFrameBytes,
-		MaxConcurrent:     hc.MaxConcurrent,
-		MaxConnections:    hc.MaxConnections,
-		ReadHeaderTimeout: hc.ReadHeaderTimeout,
-		ReadTimeout:       hc.ReadTimeout,
-		WriteTimeout:      hc.WriteTimeout,
-		IdleTimeout:       hc.IdleTimeout,
-		MaxHeaderBytes:    hc.MaxHeaderBytes,
-		Throttle:          tel.fc.ctl,
-		AdmissionWait:     cfg.Flow.AdmissionWait,
-		RetryAfter:        cfg.Flow.RetryAfter,
-		QueueTimeout:      cfg.QueueTimeout,
-		StopTimeout:       cfg.ShutdownTimeout,
-		Observer:          obs,
-		Logger:            hlog,
+		Stream:              hc.Stream,
+		Addr:                hc.Listen,
+		TLS:                 tlsCfg,
+		H2C:                 hc.H2C,
+		Tokens:              tokens,
+		MaxBodyBytes:        hc.MaxBodyBytes,
+		MaxDecodedBytes:     hc.MaxDecodedBytes,
+		MaxRecords:          hc.MaxRecords,
+		MaxRecordBytes:      cfg.MaxFrameBytes,
+		MaxConcurrent:       hc.MaxConcurrent,
+		MaxConnections:      hc.MaxConnections,
+		StreamInflightBytes: hc.StreamInflightBytes,
+		ReadHeaderTimeout:   hc.ReadHeaderTimeout,
+		ReadTimeout:         hc.ReadTimeout,
+		WriteTimeout:        hc.WriteTimeout,
+		IdleTimeout:         hc.IdleTimeout,
+		MaxHeaderBytes:      hc.MaxHeaderBytes,
+		Throttle:            tel.fc.ctl,
+		AdmissionWait:       cfg.Flow.AdmissionWait,
+		RetryAfter:          cfg.Flow.RetryAfter,
+		QueueTimeout:        cfg.QueueTimeout,
+		StopTimeout:         cfg.ShutdownTimeout,
+		Observer:            obs,
+		Logger:              hlog,
 	}
 	if tel.fc.on {
 		opts.Budget = tel.fc.budget
@@ -158,10 +160,10 @@ func httpRoutes() []string {
 	return rs
 }
 
-// httpCodes are the status codes the routes answer: 200 and every
-// refusal's.
+// httpCodes are the status codes the routes answer: 200, 101 (a
+// stream's upgrade) and every refusal's.
 func httpCodes() []int {
-	codes := []int{200}
+	codes := []int{http.StatusOK, http.StatusSwitchingProtocols}
 	for _, r := range httpin.Reasons() {
 		if c := r.Status(); !slices.Contains(codes, c) {
 			codes = append(codes, c)

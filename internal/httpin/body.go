@@ -111,7 +111,16 @@ func readBody(r io.Reader, encoding string, sizeHint int64, lim bodyLimits, h *f
 		chunks = append(chunks, c[:n])
 	}
 	if len(chunks) == 1 {
-		return chunks[0], cr.n, nil
+		c := chunks[0]
+		if len(c) > readChunk/4 {
+			return c, cr.n, nil
+		}
+		// A small body: a copy of its size, and the chunk's hold back.
+		if p := hold(h, int64(len(c)), lim.wait); p != nil {
+			return nil, cr.n, p
+		}
+		h.Shrink(readChunk)
+		return append([]byte(nil), c...), cr.n, nil
 	}
 	if p := hold(h, total, lim.wait); p != nil {
 		return nil, cr.n, p

@@ -50,10 +50,11 @@ type stored struct {
 	bytes    int // payloads and metas
 }
 
-// storeRecords builds the stored metadata and the ids of recs. received is
+// storeRecords builds the stored metadata and the ids of recs, the first
+// with sequence number firstSeq. received is
 // the request's receive time (Unix ns); idempotent says whether it has
 // an Idempotency-Key.
-func storeRecords(stream string, p record.ProducerID, idempotent bool, recs []rec, received int64) stored {
+func storeRecords(stream string, p record.ProducerID, idempotent bool, firstSeq uint64, recs []rec, received int64) stored {
 	s := stored{
 		payloads: make([][]byte, len(recs)),
 		metas:    make([][]byte, len(recs)),
@@ -67,7 +68,7 @@ func storeRecords(stream string, p record.ProducerID, idempotent bool, recs []re
 			Headers:     r.headers,
 			EventTime:   r.eventTime,
 			Producer:    p,
-			Seq:         uint64(i),
+			Seq:         firstSeq + uint64(i),
 			HasProducer: true,
 		}
 		if m.EventTime == 0 && !idempotent {

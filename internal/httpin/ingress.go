@@ -39,6 +39,7 @@ type Ingress struct {
 	addr    net.Addr
 	backend server.Backend
 	served  chan struct{} // closed when Serve returned
+	streams *streamSet    // the open WebSocket streams
 
 	ready atomic.Bool
 	turn  atomic.Uint32 // round-robin over the shards
@@ -105,7 +106,7 @@ func (in *Ingress) Listen(gate source.Gate) error {
 	}
 	srv.Protocols = &p
 	ln = limitListen(ln, o.MaxConnections, func() { o.Observer.Refused(RefusedConnections) })
-	in.srv, in.addr, in.backend = srv, ln.Addr(), b
+	in.srv, in.addr, in.backend, in.streams = srv, ln.Addr(), b, newStreamSet()
 	in.served = make(chan struct{})
 	in.ready.Store(true)
 	served := in.served
@@ -149,6 +150,16 @@ func withALPN(cfg *tls.Config) *tls.Config {
 	return c
 }
 
+// streamSet is the open streams of the current Listen.
+func (in *Ingress) streamSet() *streamSet {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.srv == nil {
+		return nil
+	}
+	return in.streams
+}
+
 // Run implements source.Source: it listens (if Listen was not called),
 // serves until ctx ends, then shuts down within StopTimeout.
 func (in *Ingress) Run(ctx context.Context, gate source.Gate, _ source.CursorStore) error {
@@ -160,10 +171,11 @@ func (in *Ingress) Run(ctx context.Context, gate source.Gate, _ source.CursorSto
 }
 
 // Shutdown stops the listener: new requests are refused, those being
-// served are answered within StopTimeout, then every connection closes.
+// served are answered within StopTimeout, then every connection closes;
+// the WebSocket streams stop reading, answer what they read, and close.
 func (in *Ingress) Shutdown() error {
 	in.mu.Lock()
-	srv, served := in.srv, in.served
+	srv, served, streams := in.srv, in.served, in.streams
 	in.srv = nil
 	in.mu.Unlock()
 	if srv == nil {
@@ -177,5 +189,6 @@ func (in *Ingress) Shutdown() error {
 		err = errors.Join(fmt.Errorf("http listener: %w", err), srv.Close())
 	}
 	<-served
-	return err
+	// Shutdown neither waits for nor closes the streams (hijacked).
+	return errors.Join(err, streams.close(ctx))
 }

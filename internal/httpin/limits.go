@@ -59,17 +59,20 @@ type Options struct {
 	// Tokens, when set, requires a bearer token it knows on every request.
 	Tokens *Tokens
 
-	MaxBodyBytes      int64 // a body as sent (compressed or not)
-	MaxDecodedBytes   int64 // a body once decompressed
-	MaxRecords        int   // records per request
-	MaxRecordBytes    int   // one payload (the buffer's max record size)
-	MaxConcurrent     int   // requests served at once; more are answered 429
-	MaxConnections    int   // connections open at once; more are closed at accept
-	ReadHeaderTimeout time.Duration
-	ReadTimeout       time.Duration // whole request, body included
-	WriteTimeout      time.Duration // from the end of the headers to the answer
-	IdleTimeout       time.Duration // keep-alive between requests
-	MaxHeaderBytes    int
+	MaxBodyBytes    int64 // a body as sent (compressed or not)
+	MaxDecodedBytes int64 // a body once decompressed
+	MaxRecords      int   // records per request
+	MaxRecordBytes  int   // one payload (the buffer's max record size)
+	MaxConcurrent   int   // requests served at once; more are answered 429
+	MaxConnections  int   // connections open at once; more are closed at accept
+	// StreamInflightBytes is what one stream's unanswered messages may
+	// hold (of Budget); the stream stops reading beyond it.
+	StreamInflightBytes int64
+	ReadHeaderTimeout   time.Duration
+	ReadTimeout         time.Duration // whole request, body included
+	WriteTimeout        time.Duration // from the end of the headers to the answer
+	IdleTimeout         time.Duration // keep-alive between requests
+	MaxHeaderBytes      int
 
 	// Budget is flow control's memory budget: every body is held in it
 	// before it is read (nil: admission off).
@@ -115,6 +118,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxConcurrent <= 0 {
 		o.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if o.StreamInflightBytes <= 0 {
+		o.StreamInflightBytes = DefaultStreamInflightBytes
 	}
 	if o.MaxConnections <= 0 {
 		o.MaxConnections = DefaultMaxConnections

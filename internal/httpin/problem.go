@@ -110,6 +110,28 @@ type problemBody struct {
 // 1, in the header; in ms in the body) when the reason is retryable.
 func writeProblem(w http.ResponseWriter, p *Problem, retryAfter time.Duration) {
 	st := p.Reason.Status()
+	b := p.body()
+	h := w.Header()
+	if p.Reason.retryable() {
+		secs := int64(math.Ceil(retryAfter.Seconds()))
+		h.Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+		b.RetryAfter = retryAfter.Milliseconds()
+	}
+	if st == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="weir"`)
+	}
+	if st == http.StatusMethodNotAllowed && h.Get("Allow") == "" {
+		h.Set("Allow", http.MethodPost)
+	}
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(st)
+	_ = json.NewEncoder(w).Encode(b)
+}
+
+// body is p's problem+json body (without its retry hint).
+func (p *Problem) body() problemBody {
+	st := p.Reason.Status()
 	b := problemBody{
 		Type:   "https://weir.dev/problems/" + string(p.Reason),
 		Title:  http.StatusText(st),
@@ -122,22 +144,7 @@ func writeProblem(w http.ResponseWriter, p *Problem, retryAfter time.Duration) {
 	if p.Index >= 0 {
 		b.Index = &p.Index
 	}
-	h := w.Header()
-	if p.Reason.retryable() {
-		secs := int64(math.Ceil(retryAfter.Seconds()))
-		h.Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
-		b.RetryAfter = retryAfter.Milliseconds()
-	}
-	if st == http.StatusUnauthorized {
-		h.Set("WWW-Authenticate", `Bearer realm="weir"`)
-	}
-	if st == http.StatusMethodNotAllowed {
-		h.Set("Allow", http.MethodPost)
-	}
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(st)
-	_ = json.NewEncoder(w).Encode(b)
+	return b
 }
 
 // submitProblem maps a write-ahead buffer error to its answer.

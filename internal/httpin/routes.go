@@ -25,7 +25,9 @@ const RouteRecords = "/v1/records"
 
 // Routes lists what the listener registers (docs/openapi.yaml describes
 // exactly these).
-func Routes() []Route { return []Route{{http.MethodPost, RouteRecords}} }
+func Routes() []Route {
+	return []Route{{http.MethodPost, RouteRecords}, {http.MethodGet, RouteStream}}
+}
 
 // Headers the records route reads.
 const (
@@ -41,6 +43,11 @@ func (in *Ingress) Handler() http.Handler {
 	mux.HandleFunc("POST "+RouteRecords, in.records)
 	mux.HandleFunc(RouteRecords, func(w http.ResponseWriter, r *http.Request) {
 		in.refuse(w, RouteRecords, time.Now(), problem(ReasonMethod, "%s: only POST", RouteRecords))
+	})
+	mux.HandleFunc("GET "+RouteStream, in.stream)
+	mux.HandleFunc(RouteStream, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", http.MethodGet)
+		in.refuse(w, RouteStream, time.Now(), problem(ReasonMethod, "%s: only GET (a WebSocket)", RouteStream))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		in.refuse(w, "other", time.Now(), problem(ReasonNotFound, "no route %s (see docs/http.md)", r.URL.Path))
@@ -141,17 +148,8 @@ func (in *Ingress) records(w http.ResponseWriter, r *http.Request) {
 	if q.idemKey != "" {
 		producer = IdempotentProducer(o.Stream, q.idemKey)
 	}
-	st := storeRecords(o.Stream, producer, q.idemKey != "", recs, received)
-	for i, m := range st.metas {
-		if len(m) > wab.MaxMetaBytes-record.RejectionRoom {
-			p := problem(ReasonRecordTooLarge, "record %d: its key and headers take %d bytes, more than %d", i, len(m), wab.MaxMetaBytes-record.RejectionRoom)
-			p.Index, p.Limit = i, int64(wab.MaxMetaBytes-record.RejectionRoom)
-			in.refuse(w, RouteRecords, start, p)
-			return
-		}
-	}
-	// The records as decoded, their metadata and ids besides the body.
-	if p := hold(h, int64(len(recs))*recordOverhead+int64(st.bytes), o.AdmissionWait); p != nil {
+	st, p := in.store(h, producer, q.idemKey != "", 0, recs, received)
+	if p != nil {
 		in.refuse(w, RouteRecords, start, p)
 		return
 	}
@@ -171,6 +169,23 @@ func (in *Ingress) records(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_ = json.NewEncoder(w).Encode(ans)
 	o.Observer.Request(RouteRecords, http.StatusOK, time.Since(start).Seconds())
+}
+
+// store builds the stored form of recs (storeRecords), refuses a record
+// whose metadata the buffer cannot hold, and holds the metadata and the
+// records' bookkeeping in h.
+func (in *Ingress) store(h *flow.Hold, producer record.ProducerID, idempotent bool, firstSeq uint64, recs []rec, received int64) (stored, *Problem) {
+	st := storeRecords(in.opts.Stream, producer, idempotent, firstSeq, recs, received)
+	const room = wab.MaxMetaBytes - record.RejectionRoom
+	for i, m := range st.metas {
+		if len(m) > room {
+			p := problem(ReasonRecordTooLarge, "record %d: its key and headers take %d bytes, more than %d", i, len(m), room)
+			p.Index, p.Limit = i, room
+			return st, p
+		}
+	}
+	// The records as decoded, their metadata and ids besides the body.
+	return st, hold(h, int64(len(recs))*recordOverhead+int64(st.bytes), in.opts.AdmissionWait)
 }
 
 // recordOverhead is what a decoded record costs besides its bytes: its rec,

@@ -1,6 +1,7 @@
 package systest
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // TestHTTPDurableAfterFdatasync: with every segment fdatasync of the real
@@ -75,6 +78,40 @@ func TestHTTPDurableAfterFdatasync(t *testing.T) {
 			t.Errorf("%s: a Durable 200 arrived after %v, sooner than the %v every fdatasync takes", tc.name, lat[0], syncDelay)
 		}
 	}
+	// A WebSocket stream: no ack before the fdatasync either.
+	ws, _, err := websocket.Dial(context.Background(), fmt.Sprintf("ws://127.0.0.1:%d/v1/stream", d.httpPort), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := ws.Read(wctx); err != nil { // the hello
+		t.Fatal(err)
+	}
+	var wsLat []time.Duration
+	for seq := range 10 {
+		t0 := time.Now()
+		msg := fmt.Sprintf(`{"seq":%d,"records":[{"payload":"ws-%d"},{"payload":"ws-%d-b"}]}`, 2*seq, seq, seq)
+		if err := ws.Write(wctx, websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		_, b, err := ws.Read(wctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), `"ids"`) {
+			t.Fatalf("stream answered %s", b)
+		}
+		wsLat = append(wsLat, time.Since(t0))
+	}
+	slices.Sort(wsLat)
+	t.Logf("stream: 10 Durable acks, fastest %v, median %v", wsLat[0], wsLat[len(wsLat)/2])
+	if wsLat[0] < syncDelay {
+		t.Errorf("a stream's Durable ack arrived after %v, sooner than the %v every fdatasync takes", wsLat[0], syncDelay)
+	}
+	ws.Close(websocket.StatusNormalClosure, "")
+
 	buffered := postAll("buffered", 4, 32, "buffered")
 	if med := buffered[len(buffered)/2]; med >= syncDelay/2 {
 		t.Errorf("Buffered median answer %v: the control should not wait for the %v fdatasyncs", med, syncDelay)
