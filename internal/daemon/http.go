@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -90,8 +91,11 @@ func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *t
 		opts.Budget = tel.fc.budget
 	}
 	in := httpin.New(opts)
+	// SIGHUP is caught before the listener serves: a client may send one
+	// as soon as it sees the port (uncaught, it would end the process).
+	stopReloads := reloadOnHUP(tokens, tlsMgr, cfg)
 	if err := in.Listen(gate); err != nil {
-		return nil, fmt.Errorf("http.listen: %w", err)
+		return nil, errors.Join(fmt.Errorf("http.listen: %w", err), stopReloads())
 	}
 	scheme := "http"
 	if tlsCfg != nil {
@@ -99,7 +103,7 @@ func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *t
 	}
 	unlist := obs.Listening(in.Addr().String(), scheme, hc.Stream)
 	st.PushClose("http listener", func() error { defer unlist(); return in.Shutdown() })
-	st.PushClose("http reloads", reloadOnHUP(tokens, tlsMgr, cfg))
+	st.PushClose("http reloads", stopReloads)
 	return in, nil
 }
 
