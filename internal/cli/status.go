@@ -72,6 +72,7 @@ func status(args []string, stdout, stderr io.Writer) int {
 		num(m.sum("weir_records_acked_total", map[string]string{"durability": "durable"})),
 		num(m.sum("weir_records_acked_total", map[string]string{"durability": "buffered"})),
 		num(m.sum("weir_records_nacked_total", nil)), m.breakdown("weir_records_nacked_total", "code"))
+	printHTTP(stdout, m)
 	failed := m.labelsWhere("weir_shard_failed", "shard", func(v float64) bool { return v > 0 })
 	shards := len(m.series("weir_shard_failed"))
 	fs2 := "none failed"
@@ -129,6 +130,20 @@ func printSinks(stdout io.Writer, m metrics, fams map[string]*dto.MetricFamily) 
 	fmt.Fprintf(stdout, "  dead letter:  %s files, %s%s; blocked %s times\n",
 		num(m.sum("weir_dead_letter_files", nil)), bytesH(dl), usage, num(m.sum("weir_dead_letter_full_total", nil)))
 	return ok
+}
+
+// printHTTP prints the HTTP door's listener and its counts, when it
+// listens.
+func printHTTP(stdout io.Writer, m metrics) {
+	for _, s := range m.series("weir_http_listener") {
+		if s.value != 1 {
+			continue
+		}
+		fmt.Fprintf(stdout, "  http:         %s://%s (stream %s); %s requests, %s records accepted, %s refused%s\n",
+			s.labels["scheme"], s.labels["addr"], s.labels["stream"],
+			num(m.sum("weir_http_requests_total", nil)), num(m.sum("weir_http_received_records_total", nil)),
+			num(m.sum("weir_http_refused_total", nil)), m.breakdown("weir_http_refused_total", "reason"))
+	}
 }
 
 // printSecondaries prints one line per [[secondary]]: whether it is

@@ -158,3 +158,48 @@ func TestVerdictDegraded(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusShowsHTTP: the HTTP door's listener, its counts and its
+// refusals by reason; nothing when it does not listen.
+func TestStatusShowsHTTP(t *testing.T) {
+	const body = `# TYPE weir_sink_health gauge
+weir_sink_health{sink="file",state="healthy"} 1
+# TYPE weir_http_listener gauge
+weir_http_listener{addr="127.0.0.1:9186",scheme="http",stream="http"} 1
+# TYPE weir_http_requests_total counter
+weir_http_requests_total{route="/v1/records",code="200"} 7
+weir_http_requests_total{route="/v1/records",code="429"} 2
+# TYPE weir_http_received_records_total counter
+weir_http_received_records_total 40
+# TYPE weir_http_refused_total counter
+weir_http_refused_total{reason="overloaded"} 2
+weir_http_refused_total{reason="decode"} 0
+`
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"listening", body, "http:         http://127.0.0.1:9186 (stream http); 9 requests, 40 records accepted, 2 refused (overloaded 2)"},
+		{"off", "# TYPE weir_sink_health gauge\nweir_sink_health{sink=\"file\",state=\"healthy\"} 1\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/metrics" {
+					w.Write([]byte(tc.body))
+				}
+			}))
+			defer srv.Close()
+			var out, errb bytes.Buffer
+			Main([]string{"status", "--metrics-addr", strings.TrimPrefix(srv.URL, "http://")}, nil, &out, &errb)
+			got := out.String()
+			if tc.want == "" {
+				if strings.Contains(got, "http:") {
+					t.Errorf("status shows an HTTP door that does not listen:\n%s", got)
+				}
+				return
+			}
+			if !strings.Contains(got, tc.want) {
+				t.Errorf("status lacks %q:\n%s", tc.want, got)
+			}
+		})
+	}
+}

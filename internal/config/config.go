@@ -111,6 +111,8 @@ type Config struct {
 
 	Coordination CoordinationConfig // [coordination] (docs/coordination.md)
 
+	HTTP HTTPConfig // [http] (docs/http.md)
+
 	LogLevel  string // log_level: debug|info|warn|error
 	LogFormat string // log_format: text|json
 
@@ -255,6 +257,7 @@ func loadWith(reg *component.Registry, args, environ []string, logger *slog.Logg
 	}
 	errs = append(errs, validate(ks, c, wd)...)
 	errs = append(errs, buildTopology(ks, c, topo, wd)...)
+	errs = append(errs, checkHTTPStream(ks, c)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -343,6 +346,7 @@ func validate(ks []knob, c *Config, wd string) []error {
 	errs = append(errs, validateSinkKind(ks, c, wd)...)
 	errs = append(errs, validateFlow(ks, c)...)
 	errs = append(errs, validateCoordination(ks, c)...)
+	errs = append(errs, validateHTTP(ks, c, wd)...)
 	if c.DrainRetryMax < c.DrainRetryBase {
 		k := knobByKey(ks, "drain_retry_max")
 		errs = append(errs, invalid(k, formatDuration(c.DrainRetryMax),

@@ -149,6 +149,9 @@ func TestDefaults(t *testing.T) {
 			ClientListen: DefaultCoordClientListen, BackupInterval: DefaultCoordBackupInterval, BackupKeep: DefaultCoordBackupKeep,
 			ReadyTimeout: DefaultCoordReadyTimeout, HandoffGrace: DefaultCoordHandoffGrace, SessionTTL: DefaultCoordSessionTTL,
 			LeaseTTL: DefaultCoordLeaseTTL, ClaimPositions: DefaultCoordClaimPositions},
+		HTTP: HTTPConfig{Enabled: true, Listen: "127.0.0.1:9186", Stream: "http",
+			MaxBodyBytes: 16 << 20, MaxDecodedBytes: 32 << 20, MaxRecords: 10000, MaxConcurrent: 256, MaxConnections: 1024, StreamInflightBytes: 8 << 20, MaxHeaderBytes: 16 << 10,
+			ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute},
 		LogLevel:  "info",
 		LogFormat: "text",
 	}
@@ -301,6 +304,34 @@ var samples = map[string][2]string{
 	"recovery_window_records":        {"1", "100000"},
 	"recovery_window_time":           {"1s", "1m"},
 	"coverage_flush_interval":        {"10ms", "5s"},
+	"http.enabled":                   {"false", "true"},
+	"http.listen":                    {"127.0.0.1:19186", "[::1]:9443"},
+	"http.stream":                    {"webhooks", "http.orders"},
+	"http.token_file":                {"/etc/weir/http-tokens", "tokens"},
+	"http.allow_unauthenticated":     {"true", "false"},
+	"http.tls_cert_file":             {"/etc/weir/tls/http-a.crt", "tls/http-b.crt"},
+	"http.tls_key_file":              {"/etc/weir/tls/http-a.key", "tls/http-b.key"},
+	"http.tls_client_ca_file":        {"/etc/weir/tls/ca-a.crt", "tls/ca-b.crt"},
+	"http.tls_allowed_identities":    {"spiffe://weir.test/web", "web.weir.test, ops@weir.test"},
+	"http.h2c":                       {"true", "false"},
+	"http.max_body_bytes":            {"1MiB", "64MiB"},
+	"http.max_decoded_bytes":         {"2MiB", "128MiB"},
+	"http.max_records":               {"1", "50000"},
+	"http.max_concurrent":            {"8", "4096"},
+	"http.max_connections":           {"16", "10000"},
+	"http.stream_inflight_bytes":     {"1MiB", "64MiB"},
+	"http.max_header_bytes":          {"8KiB", "1MiB"},
+	"http.read_header_timeout":       {"1s", "10s"},
+	"http.read_timeout":              {"5s", "2m"},
+	"http.write_timeout":             {"10s", "5m"},
+	"http.idle_timeout":              {"30s", "10m"},
+}
+
+// httpTLSCompanions are the HTTP door's TLS files, set all together.
+var httpTLSCompanions = map[string]string{
+	"http.tls_cert_file":      "/etc/weir/tls/http.crt",
+	"http.tls_key_file":       "/etc/weir/tls/http.key",
+	"http.tls_client_ca_file": "/etc/weir/tls/http-ca.crt",
 }
 
 // tlsCompanions are settings that must accompany one another: TCP is
@@ -317,11 +348,14 @@ func companionFlags(key string) []string {
 	if key == "sink.type" {
 		return []string{"--sink-postgres-dsn=postgres://a@h/db", "--sink-mysql-dsn=root@tcp(h:3306)/db"}
 	}
-	if _, ok := tlsCompanions[key]; !ok && key != "tls_allowed_identities" {
+	companions := tlsCompanions
+	if _, ok := httpTLSCompanions[key]; ok || key == "http.tls_allowed_identities" {
+		companions = httpTLSCompanions
+	} else if _, ok := tlsCompanions[key]; !ok && key != "tls_allowed_identities" {
 		return nil
 	}
 	var out []string
-	for k, v := range tlsCompanions {
+	for k, v := range companions {
 		if k != key {
 			out = append(out, "--"+knobByKey(knobs(), k).Flag()+"="+v)
 		}

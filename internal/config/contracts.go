@@ -103,12 +103,12 @@ func contractFields() []component.Field {
 	})
 	percent := setting.Int(0, 100)
 	return []component.Field{
-		component.Key("source", setting.Text(`a [[source]] name, or "socket"`, func(s string) string {
+		component.Key("source", setting.Text(`a [[source]] name, "socket", or the http.stream`, func(s string) string {
 			if s == SocketStream {
 				return ""
 			}
 			return validName(s)
-		}), "", `The stream the contract covers: a [[source]]'s name, or "socket" for the producer ingress.`,
+		}), "", `The stream the contract covers: a [[source]]'s name, "socket" for the producer socket, or http.stream (default "http") for the HTTP door.`,
 			func(c *C) *string { return &c.Source }, component.Required()),
 		component.Key("header", setting.Text(`"name=value"`, func(s string) string {
 			if s != "" && !strings.Contains(s, "=") {
@@ -322,14 +322,14 @@ func buildContract(c *Config, path string, i int, ct contractTOML, wd string) (C
 // checkContractStream refuses a contract for a stream the node does not
 // run, and a header on a [[source]] stream.
 func checkContractStream(c *Config, path, where string, cc *ContractConfig) []error {
-	if cc.Source == SocketStream {
+	if cc.Source == SocketStream || (c.HTTP.Enabled && cc.Source == c.HTTP.Stream) {
 		if cc.BreakerPercent > 0 {
-			return []error{topoErr(path, where, "breaker_percent", fmt.Sprint(cc.BreakerPercent), "applies to a [[source]] stream only: the socket cannot be paused for one stream (producers are refused by flow control instead)")}
+			return []error{topoErr(path, where, "breaker_percent", fmt.Sprint(cc.BreakerPercent), "applies to a [[source]] stream only: producers (the socket, the HTTP door) cannot be paused for one stream (they are refused by flow control instead)")}
 		}
 		return nil
 	}
 	if cc.Header != "" {
-		return []error{topoErr(path, where, "header", fmt.Sprintf("%q", cc.Header), `narrows a "socket" contract only`)}
+		return []error{topoErr(path, where, "header", fmt.Sprintf("%q", cc.Header), `narrows a producer contract ("socket" or the HTTP stream) only`)}
 	}
 	if c.Role == "recovery" {
 		// A recovery node reads what an ingest node's sources wrote: its
@@ -341,7 +341,7 @@ func checkContractStream(c *Config, path, where string, cc *ContractConfig) []er
 			return nil
 		}
 	}
-	return []error{topoErr(path, where, "source", fmt.Sprintf("%q", cc.Source), `names no [[source]] (a [[source]]'s name, or "socket")`)}
+	return []error{topoErr(path, where, "source", fmt.Sprintf("%q", cc.Source), `names no [[source]] (a [[source]]'s name, "socket", or http.stream with the HTTP door on)`)}
 }
 
 // checkDedup refuses content dedup where it could drop a legitimate

@@ -140,7 +140,7 @@ source = "payments"`, []string{`[[contract]] "payments": source = "payments": na
 		{"a header on a source stream", contractBase, `
 [[contract]]
 source = "orders"
-header = "a=b"`, []string{`header = "a=b": narrows a "socket" contract only`}},
+header = "a=b"`, []string{`header = "a=b": narrows a producer contract`}},
 		{"a breaker on the socket", contractBase, `
 [[contract]]
 source = "socket"

@@ -403,6 +403,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 	ks = append(ks, flowKnobs()...)
 	ks = append(ks, dqAuditKnobs()...)
 	ks = append(ks, coordKnobs()...)
+	ks = append(ks, httpKnobs()...)
 	return append(ks,
 		hostKnob("metrics_bind", DefaultMetricsBind, "Address the metrics and health endpoint listens on: an IP address or a host name. The endpoint is unauthenticated; keep it on loopback or a private network.",
 			func(p *partial) **string { return &p.MetricsBind }, func(c *Config) *string { return &c.MetricsBind }),
@@ -473,6 +474,7 @@ type partial struct {
 	flow    flowPartial
 	dqAudit dqAuditPartial
 	coord   coordPartial
+	http    httpPartial
 
 	// topology holds the [[secondary]] and [[source]] tables as read from
 	// the file; they have no flag or environment form.

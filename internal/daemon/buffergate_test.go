@@ -59,7 +59,7 @@ func loadConfig(t *testing.T, dir, toml string, args ...string) *config.Config {
 	if err := os.WriteFile(path, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(append([]string{"--config", path, "--data-dir", dir, "--metrics-port", "0"}, args...), nil, nil)
+	cfg, err := config.Load(append([]string{"--config", path, "--data-dir", dir, "--metrics-port", "0", "--http-listen", "127.0.0.1:0"}, args...), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ poll_interval = "20ms"
 	if err := os.WriteFile(path, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load([]string{"--config", path, "--data-dir", dir, "--metrics-port", "0",
+	cfg, err := config.Load([]string{"--config", path, "--data-dir", dir, "--metrics-port", "0", "--http-listen", "127.0.0.1:0",
 		"--segment-max-age", "50ms", "--coverage-flush-interval", "20ms"}, nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/lifecycle"
 	"github.com/weir-io/weir/internal/vfs"
+	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
 )
 
@@ -139,15 +140,24 @@ func buildBufferNode(ctx context.Context, st *lifecycle.Stack, cfg *config.Confi
 		return node{}, err
 	}
 	st.PushClose("producer listeners", ingress.Shutdown)
+	ingresses := []source.Source{ingress}
+	// The HTTP door beside it, through the same buffer.
+	web, err := startHTTP(st, cfg, gate, tel, log)
+	if err != nil {
+		return node{}, err
+	}
+	if web != nil {
+		ingresses = append(ingresses, web)
+	}
 	// Sources — the producer listeners among them — stop before the
 	// drain and the buffer: requests already read are answered, a
 	// source's last durable write is still committed upstream, and
 	// nothing is written after the seal.
-	if err := startSources(st, cfg, k, gate, ingress, dl, tel, log); err != nil {
+	if err := startSources(st, cfg, k, gate, ingresses, dl, tel, log); err != nil {
 		return node{}, err
 	}
 	return node{tel: tel, ready: func() {
-		log.Info("weir ready", "socket", cfg.SocketPath, "wab_dir", cfg.WABDir, "shards", cfg.Shards, "sink", dl.snk.Name(),
+		log.Info("weir ready", "socket", cfg.SocketPath, "http", httpAddr(web), "wab_dir", cfg.WABDir, "shards", cfg.Shards, "sink", dl.snk.Name(),
 			"secondaries", len(cfg.Secondaries), "sources", len(cfg.Sources))
 	}}, nil
 }

@@ -75,7 +75,7 @@ type = "file"
 `, filepath.Join(logs, "*.log")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load([]string{"--config", toml, "--data-dir", dir, "--metrics-port", "0",
+	cfg, err := config.Load([]string{"--config", toml, "--data-dir", dir, "--metrics-port", "0", "--http-listen", "127.0.0.1:0",
 		"--segment-max-age", "50ms", "--coverage-flush-interval", "20ms"}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ type = "file"
 		t.Fatal(err)
 	}
 	cfg, err := config.Load([]string{"--config", toml, "--data-dir", recDir, "--sink-file-dir", rawDir,
-		"--metrics-port", "0", "--coverage-flush-interval", "20ms", "--recovery-window-records", "64"}, nil, nil)
+		"--metrics-port", "0", "--http-listen", "127.0.0.1:0", "--coverage-flush-interval", "20ms", "--recovery-window-records", "64"}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

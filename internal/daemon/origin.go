@@ -67,7 +67,7 @@ func buildOriginNode(ctx context.Context, st *lifecycle.Stack, cfg *config.Confi
 	}))
 	return node{tel: tel, ready: func() {
 		log.Info("weir ready: a source is its own raw", "source", sc.Name, "type", sc.Type, "raw_dir", sc.RawDir,
-			"offset_store", store.Where(), "secondaries", len(cfg.Secondaries))
+			"offset_store", store.Where(), "secondaries", len(cfg.Secondaries), "http", httpOff(cfg))
 	}}, nil
 }
 

@@ -46,11 +46,12 @@ func buildRawGateNode(ctx context.Context, st *lifecycle.Stack, cfg *config.Conf
 	gate := engine.NewSinkGate(dl.snk, engine.SinkGateOptions{Name: rawGateQuarantine, Quarantine: q, Observer: tel.m})
 	// The sources stop first: each still commits what its last durable
 	// write covered; then nothing more reaches the sink.
+	// No producer socket or HTTP door: they need the write-ahead buffer.
 	if err := startSources(st, cfg, k, gate, nil, dl, tel, log); err != nil {
 		return node{}, err
 	}
 	return node{tel: tel, ready: func() {
 		log.Info("weir ready: sources write straight into the sink (gate = raw)", "sink", dl.snk.Name(),
-			"secondaries", len(cfg.Secondaries), "sources", len(cfg.Sources), "quarantine", qdir)
+			"secondaries", len(cfg.Secondaries), "sources", len(cfg.Sources), "quarantine", qdir, "http", httpOff(cfg))
 	}}, nil
 }

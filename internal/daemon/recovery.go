@@ -46,7 +46,7 @@ func buildRecoveryNode(ctx context.Context, st *lifecycle.Stack, cfg *config.Con
 	st.PushClose("recovery fan-out and primary raw", rec.Close)
 	tel.h.WatchDegraded(rec.degraded)
 	return node{tel: tel, ready: func() {
-		log.Info("weir recovery node ready", "raw", k.rawWhere(), "secondaries", len(cfg.Secondaries))
+		log.Info("weir recovery node ready", "raw", k.rawWhere(), "secondaries", len(cfg.Secondaries), "http", httpOff(cfg))
 	}}, nil
 }
 

@@ -197,7 +197,8 @@ func (c *countingGate) Write(ctx context.Context, recs []source.Record) error {
 }
 
 // startSources starts every source as a part of st: the producer
-// listeners (already bound; nil when there are none) and the [[source]]
+// listeners (the socket and the HTTP door, already bound; none with gate =
+// "raw") and the [[source]]
 // entries. Each writes through gate — the write-ahead buffer's, or with
 // gate = "raw" the sink's — so a position is committed only after the
 // gate's durable write, and is restarted with backoff when it stops with
@@ -210,7 +211,7 @@ func (c *countingGate) Write(ctx context.Context, recs []source.Record) error {
 // durable — all within the node's shutdown deadline. With gate = "raw"
 // the [[source]]s start reading once the [sink] has opened: until then
 // there is nowhere to make a record durable.
-func startSources(st *lifecycle.Stack, cfg *config.Config, k kinds, gate admittingGate, ingress source.Source, d *delivery, tel *telemetry, log *slog.Logger) error {
+func startSources(st *lifecycle.Stack, cfg *config.Config, k kinds, gate admittingGate, ingresses []source.Source, d *delivery, tel *telemetry, log *slog.Logger) error {
 	topo := tel.m.Topology()
 	type run struct {
 		src   source.Source
@@ -218,8 +219,8 @@ func startSources(st *lifecycle.Stack, cfg *config.Config, k kinds, gate admitti
 		pause source.Pausable
 	}
 	var runs []run
-	if ingress != nil {
-		runs = append(runs, run{src: ingress, gate: gate}) // the ingress counts per answered frame itself
+	for _, in := range ingresses {
+		runs = append(runs, run{src: in, gate: gate}) // an ingress counts per answer itself
 	}
 	var stored []string // store-managed sources
 	for _, sc := range cfg.Sources {

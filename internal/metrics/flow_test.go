@@ -185,6 +185,7 @@ func TestMonitoringDocListsEveryMetric(t *testing.T) {
 	tp.SourceWritten("s", 1)
 	tp.SourceCommitted("s")
 	tp.SourceRestarted("s")
+	m.HTTP([]string{"/v1/records"}, []int{200}, []string{"decode"}).Listening("127.0.0.1:9186", "http", "http")
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

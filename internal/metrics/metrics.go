@@ -80,6 +80,8 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	topoOnce    sync.Once
+	httpOnce    sync.Once
+	http        *HTTP
 	topo        *Topology
 	flowOnce    sync.Once
 	flow        *Flow

@@ -330,7 +330,7 @@ func TestDedupAcrossDaemonsOnRedis(t *testing.T) {
 func refuseDedupWithoutUniqueness(t *testing.T, cfg string) {
 	t.Helper()
 	_, stderr, code := weirCmd(t, nil, "serve", "--config", writeConfig(t, cfg), "--data-dir", t.TempDir(),
-		"--metrics-port", fmt.Sprint(freePort(t)))
+		"--metrics-port", fmt.Sprint(freePort(t)), "--http-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
 	if code == 0 || !strings.Contains(stderr, `"heartbeats"`) || !strings.Contains(stderr, "unique") {
 		t.Fatalf("weir serve with dedup on a stream without uniqueness: exit %d, stderr:\n%s", code, stderr)
 	}

@@ -87,6 +87,8 @@ type daemon struct {
 
 	// metricsPort is the daemon's --metrics-port on 127.0.0.1.
 	metricsPort int
+	// httpPort is its HTTP door's port on 127.0.0.1 (--http-listen).
+	httpPort int
 	// bin is the binary to run; "" runs weirBin.
 	bin string
 	// netns, if set, is the network namespace the process runs in; its
@@ -111,10 +113,11 @@ func newDaemon(t testing.TB, extra ...string) *daemon {
 			t.Logf("data directory kept for inspection: %s", dir)
 		}
 	})
-	d := &daemon{t: t, dir: dir, socket: filepath.Join(dir, "weir.sock"), metricsPort: freePort(t)}
+	d := &daemon{t: t, dir: dir, socket: filepath.Join(dir, "weir.sock"), metricsPort: freePort(t), httpPort: freePort(t)}
 	d.args = append([]string{"serve", "--data-dir", dir, "--log-level", "debug",
 		"--segment-max-age", "200ms", "--sink-file-max-age", "1s",
-		"--metrics-port", strconv.Itoa(d.metricsPort)}, extra...)
+		"--metrics-port", strconv.Itoa(d.metricsPort),
+		"--http-listen", fmt.Sprintf("127.0.0.1:%d", d.httpPort)}, extra...)
 	return d
 }
 

@@ -31,8 +31,9 @@ func TestSmallDiskStart(t *testing.T) {
 	mnt := testenv.LoopExt4(t, 64<<20)
 	testenv.FillTo(t, mnt, 20<<20)
 	dataDir := filepath.Join(mnt, "data")
-	d := &daemon{t: t, dir: dataDir, socket: filepath.Join(dataDir, "weir.sock"), metricsPort: freePort(t)}
-	d.args = []string{"serve", "--data-dir", dataDir, "--metrics-port", strconv.Itoa(d.metricsPort)}
+	d := &daemon{t: t, dir: dataDir, socket: filepath.Join(dataDir, "weir.sock"), metricsPort: freePort(t), httpPort: freePort(t)}
+	d.args = []string{"serve", "--data-dir", dataDir, "--metrics-port", strconv.Itoa(d.metricsPort),
+		"--http-listen", "127.0.0.1:" + strconv.Itoa(d.httpPort)}
 	d.start()
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -1,0 +1,202 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"sync"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weir-io/weir/internal/config"
+	"github.com/weir-io/weir/internal/flow"
+	"github.com/weir-io/weir/internal/httpin"
+	"github.com/weir-io/weir/internal/lifecycle"
+	"github.com/weir-io/weir/internal/metrics"
+	"github.com/weir-io/weir/internal/tlsconf"
+	"github.com/weir-io/weir/source"
+)
+
+// startHTTP binds the HTTP door ([http]) beside the producer socket,
+// writing through gate (the write-ahead buffer), and pushes its close on
+// st: at shutdown it stops before the buffer, answering the requests it
+// is serving. Its token file and TLS material are re-read on SIGHUP (and
+// the TLS material every tls_reload_interval). It returns nil when
+// http.enabled is false.
+func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *telemetry, log *slog.Logger) (*httpin.Ingress, error) {
+	hc := &cfg.HTTP
+	if !hc.Enabled || hc.Listen == "" {
+		return nil, nil
+	}
+	hlog := log.With("component", "http")
+	var tokens *httpin.Tokens
+	if hc.TokenFile != "" {
+		t, err := httpin.LoadTokens(hc.TokenFile, hlog)
+		if err != nil {
+			return nil, err
+		}
+		tokens = t
+	}
+	var tlsMgr *tlsconf.Manager
+	var tlsCfg *tls.Config
+	if hc.TLS() {
+		m, err := tlsconf.New(tlsconf.Options{
+			CertFile:          hc.TLSCertFile,
+			KeyFile:           hc.TLSKeyFile,
+			ClientCAFile:      hc.TLSClientCAFile,
+			AllowedIdentities: hc.TLSAllowedIdentities,
+			Logger:            hlog,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("http.tls_*: %w", err)
+		}
+		tlsMgr, tlsCfg = m, m.ServerConfig()
+	}
+	written, commits := tel.m.Topology().SourceCounters(hc.Stream)
+	obs := httpObserver{HTTP: tel.m.HTTP(httpRoutes(), httpCodes(), httpReasons()), written: written, commits: commits, ctl: tel.fc.ctl}
+	opts := httpin.Options{
+		Stream:              hc.Stream,
+		Addr:                hc.Listen,
+		TLS:                 tlsCfg,
+		H2C:                 hc.H2C,
+		Tokens:              tokens,
+		MaxBodyBytes:        hc.MaxBodyBytes,
+		MaxDecodedBytes:     hc.MaxDecodedBytes,
+		MaxRecords:          hc.MaxRecords,
+		MaxRecordBytes:      cfg.MaxFrameBytes,
+		MaxConcurrent:       hc.MaxConcurrent,
+		MaxConnections:      hc.MaxConnections,
+		StreamInflightBytes: hc.StreamInflightBytes,
+		ReadHeaderTimeout:   hc.ReadHeaderTimeout,
+		ReadTimeout:         hc.ReadTimeout,
+		WriteTimeout:        hc.WriteTimeout,
+		IdleTimeout:         hc.IdleTimeout,
+		MaxHeaderBytes:      hc.MaxHeaderBytes,
+		Throttle:            tel.fc.ctl,
+		AdmissionWait:       cfg.Flow.AdmissionWait,
+		RetryAfter:          cfg.Flow.RetryAfter,
+		QueueTimeout:        cfg.QueueTimeout,
+		StopTimeout:         cfg.ShutdownTimeout,
+		Observer:            obs,
+		Logger:              hlog,
+	}
+	if tel.fc.on {
+		opts.Budget = tel.fc.budget
+	}
+	in := httpin.New(opts)
+	// SIGHUP is caught before the listener serves: a client may send one
+	// as soon as it sees the port (uncaught, it would end the process).
+	stopReloads := reloadOnHUP(tokens, tlsMgr, cfg)
+	if err := in.Listen(gate); err != nil {
+		return nil, errors.Join(fmt.Errorf("http.listen: %w", err), stopReloads())
+	}
+	scheme := "http"
+	if tlsCfg != nil {
+		scheme = "https"
+	}
+	unlist := obs.Listening(in.Addr().String(), scheme, hc.Stream)
+	st.PushClose("http listener", func() error { defer unlist(); return in.Shutdown() })
+	st.PushClose("http reloads", stopReloads)
+	return in, nil
+}
+
+// reloadOnHUP re-reads the token file on SIGHUP, and keeps the TLS
+// material fresh (every tls_reload_interval and on SIGHUP), until the
+// returned function is called.
+func reloadOnHUP(tokens *httpin.Tokens, m *tlsconf.Manager, cfg *config.Config) func() error {
+	if tokens == nil && m == nil {
+		return func() error { return nil }
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var hups []chan os.Signal
+	watch := func(run func(hup <-chan os.Signal)) {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		hups = append(hups, hup)
+		wg.Add(1)
+		go func() { defer wg.Done(); run(hup) }()
+	}
+	if tokens != nil {
+		watch(func(hup <-chan os.Signal) { tokens.Run(ctx, hup) })
+	}
+	if m != nil {
+		watch(func(hup <-chan os.Signal) { m.Run(ctx, cfg.TLSReloadInterval, hup) })
+	}
+	return func() error {
+		for _, h := range hups {
+			signal.Stop(h)
+		}
+		cancel()
+		wg.Wait()
+		return nil
+	}
+}
+
+// httpObserver adds the source counters to the HTTP metrics, and counts
+// answered requests as progress for the stuck detector, as the socket's
+// acks are.
+type httpObserver struct {
+	*metrics.HTTP
+	written, commits prometheus.Counter
+	ctl              *flow.Controller
+}
+
+func (o httpObserver) Received(bytes, records int) {
+	o.HTTP.Received(bytes, records)
+	o.written.Add(float64(records))
+	o.commits.Inc()
+	o.ctl.Progress(1)
+}
+
+func httpRoutes() []string {
+	var rs []string
+	for _, r := range httpin.Routes() {
+		rs = append(rs, r.Path)
+	}
+	return rs
+}
+
+// httpCodes are the status codes the routes answer: 200, 101 (a
+// stream's upgrade) and every refusal's.
+func httpCodes() []int {
+	codes := []int{http.StatusOK, http.StatusSwitchingProtocols}
+	for _, r := range httpin.Reasons() {
+		if c := r.Status(); !slices.Contains(codes, c) {
+			codes = append(codes, c)
+		}
+	}
+	return codes
+}
+
+func httpReasons() []string {
+	rs := []string{httpin.RefusedConnections}
+	for _, r := range httpin.Reasons() {
+		rs = append(rs, string(r))
+	}
+	return rs
+}
+
+// httpOff says, in the ready line of a node without the write-ahead
+// buffer, why the HTTP door does not listen there.
+func httpOff(cfg *config.Config) string {
+	if !cfg.HTTP.Enabled {
+		return "off"
+	}
+	return "off: the HTTP door needs the write-ahead buffer (gate = \"buffer\", role ingest or both, no source that is its own raw)"
+}
+
+// httpAddr is the HTTP door's bound address for the ready line ("off").
+func httpAddr(in *httpin.Ingress) string {
+	if in == nil {
+		return "off"
+	}
+	return in.Addr().String()
+}
