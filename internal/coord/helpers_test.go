@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weir-io/weir/internal/coord/etcdtest"
 )
 
 // testWriter sends log lines to t until the test ends (etcd may log later).
@@ -60,14 +61,15 @@ func (r *recorder) list() []string {
 // index is the position of the first event e, or -1.
 func (r *recorder) index(e string) int { return slices.Index(r.list(), e) }
 
+// freeAddr is a loopback address with a port never handed out before in
+// this process (two members told one address fail to start).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := etcdtest.FreshPort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
 func testConfig(t testing.TB, rec *recorder, name string, mode int, join ...string) Config {

@@ -208,18 +208,44 @@ func (s *Server) Stop() {
 	s.Etcd.Close()
 }
 
-// freeURLs picks two loopback ports the kernel says are free.
+// freeURLs picks two loopback ports the kernel says are free, never one
+// it handed out before in this process: listeners closed one after
+// another, the kernel now and then gives the same port again, and two
+// members told one address fail to start ("duplicate url").
 func freeURLs() (peer, client url.URL, err error) {
 	var ports [2]int
 	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
+		if ports[i], err = FreshPort(); err != nil {
 			return peer, client, err
 		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
 	}
 	peer = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
 	client = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 	return peer, client, nil
+}
+
+// handedOut are the ports FreshPort returned in this process.
+var handedOut = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
+
+// FreshPort is a loopback port free now and never returned before in this
+// process.
+func FreshPort() (int, error) {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		handedOut.Lock()
+		fresh := !handedOut.m[port]
+		handedOut.m[port] = true
+		handedOut.Unlock()
+		if fresh {
+			return port, nil
+		}
+	}
 }
