@@ -380,19 +380,16 @@ func validateSinkKind(ks []knob, c *Config, wd string) []error {
 	return errs
 }
 
-// validateTLS resolves the TLS file paths and checks that TCP is served
-// only with all of its TLS material, and that TLS settings are not given
-// without TCP (they would silently do nothing).
-func validateTLS(ks []knob, c *Config, wd string) []error {
+// pathField is a knob's file path, resolved in place.
+type pathField struct {
+	key string
+	p   *string
+}
+
+// resolvePaths makes each set path absolute against wd (resolvePath),
+// reporting the ones that cannot be.
+func resolvePaths(ks []knob, files []pathField, wd string) []error {
 	var errs []error
-	files := []struct {
-		key string
-		p   *string
-	}{
-		{"tls_cert_file", &c.TLSCertFile},
-		{"tls_key_file", &c.TLSKeyFile},
-		{"tls_client_ca_file", &c.TLSClientCAFile},
-	}
 	for _, f := range files {
 		if *f.p == "" {
 			continue
@@ -404,6 +401,19 @@ func validateTLS(ks []knob, c *Config, wd string) []error {
 		}
 		*f.p = abs
 	}
+	return errs
+}
+
+// validateTLS resolves the TLS file paths and checks that TCP is served
+// only with all of its TLS material, and that TLS settings are not given
+// without TCP (they would silently do nothing).
+func validateTLS(ks []knob, c *Config, wd string) []error {
+	files := []pathField{
+		{"tls_cert_file", &c.TLSCertFile},
+		{"tls_key_file", &c.TLSKeyFile},
+		{"tls_client_ca_file", &c.TLSClientCAFile},
+	}
+	errs := resolvePaths(ks, files, wd)
 	if c.TCPListen != "" {
 		for _, f := range files {
 			if *f.p == "" {

@@ -118,27 +118,13 @@ func httpKnobs() []knob {
 // authentication unless allowed explicitly.
 func validateHTTP(ks []knob, c *Config, wd string) []error {
 	h := &c.HTTP
-	var errs []error
-	files := []struct {
-		key string
-		p   *string
-	}{
+	files := []pathField{
 		{"http.token_file", &h.TokenFile},
 		{"http.tls_cert_file", &h.TLSCertFile},
 		{"http.tls_key_file", &h.TLSKeyFile},
 		{"http.tls_client_ca_file", &h.TLSClientCAFile},
 	}
-	for _, f := range files {
-		if *f.p == "" {
-			continue
-		}
-		abs, why := resolvePath(*f.p, wd)
-		if why != "" {
-			errs = append(errs, invalid(knobByKey(ks, f.key), fmt.Sprintf("%q", *f.p), why))
-			continue
-		}
-		*f.p = abs
-	}
+	errs := resolvePaths(ks, files, wd)
 	tlsSet := 0
 	for _, f := range files[1:] {
 		if *f.p != "" {

@@ -1,13 +1,8 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
-	"sync"
-	"syscall"
 
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/server"
@@ -45,18 +40,6 @@ func serveTCP(srv *server.Server, m *tlsconf.Manager, cfg *config.Config) (stop 
 	if _, err := srv.ListenTLS(cfg.TCPListen, m.ServerConfig()); err != nil {
 		return nil, fmt.Errorf("tcp_listen: %w", err)
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		m.Run(ctx, cfg.TLSReloadInterval, hup)
-	}()
-	return func() {
-		signal.Stop(hup)
-		cancel()
-		wg.Wait()
-	}, nil
+	stopReloads := reloadOnHUP(nil, m, cfg)
+	return func() { stopReloads() }, nil
 }

@@ -282,7 +282,7 @@ create_table = true`)), "--role", "ingest", "--coverage-flush-interval", "50ms")
 	var report []string
 	for _, d := range done {
 		again := workedAgain(events, d.held, d.at)
-		report = append(report, fmt.Sprintf("%s of %s (leader %v): %d window(s) worked again after %v", d.what, d.node, d.leader, len(d.held), again))
+		report = append(report, fmt.Sprintf("%s of %s (leader %v): %d window(s) held, worked again: %v", d.what, d.node, d.leader, len(d.held), again))
 	}
 	t.Logf("chaos: %d disturbances in %v, seed %d:\n  %s", len(done), chaosEnd.Sub(chaosStart).Round(time.Millisecond), seed, strings.Join(report, "\n  "))
 	t.Logf("longest interval without progress while lagging: %v (at %.1fs); longest claim: %v (%s); %d coverage samples; throughput 1/2/3 nodes: %.0f/%.0f/%.0f records/s",
@@ -681,5 +681,5 @@ func workedAgain(events []claimEvent, held map[string]int64, at time.Time) strin
 			return "not claimed again (its holder finished it)"
 		}
 	}
-	return last.Round(time.Millisecond).String()
+	return "after " + last.Round(time.Millisecond).String()
 }
