@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/weir-io/weir/internal/coord/etcdtest"
+	"github.com/weir-io/weir/internal/testenv"
 )
 
 // testWriter sends log lines to t until the test ends (etcd may log later).
@@ -65,11 +65,11 @@ func (r *recorder) index(e string) int { return slices.Index(r.list(), e) }
 // this process (two members told one address fail to start).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	port, err := etcdtest.FreshPort()
+	addr, _, err := testenv.FreshPort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf("127.0.0.1:%d", port)
+	return addr
 }
 
 func testConfig(t testing.TB, rec *recorder, name string, mode int, join ...string) Config {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/internal/vfs"
 )
 
@@ -133,34 +134,10 @@ func freePort(t testing.TB) int {
 	return port
 }
 
-// pickedPorts are the ports pickPort handed out in this process.
-var pickedPorts = struct {
-	sync.Mutex
-	m map[int]bool
-}{m: map[int]bool{}}
-
 // pickPort returns host:port with a port free on ip right now and never
-// handed out before in this process. Picked one after another, each
-// listener closed before the next, the kernel now and then hands out a
-// port it just gave (Go's listeners set SO_REUSEADDR), and two daemons
-// told the same address fail, or take each other's member for their own.
-func pickPort(ip string) (string, int, error) {
-	for {
-		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			return "", 0, err
-		}
-		addr := ln.Addr().(*net.TCPAddr)
-		ln.Close()
-		pickedPorts.Lock()
-		fresh := !pickedPorts.m[addr.Port]
-		pickedPorts.m[addr.Port] = true
-		pickedPorts.Unlock()
-		if fresh {
-			return addr.String(), addr.Port, nil
-		}
-	}
-}
+// handed out before in this process (testenv.FreshPort): two daemons told
+// the same address fail, or take each other's member for their own.
+func pickPort(ip string) (string, int, error) { return testenv.FreshPort(ip) }
 
 func (d *daemon) outDir() string { return filepath.Join(d.dir, "out") }
 func (d *daemon) wabDir() string { return filepath.Join(d.dir, "wab") }

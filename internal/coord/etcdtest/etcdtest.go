@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"runtime"
@@ -21,6 +20,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/weir-io/weir/internal/testenv"
 )
 
 // Server is a running embedded etcd member.
@@ -215,37 +216,11 @@ func (s *Server) Stop() {
 func freeURLs() (peer, client url.URL, err error) {
 	var ports [2]int
 	for i := range ports {
-		if ports[i], err = FreshPort(); err != nil {
+		if _, ports[i], err = testenv.FreshPort("127.0.0.1"); err != nil {
 			return peer, client, err
 		}
 	}
 	peer = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
 	client = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 	return peer, client, nil
-}
-
-// handedOut are the ports FreshPort returned in this process.
-var handedOut = struct {
-	sync.Mutex
-	m map[int]bool
-}{m: map[int]bool{}}
-
-// FreshPort is a loopback port free now and never returned before in this
-// process.
-func FreshPort() (int, error) {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		handedOut.Lock()
-		fresh := !handedOut.m[port]
-		handedOut.m[port] = true
-		handedOut.Unlock()
-		if fresh {
-			return port, nil
-		}
-	}
 }
