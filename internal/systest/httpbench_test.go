@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -160,15 +159,9 @@ func httpLone(b *testing.B, url string, rec []byte, d time.Duration) (int, []tim
 }
 
 func report(b *testing.B, door, setting string, n int, lat []time.Duration, cpu float64, d time.Duration) {
-	slices.Sort(lat)
-	q := func(p float64) float64 {
-		if len(lat) == 0 {
-			return 0
-		}
-		return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000
-	}
+	qs := quantiles(lat) // µs
 	benchLine(b, map[string]any{"name": "http_vs_socket/" + door + "/" + setting, "records_per_s": float64(n) / d.Seconds(),
-		"p50_ms": q(0.50), "p99_ms": q(0.99), "cpu_us_per_record": cpu * 1e6 / float64(max(1, n))})
+		"p50_ms": qs[0] / 1000, "p99_ms": qs[1] / 1000, "cpu_us_per_record": cpu * 1e6 / float64(max(1, n))})
 }
 
 var (
