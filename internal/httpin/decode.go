@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"strconv"
 	"time"
@@ -50,17 +49,6 @@ type rec struct {
 	eventTime int64 // Unix ns; 0: none
 }
 
-// object is a record as NDJSON lines and JSON array elements write it.
-// Exactly one of payload (any JSON value, stored as its JSON text) and
-// payload_base64 (bytes, standard base64) is given.
-type object struct {
-	Payload       json.RawMessage `json:"payload"`
-	PayloadBase64 *string         `json:"payload_base64"`
-	Key           *string         `json:"key"`
-	Headers       json.RawMessage `json:"headers"`
-	EventTime     json.RawMessage `json:"event_time"`
-}
-
 // decodeLimits bound what a body may decode to.
 type decodeLimits struct {
 	maxRecords     int
@@ -86,7 +74,7 @@ func decode(f format, body []byte, lim decodeLimits) ([]rec, *Problem) {
 }
 
 func decodeNDJSON(body []byte, lim decodeLimits) ([]rec, *Problem) {
-	var out []rec
+	out := make([]rec, 0, min(bytes.Count(body, []byte{'\n'})+1, lim.maxRecords))
 	line := 0
 	for len(body) > 0 {
 		line++
@@ -117,34 +105,46 @@ func decodeNDJSON(body []byte, lim decodeLimits) ([]rec, *Problem) {
 }
 
 func decodeArray(body []byte, lim decodeLimits) ([]rec, *Problem) {
-	d := json.NewDecoder(bytes.NewReader(body))
-	tok, err := d.Token()
-	if err != nil || tok != json.Delim('[') {
-		return nil, problem(ReasonDecode, "an application/json body must be an array of record objects")
+	notArray := problem(ReasonDecode, "an application/json body must be an array of record objects")
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '[' {
+		return nil, notArray
 	}
+	i = skipSpace(body, i+1)
 	var out []rec
-	for i := 0; d.More(); i++ {
-		if len(out) == lim.maxRecords {
-			return nil, tooMany(lim)
+	if i < len(body) && body[i] == ']' {
+		i++
+	} else {
+		for idx := 0; ; idx++ {
+			if len(out) == lim.maxRecords {
+				return nil, tooMany(lim)
+			}
+			end, err := skipValue(body, i, 0)
+			if err != nil {
+				p := problem(ReasonDecode, "index %d: %v", idx, err)
+				p.Index = idx
+				return nil, p
+			}
+			r, perr := decodeObject(body[i:end], lim)
+			if perr != nil {
+				perr.Index = idx
+				perr.Detail = fmt.Sprintf("index %d: %s", idx, perr.Detail)
+				return nil, perr
+			}
+			out = append(out, r)
+			i = skipSpace(body, end)
+			if i < len(body) && body[i] == ',' {
+				i = skipSpace(body, i+1)
+				continue
+			}
+			if i < len(body) && body[i] == ']' {
+				i++
+				break
+			}
+			return nil, problem(ReasonDecode, "the array does not close after index %d", idx)
 		}
-		var raw json.RawMessage
-		if err := d.Decode(&raw); err != nil {
-			p := problem(ReasonDecode, "index %d: %v", i, err)
-			p.Index = i
-			return nil, p
-		}
-		r, perr := decodeObject(raw, lim)
-		if perr != nil {
-			perr.Index = i
-			perr.Detail = fmt.Sprintf("index %d: %s", i, perr.Detail)
-			return nil, perr
-		}
-		out = append(out, r)
 	}
-	if _, err := d.Token(); err != nil {
-		return nil, problem(ReasonDecode, "the array does not close: %v", err)
-	}
-	if _, err := d.Token(); err != io.EOF {
+	if skipSpace(body, i) < len(body) {
 		return nil, problem(ReasonDecode, "data after the array")
 	}
 	if len(out) == 0 {
@@ -169,79 +169,66 @@ func tooMany(lim decodeLimits) *Problem {
 	return p
 }
 
-// decodeObject reads one record object.
+// decodeObject reads one record object (scan.go): the payload given as a
+// JSON value is a slice of b, which must outlive the record.
 func decodeObject(b []byte, lim decodeLimits) (rec, *Problem) {
-	var o object
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&o); err != nil {
+	ms, err := scanObject(b)
+	if err != nil {
+		if errors.Is(err, errAfterObject) {
+			return rec{}, problem(ReasonDecode, "data after the record object")
+		}
 		return rec{}, problem(ReasonDecode, "not a record object: %v", err)
 	}
-	if d.More() {
-		return rec{}, problem(ReasonDecode, "data after the record object")
-	}
 	var r rec
-	hasPayload := len(o.Payload) > 0 && !bytes.Equal(o.Payload, []byte("null"))
+	payload, b64 := ms[fieldPayload], ms[fieldPayloadBase64]
+	s64, hasB64, err := b64.str()
+	if err != nil {
+		return rec{}, problem(ReasonDecode, "payload_base64: %v", err)
+	}
 	switch {
-	case hasPayload && o.PayloadBase64 != nil:
+	case !payload.isNull() && hasB64:
 		return rec{}, problem(ReasonDecode, "payload and payload_base64 are both set")
-	case hasPayload:
-		r.payload = o.Payload
-	case o.PayloadBase64 != nil:
-		p, err := base64.StdEncoding.DecodeString(*o.PayloadBase64)
+	case !payload.isNull():
+		r.payload = payload.raw
+	case hasB64:
+		p := make([]byte, base64.StdEncoding.DecodedLen(len(s64)))
+		n, err := base64.StdEncoding.Decode(p, s64)
 		if err != nil {
 			return rec{}, problem(ReasonDecode, "payload_base64: %v", err)
 		}
-		r.payload = p
+		r.payload = p[:n]
 	default:
 		return rec{}, problem(ReasonDecode, "the record has no payload (payload or payload_base64)")
 	}
 	if p := lim.tooLarge(r.payload); p != nil {
 		return rec{}, p
 	}
-	if o.Key != nil {
-		r.key = []byte(*o.Key)
+	key, hasKey, err := ms[fieldKey].str()
+	if err != nil {
+		return rec{}, problem(ReasonDecode, "key: %v", err)
 	}
-	if len(o.Headers) > 0 {
-		h, err := decodeHeaders(o.Headers)
+	if hasKey {
+		r.key = key
+		if r.key == nil {
+			r.key = []byte{} // an empty key is a key
+		}
+	}
+	if h := ms[fieldHeaders]; h.raw != nil {
+		err := scanHeaders(h.raw, func(name, value []byte) {
+			r.headers = append(r.headers, sink.Header{Key: string(name), Value: value})
+		})
 		if err != nil {
 			return rec{}, problem(ReasonDecode, "headers: %v", err)
 		}
-		r.headers = h
 	}
-	if len(o.EventTime) > 0 {
-		t, err := parseEventTimeJSON(o.EventTime)
+	if t := ms[fieldEventTime]; t.raw != nil {
+		t, err := parseEventTimeJSON(t.raw)
 		if err != nil {
 			return rec{}, problem(ReasonDecode, "event_time: %v", err)
 		}
 		r.eventTime = t
 	}
 	return r, nil
-}
-
-// decodeHeaders reads a JSON object of string values, keeping its order
-// (names may repeat).
-func decodeHeaders(b []byte) ([]sink.Header, error) {
-	d := json.NewDecoder(bytes.NewReader(b))
-	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
-		return nil, errors.New("must be an object of string values")
-	}
-	var hs []sink.Header
-	for d.More() {
-		k, err := d.Token()
-		if err != nil {
-			return nil, err
-		}
-		var v string
-		if err := d.Decode(&v); err != nil {
-			return nil, fmt.Errorf("%q: must be a string", k)
-		}
-		hs = append(hs, sink.Header{Key: k.(string), Value: []byte(v)})
-	}
-	if _, err := d.Token(); err != nil {
-		return nil, err
-	}
-	return hs, nil
 }
 
 // parseEventTimeJSON reads an event time: an RFC 3339 string or a number

@@ -60,6 +60,16 @@ func storeRecords(stream string, p record.ProducerID, idempotent bool, firstSeq 
 		metas:    make([][]byte, len(recs)),
 		ids:      make([]sink.RecordID, len(recs)),
 	}
+	// The metas share one allocation, of their size as first estimated
+	// (a longer one gets an allocation of its own when append grows it).
+	est := 0
+	for i := range recs {
+		est += metaEstimate + len(stream) + len(recs[i].key)
+		for _, h := range recs[i].headers {
+			est += 8 + len(h.Key) + len(h.Value)
+		}
+	}
+	arena := make([]byte, 0, est)
 	for i := range recs {
 		r := &recs[i]
 		m := record.Meta{
@@ -75,7 +85,9 @@ func storeRecords(stream string, p record.ProducerID, idempotent bool, firstSeq 
 			m.EventTime = received
 		}
 		s.payloads[i] = r.payload
-		s.metas[i] = record.Encode(&m)
+		start := len(arena)
+		arena = record.Append(arena, &m)
+		s.metas[i] = arena[start:len(arena):len(arena)]
 		// What the drain computes for this record (drain.SinkRecord): the
 		// buffer's segments lay ids out by time (wab.FlagTimeOrderedIDs).
 		s.ids[i] = m.RecordID(r.payload, record.Derivation{TimeOrdered: true, Received: received})
@@ -83,6 +95,11 @@ func storeRecords(stream string, p record.ProducerID, idempotent bool, firstSeq 
 	}
 	return s
 }
+
+// metaEstimate is a record meta's size besides its source name, key and
+// headers: the fields' tags and lengths, an event time, a producer id and
+// sequence number.
+const metaEstimate = 48
 
 // shardOf spreads requests over shards: an idempotent producer's by its
 // id (a retry goes where the first copy went), others in turn.

@@ -2,7 +2,7 @@ package httpin
 
 import (
 	"context"
-	"encoding/json"
+	"encoding/hex"
 	"net/http"
 	"strconv"
 	"strings"
@@ -158,16 +158,13 @@ func (in *Ingress) records(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o.Observer.Received(int(raw), len(recs))
-	ans := Answer{Records: len(recs), Durability: durabilityName(q.durability)}
+	var ids []sink.RecordID
 	if q.ids {
-		ans.IDs = make([]string, len(st.ids))
-		for i, id := range st.ids {
-			ans.IDs[i] = id.String()
-		}
+		ids = st.ids
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_ = json.NewEncoder(w).Encode(ans)
+	_, _ = w.Write(appendAnswer(nil, len(recs), q.durability, ids))
 	o.Observer.Request(RouteRecords, http.StatusOK, time.Since(start).Seconds())
 }
 
@@ -223,7 +220,9 @@ func (in *Ingress) submit(ctx context.Context, producer record.ProducerID, idemp
 		Received:   received,
 		Done:       func(err error) { done <- err },
 	}
-	if err := b.Submit(ctx, shard, req, in.opts.QueueTimeout); err != nil {
+	// The handler waits for Done anyway: on an idle shard the request is
+	// written on this goroutine, as the socket writes a lone frame.
+	if err := b.SubmitInline(ctx, shard, req, in.opts.QueueTimeout); err != nil {
 		if ctx.Err() != nil {
 			return problem(ReasonTimeout, "the request ended before its records were queued: %v", err)
 		}
@@ -235,6 +234,29 @@ func (in *Ingress) submit(ctx context.Context, producer record.ProducerID, idemp
 		return submitProblem(err)
 	}
 	return nil
+}
+
+// appendAnswer appends a 200's body, Answer as encoding/json writes it
+// (ids omitted when nil), without encoding/json: the ids are hex digits.
+func appendAnswer(b []byte, records int, d wab.Durability, ids []sink.RecordID) []byte {
+	b = append(b, `{"records":`...)
+	b = strconv.AppendInt(b, int64(records), 10)
+	b = append(b, `,"durability":"`...)
+	b = append(b, durabilityName(d)...)
+	b = append(b, '"')
+	if len(ids) > 0 {
+		b = append(b, `,"ids":[`...)
+		for i, id := range ids {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = hex.AppendEncode(b, id[:])
+			b = append(b, '"')
+		}
+		b = append(b, ']')
+	}
+	return append(b, "}\n"...)
 }
 
 // request is what the headers say.

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,24 +18,24 @@ import (
 
 // BenchmarkHTTPvsSocket compares the HTTP door with the producer socket on
 // one daemon in one run (Durable, 256-byte records, the same disk): the
-// socket driven by our Go client, HTTP by ApacheBench (`ab`, a load
-// generator that is not ours, keep-alive). Four settings, each for
+// socket driven by our Go client, HTTP by wrk (a load generator that is
+// not ours, HTTP/1.1 keep-alive, one thread; ApacheBench speaks HTTP/1.0
+// and does not keep a connection a Go server answers
+// "Connection: keep-alive"). Three settings, each for
 // WEIR_HTTP_BENCH_SECONDS (default 5):
 //
 //   - batch: 64 connections, 64 records a frame / an NDJSON request of 64
 //     lines;
 //   - single: 64 connections, one record a frame / a raw-body request;
-//   - lone: one connection, one record at a time (latency floor; HTTP by
-//     Go's own keep-alive client, timed per request, as ab reports whole
-//     milliseconds).
+//   - lone: one connection, one record at a time (the latency floor).
 //
 // It prints a BENCH line per setting and door: records/s, p50 and p99 of
-// a request, and the daemon's CPU µs per record. Without ab it skips
-// (apt-get install apache2-utils).
+// a request, and the daemon's CPU µs per record. Without wrk it skips
+// (apt-get install wrk).
 func BenchmarkHTTPvsSocket(b *testing.B) {
-	ab, err := exec.LookPath("ab")
+	wrk, err := exec.LookPath("wrk")
 	if err != nil {
-		b.Skip("no ab (ApacheBench) on PATH: apt-get install apache2-utils")
+		b.Skip("no wrk on PATH: apt-get install wrk")
 	}
 	secs := envDuration(b, "WEIR_HTTP_BENCH_SECONDS", 5*time.Second)
 	rec := payload256()
@@ -45,10 +43,14 @@ func BenchmarkHTTPvsSocket(b *testing.B) {
 	dir := b.TempDir()
 	ndjson := filepath.Join(dir, "batch.ndjson")
 	raw := filepath.Join(dir, "one.bin")
+	script := filepath.Join(dir, "post.lua")
 	if err := os.WriteFile(ndjson, bytes.Repeat(line, 64), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	if err := os.WriteFile(raw, rec, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(script, []byte(wrkScript), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	for range b.N {
@@ -70,21 +72,16 @@ func BenchmarkHTTPvsSocket(b *testing.B) {
 			report(b, "socket", s.name, n, lat, procCPU(pid)-cpu0, secs)
 
 			cpu0 = procCPU(pid)
-			if s.conns == 1 {
-				// ab reports whole milliseconds: the lone client is Go's
-				// own keep-alive HTTP client, timed per request.
-				n, lat := httpLone(b, url, rec, secs)
-				report(b, "http", s.name, n, lat, procCPU(pid)-cpu0, secs)
-				continue
-			}
-			out, err := exec.Command(ab, "-q", "-k", "-t", strconv.Itoa(int(secs.Seconds())), "-n", "100000000",
-				"-c", strconv.Itoa(s.conns), "-p", s.body, "-T", s.ctype, "-H", "Weir-Durability: durable", url).CombinedOutput()
+			cmd := exec.Command(wrk, "-t", "1", "-c", strconv.Itoa(s.conns), "-d", strconv.Itoa(int(secs.Seconds()))+"s",
+				"--latency", "-s", script, url)
+			cmd.Env = append(os.Environ(), "WRK_BODY="+s.body, "WRK_CTYPE="+s.ctype)
+			out, err := cmd.CombinedOutput()
 			if err != nil {
-				b.Fatalf("ab: %v\n%s", err, out)
+				b.Fatalf("wrk: %v\n%s", err, out)
 			}
-			reqs, non2xx, p50, p99 := parseAB(b, out)
-			if non2xx > 0 {
-				b.Fatalf("ab: %d requests were not answered 2xx\n%s", non2xx, out)
+			reqs, bad, p50, p99 := parseWrk(b, out)
+			if bad > 0 {
+				b.Fatalf("wrk: %d requests were not answered 2xx or failed\n%s", bad, out)
 			}
 			benchLine(b, map[string]any{"name": "http_vs_socket/http/" + s.name, "records_per_s": float64(reqs*s.frame) / secs.Seconds(),
 				"p50_ms": p50, "p99_ms": p99, "cpu_us_per_record": (procCPU(pid) - cpu0) * 1e6 / float64(max(1, reqs*s.frame))})
@@ -92,6 +89,15 @@ func BenchmarkHTTPvsSocket(b *testing.B) {
 		d.stop(30 * time.Second)
 	}
 }
+
+// wrkScript makes wrk POST the file WRK_BODY as WRK_CTYPE, Durable.
+const wrkScript = `local f = io.open(os.getenv("WRK_BODY"), "rb")
+wrk.method = "POST"
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["Content-Type"] = os.getenv("WRK_CTYPE")
+wrk.headers["Weir-Durability"] = "durable"
+`
 
 // socketLoad runs conns socket producers for d, each pushing frames of
 // frame copies of rec, Durable, one at a time; it returns the records
@@ -135,29 +141,6 @@ func socketLoad(b *testing.B, socket string, conns, frame int, rec []byte, d tim
 	return n, all
 }
 
-// httpLone posts rec as a raw body, Durable, one request at a time on one
-// keep-alive connection for d; it returns the records answered and each
-// request's latency.
-func httpLone(b *testing.B, url string, rec []byte, d time.Duration) (int, []time.Duration) {
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-	defer hc.CloseIdleConnections()
-	var lat []time.Duration
-	for end := time.Now().Add(d); time.Now().Before(end); {
-		t0 := time.Now()
-		resp, err := hc.Post(url, "application/octet-stream", bytes.NewReader(rec))
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("POST: %s", resp.Status)
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	return len(lat), lat
-}
-
 func report(b *testing.B, door, setting string, n int, lat []time.Duration, cpu float64, d time.Duration) {
 	qs := quantiles(lat) // µs
 	benchLine(b, map[string]any{"name": "http_vs_socket/" + door + "/" + setting, "records_per_s": float64(n) / d.Seconds(),
@@ -165,28 +148,34 @@ func report(b *testing.B, door, setting string, n int, lat []time.Duration, cpu 
 }
 
 var (
-	abComplete = regexp.MustCompile(`Complete requests:\s+(\d+)`)
-	abNon2xx   = regexp.MustCompile(`Non-2xx responses:\s+(\d+)`)
-	abFailed   = regexp.MustCompile(`Failed requests:\s+(\d+)`)
-	abPct      = regexp.MustCompile(`(?m)^\s+(50|99)%\s+(\d+)`)
+	wrkRequests = regexp.MustCompile(`(\d+) requests in`)
+	wrkNon2xx   = regexp.MustCompile(`Non-2xx or 3xx responses:\s+(\d+)`)
+	wrkErrors   = regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
+	wrkPct      = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$`)
 )
 
-// parseAB reads ab's report: complete requests, those not answered 2xx
-// or failed, and the p50 and p99 of a request in ms (ab's resolution).
-func parseAB(b *testing.B, out []byte) (reqs, bad int, p50, p99 float64) {
-	m := abComplete.FindSubmatch(out)
+// parseWrk reads wrk's report: requests answered, those not answered 2xx
+// or failed, and the p50 and p99 of a request in ms.
+func parseWrk(b *testing.B, out []byte) (reqs, bad int, p50, p99 float64) {
+	m := wrkRequests.FindSubmatch(out)
 	if m == nil {
-		b.Fatalf("ab: no request count in\n%s", out)
+		b.Fatalf("wrk: no request count in\n%s", out)
 	}
 	reqs, _ = strconv.Atoi(string(m[1]))
-	for _, re := range []*regexp.Regexp{abNon2xx, abFailed} {
-		if m := re.FindSubmatch(out); m != nil {
-			k, _ := strconv.Atoi(string(m[1]))
+	if m := wrkNon2xx.FindSubmatch(out); m != nil {
+		k, _ := strconv.Atoi(string(m[1]))
+		bad += k
+	}
+	if m := wrkErrors.FindSubmatch(out); m != nil {
+		for _, g := range m[1:] {
+			k, _ := strconv.Atoi(string(g))
 			bad += k
 		}
 	}
-	for _, m := range abPct.FindAllSubmatch(out, -1) {
+	scale := map[string]float64{"us": 1e-3, "ms": 1, "s": 1e3}
+	for _, m := range wrkPct.FindAllSubmatch(out, -1) {
 		v, _ := strconv.ParseFloat(string(m[2]), 64)
+		v *= scale[string(m[3])]
 		if string(m[1]) == "50" {
 			p50 = v
 		} else {
