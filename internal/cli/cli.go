@@ -94,6 +94,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	defer noteHUP(log)()
 	if budget, _ := cfg.BudgetLimit(); budget > 0 {
 		if l := flow.SetGoMemoryLimit(budget); l > 0 {
 			log.Info("Go memory limit set from the memory budget (GOMEMLIMIT unset)", "bytes", l)
@@ -107,6 +108,27 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// noteHUP keeps SIGHUP from ending the daemon (its default action), from
+// the start, whatever is configured: what reloads on it (a token file, TLS
+// material) watches it too; this only logs that it came. The returned
+// function stops watching.
+func noteHUP(log *slog.Logger) func() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range hup {
+			log.Info("SIGHUP: token files and TLS material are re-read where configured; nothing else reloads")
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(hup)
+		<-done
+	}
 }
 
 func newLogger(cfg *config.Config, w io.Writer) (*slog.Logger, error) {

@@ -233,6 +233,31 @@ func TestHTTPTokensAndSIGHUP(t *testing.T) {
 	}
 }
 
+// TestSIGHUPWithNothingToReload: a SIGHUP to a daemon that has no token
+// file and no TLS (what a log rotation script may send) leaves it serving.
+func TestSIGHUPWithNothingToReload(t *testing.T) {
+	bin := curlBin(t)
+	d := newDaemon(t, "--http-enabled=false")
+	d.start()
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(d.log.String(), "SIGHUP") {
+		if time.Now().After(deadline) || d.exited() {
+			t.Fatalf("no SIGHUP log line, or the daemon ended\n%s", d.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, err := exec.Command(bin, "-sf", fmt.Sprintf("http://127.0.0.1:%d/ready", d.metricsPort)).CombinedOutput()
+	if err != nil || d.exited() {
+		t.Fatalf("after SIGHUP: /ready %v %s\n%s", err, out, d.log.String())
+	}
+	if err := d.stop(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestHTTPRefusesOpenListener: a non-loopback HTTP listener without
 // authentication stops the start, naming the way out.
 func TestHTTPRefusesOpenListener(t *testing.T) {
