@@ -76,11 +76,11 @@ func httpKnobs() []knob {
 			func(p *httpPartial) **string { return &p.TokenFile }, func(c *HTTPConfig) *string { return &c.TokenFile }),
 		boolKnob("http.allow_unauthenticated", false, "Let http.listen be a non-loopback address without http.token_file or client certificates: anyone who reaches it may write records.",
 			func(p *partial) **bool { return &p.http.AllowUnauthenticated }, func(c *Config) *bool { return &c.HTTP.AllowUnauthenticated }),
-		file("http.tls_cert_file", "with http.tls_key_file and http.tls_client_ca_file, or none of them", "PEM certificate chain of the HTTP door, leaf first: set, it serves HTTPS only (TLS 1.3, HTTP/2 by ALPN) and requires client certificates signed by http.tls_client_ca_file.",
+		file("http.tls_cert_file", "with http.tls_key_file, or neither", "PEM certificate chain of the HTTP door, leaf first: set, it serves HTTPS only (TLS 1.3, HTTP/2 by ALPN); with http.tls_client_ca_file it also requires client certificates (mutual TLS).",
 			func(p *httpPartial) **string { return &p.TLSCertFile }, func(c *HTTPConfig) *string { return &c.TLSCertFile }),
 		file("http.tls_key_file", "with http.tls_cert_file", "PEM private key of http.tls_cert_file; keep it mode 0600.",
 			func(p *httpPartial) **string { return &p.TLSKeyFile }, func(c *HTTPConfig) *string { return &c.TLSKeyFile }),
-		file("http.tls_client_ca_file", "with http.tls_cert_file", "PEM bundle of the CAs an HTTP client certificate must chain to.",
+		file("http.tls_client_ca_file", "with http.tls_cert_file", "PEM bundle of the CAs an HTTP client certificate must chain to: set, every client must present one (mutual TLS); unset, HTTPS clients authenticate by bearer token (http.token_file).",
 			func(p *httpPartial) **string { return &p.TLSClientCAFile }, func(c *HTTPConfig) *string { return &c.TLSClientCAFile }),
 		listKnob("http.tls_allowed_identities", "each a DNS name, a URI with a scheme (spiffe://…) or an email address; no wildcards",
 			"Client certificate SANs allowed on the HTTP door; empty allows every certificate the client CA signed.",
@@ -125,31 +125,28 @@ func validateHTTP(ks []knob, c *Config, wd string) []error {
 		{"http.tls_client_ca_file", &h.TLSClientCAFile},
 	}
 	errs := resolvePaths(ks, files, wd)
-	tlsSet := 0
-	for _, f := range files[1:] {
-		if *f.p != "" {
-			tlsSet++
-		}
-	}
-	if tlsSet > 0 && tlsSet < 3 {
-		for _, f := range files[1:] {
+	// HTTPS needs the certificate and its key; a client CA adds client
+	// certificates (mutual TLS), which need HTTPS.
+	if (h.TLSCertFile == "") != (h.TLSKeyFile == "") || (h.TLSClientCAFile != "" && h.TLSCertFile == "") {
+		for _, f := range files[1:3] {
 			if *f.p == "" {
 				errs = append(errs, invalid(knobByKey(ks, f.key), `""`,
-					"is required with the other http.tls_* files: the HTTP door serves HTTPS with client certificates (mutual TLS), or plain HTTP"))
+					"is required with the other http.tls_* files: the HTTP door serves HTTPS (http.tls_cert_file and http.tls_key_file; with http.tls_client_ca_file, mutual TLS), or plain HTTP"))
 			}
 		}
 	}
-	if len(h.TLSAllowedIdentities) > 0 && tlsSet == 0 {
+	clientCerts := h.TLSClientCAFile != ""
+	if len(h.TLSAllowedIdentities) > 0 && !clientCerts {
 		k := knobByKey(ks, "http.tls_allowed_identities")
-		errs = append(errs, invalid(k, k.value(c), "has no effect without http.tls_cert_file, http.tls_key_file and http.tls_client_ca_file"))
+		errs = append(errs, invalid(k, k.value(c), "has no effect without client certificates (http.tls_client_ca_file)"))
 	}
 	if !h.Enabled || h.Listen == "" {
 		return errs
 	}
 	host, _, _ := net.SplitHostPort(h.Listen)
-	if !loopback(host) && h.TokenFile == "" && tlsSet == 0 && !h.AllowUnauthenticated {
+	if !loopback(host) && h.TokenFile == "" && !clientCerts && !h.AllowUnauthenticated {
 		errs = append(errs, invalid(knobByKey(ks, "http.listen"), fmt.Sprintf("%q", h.Listen),
-			"is not a loopback address and the HTTP door has no authentication: set http.token_file, or the http.tls_* files for client certificates, or http.allow_unauthenticated = true to let anyone who reaches it write records"))
+			"is not a loopback address and the HTTP door has no authentication: set http.token_file, or http.tls_client_ca_file for client certificates, or http.allow_unauthenticated = true to let anyone who reaches it write records"))
 	}
 	return errs
 }

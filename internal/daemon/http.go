@@ -51,6 +51,7 @@ func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *t
 			CertFile:          hc.TLSCertFile,
 			KeyFile:           hc.TLSKeyFile,
 			ClientCAFile:      hc.TLSClientCAFile,
+			NoClientCerts:     hc.TLSClientCAFile == "",
 			AllowedIdentities: hc.TLSAllowedIdentities,
 			Logger:            hlog,
 		})

@@ -1,8 +1,12 @@
 package httpin
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,8 +14,9 @@ import (
 	"github.com/weir-io/weir/internal/tlsconf/tlstest"
 )
 
-// HTTPS offers HTTP/2 by ALPN and requires a client certificate; h2c is
-// served on a plain listener when asked for.
+// HTTPS offers HTTP/2 by ALPN and requires a client certificate — or,
+// without a client CA, a bearer token; h2c is served on a plain listener
+// when asked for.
 func TestProtocols(t *testing.T) {
 	serverCA, clientCA := tlstest.NewCA(t, "server CA"), tlstest.NewCA(t, "client CA")
 	files := tlstest.NewFiles(t.TempDir())
@@ -44,6 +49,41 @@ func TestProtocols(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("a client without a certificate was answered %d", resp.StatusCode)
 	}
+
+	// HTTPS without client certificates, bearer tokens the authentication.
+	sum := sha256.Sum256([]byte("secret"))
+	tokPath := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokPath, []byte(hex.EncodeToString(sum[:])+" producer\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	toks, err := LoadTokens(tokPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, err := tlsconf.New(tlsconf.Options{CertFile: files.Cert, KeyFile: files.Key, NoClientCerts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tokURL := start(t, &fakeBackend{}, Options{TLS: sm.ServerConfig(), Tokens: toks})
+	tokURL = strings.Replace(tokURL, "http://", "https://", 1)
+	for _, tc := range []struct {
+		auth string
+		want int
+	}{{"Bearer secret", http.StatusOK}, {"", http.StatusUnauthorized}, {"Bearer guess", http.StatusUnauthorized}} {
+		req, _ := http.NewRequest(http.MethodPost, tokURL, strings.NewReader("x"))
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := noCert.Do(req)
+		if err != nil {
+			t.Fatalf("HTTPS without a client certificate, %q: %v", tc.auth, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || resp.ProtoMajor != 2 {
+			t.Errorf("HTTPS with tokens, %q: %d over %s, want %d over HTTP/2", tc.auth, resp.StatusCode, resp.Proto, tc.want)
+		}
+	}
+	noCert.CloseIdleConnections()
 
 	_, plainURL := start(t, &fakeBackend{}, Options{H2C: true})
 	var p http.Protocols

@@ -40,6 +40,10 @@ type Options struct {
 	CertFile     string // PEM server certificate chain, leaf first
 	KeyFile      string // PEM private key of the leaf
 	ClientCAFile string // PEM CA certificates client certificates must chain to
+	// NoClientCerts serves TLS without asking clients for certificates
+	// (ClientCAFile and AllowedIdentities are then refused): the listener
+	// authenticates by other means (the HTTP door's bearer tokens).
+	NoClientCerts bool
 	// AllowedIdentities, when not empty, restricts clients to certificates
 	// carrying at least one of these SANs (see ParseIdentity).
 	AllowedIdentities []string
@@ -78,9 +82,12 @@ func New(opts Options) (*Manager, error) {
 	for _, f := range []struct{ key, path string }{
 		{"tls_cert_file", opts.CertFile}, {"tls_key_file", opts.KeyFile}, {"tls_client_ca_file", opts.ClientCAFile},
 	} {
-		if f.path == "" {
+		if f.path == "" && !(opts.NoClientCerts && f.key == "tls_client_ca_file") {
 			return nil, fmt.Errorf("tls: %s is not set", f.key)
 		}
+	}
+	if opts.NoClientCerts && (opts.ClientCAFile != "" || len(opts.AllowedIdentities) > 0) {
+		return nil, errors.New("tls: tls_client_ca_file and tls_allowed_identities ask for client certificates, which this listener does not")
 	}
 	allow, err := ParseIdentities(opts.AllowedIdentities)
 	if err != nil {
@@ -96,7 +103,7 @@ func New(opts Options) (*Manager, error) {
 // ServerConfig returns the configuration for tls.NewListener. It is fixed;
 // each handshake gets the current material from GetConfigForClient.
 func (m *Manager) ServerConfig() *tls.Config {
-	return &tls.Config{
+	cfg := &tls.Config{
 		// Go servers accept TLS 1.2 unless told otherwise; producers get 1.3.
 		MinVersion: tls.VersionTLS13,
 		ClientAuth: tls.RequireAndVerifyClientCert,
@@ -109,6 +116,10 @@ func (m *Manager) ServerConfig() *tls.Config {
 		VerifyConnection:       m.verifyConnection,
 		SessionTicketsDisabled: true,
 	}
+	if m.opts.NoClientCerts {
+		cfg.ClientAuth, cfg.VerifyConnection = tls.NoClientCert, nil
+	}
+	return cfg
 }
 
 // Certificate returns the server certificate currently served.
@@ -202,6 +213,9 @@ func (m *Manager) read() (certPEM, keyPEM, caPEM []byte, sum [sha256.Size]byte, 
 	}
 	h := sha256.New()
 	for _, f := range files {
+		if f.path == "" { // the client CA of a listener without client certificates
+			continue
+		}
 		b, err := readFile(f.path)
 		if err != nil {
 			return nil, nil, nil, sum, fmt.Errorf("tls: %s: %w", f.key, err)
@@ -253,6 +267,17 @@ func (m *Manager) build(certPEM, keyPEM, caPEM []byte, sum [sha256.Size]byte) (*
 		return nil, fmt.Errorf("tls: tls_cert_file %s: certificate %q expired at %s",
 			m.opts.CertFile, leaf.Subject.String(), leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
+	if fi, err := os.Stat(m.opts.KeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		m.log.Warn("tls_key_file is readable by group or others; make it mode 0600", "key_file", m.opts.KeyFile, "mode", fi.Mode().Perm().String())
+	}
+	cfg := &tls.Config{
+		MinVersion:             tls.VersionTLS13,
+		Certificates:           []tls.Certificate{pair},
+		SessionTicketsDisabled: true, // a resumed session would skip the CA check against rotated material
+	}
+	if m.opts.NoClientCerts {
+		return &material{sum: sum, cert: &pair, cfg: cfg}, nil
+	}
 	pool, n, err := parseCAs(caPEM)
 	if err != nil {
 		return nil, fmt.Errorf("tls: tls_client_ca_file %s: %w", m.opts.ClientCAFile, err)
@@ -260,17 +285,7 @@ func (m *Manager) build(certPEM, keyPEM, caPEM []byte, sum [sha256.Size]byte) (*
 	if n == 0 {
 		return nil, fmt.Errorf("tls: tls_client_ca_file %s: no CERTIFICATE block found", m.opts.ClientCAFile)
 	}
-	if fi, err := os.Stat(m.opts.KeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		m.log.Warn("tls_key_file is readable by group or others; make it mode 0600", "key_file", m.opts.KeyFile, "mode", fi.Mode().Perm().String())
-	}
-	cfg := &tls.Config{
-		MinVersion:             tls.VersionTLS13,
-		ClientAuth:             tls.RequireAndVerifyClientCert,
-		ClientCAs:              pool,
-		Certificates:           []tls.Certificate{pair},
-		VerifyConnection:       m.verifyConnection,
-		SessionTicketsDisabled: true, // a resumed session would skip the CA check against rotated material
-	}
+	cfg.ClientAuth, cfg.ClientCAs, cfg.VerifyConnection = tls.RequireAndVerifyClientCert, pool, m.verifyConnection
 	return &material{sum: sum, cert: &pair, cas: n, cfg: cfg}, nil
 }
 

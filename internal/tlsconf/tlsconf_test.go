@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -351,4 +352,43 @@ func TestRunReloadsOnIntervalAndSignal(t *testing.T) {
 	f.Write(t, third, ca)
 	hup <- os.Interrupt
 	waitServed(third.Cert)
+}
+
+// TestNoClientCerts: a listener that authenticates otherwise (bearer
+// tokens) serves TLS without asking for a client certificate, and refuses
+// client-certificate settings it would not use.
+func TestNoClientCerts(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	f := tlstest.NewFiles(t.TempDir())
+	f.Write(t, ca.Server(t), ca)
+	m, err := tlsconf.New(tlsconf.Options{CertFile: f.Cert, KeyFile: f.Key, NoClientCerts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cfg := range map[string]*tls.Config{"base": m.ServerConfig(), "per-handshake": mustConfigForClient(t, m)} {
+		if cfg.ClientAuth != tls.NoClientCert || cfg.VerifyConnection != nil || cfg.MinVersion != tls.VersionTLS13 {
+			t.Errorf("%s: ClientAuth %v, VerifyConnection set %v, MinVersion %#x", name, cfg.ClientAuth, cfg.VerifyConnection != nil, cfg.MinVersion)
+		}
+	}
+	// A client with no certificate completes the handshake.
+	cc, sc := net.Pipe()
+	defer cc.Close()
+	defer sc.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- tls.Server(sc, m.ServerConfig()).Handshake() }()
+	if err := tls.Client(cc, &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"}).Handshake(); err != nil {
+		t.Fatalf("client handshake: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("server handshake: %v", err)
+	}
+	for _, o := range []tlsconf.Options{
+		{CertFile: f.Cert, KeyFile: f.Key, NoClientCerts: true, ClientCAFile: f.ClientCA},
+		{CertFile: f.Cert, KeyFile: f.Key, NoClientCerts: true, AllowedIdentities: []string{"dns:a"}},
+		{CertFile: f.Cert, KeyFile: f.Key},
+	} {
+		if _, err := tlsconf.New(o); err == nil {
+			t.Errorf("New(%+v) accepted", o)
+		}
+	}
 }
