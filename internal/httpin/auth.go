@@ -7,9 +7,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -21,15 +23,41 @@ const maxTokenFileBytes = 1 << 20
 
 // Tokens are the bearer tokens the listener accepts, kept as their
 // SHA-256 hashes: the file (http.token_file) holds one hash a line, 64 hex
-// digits, optionally followed by a space and a name for people; blank
-// lines and lines starting with # are skipped. `printf %s "$TOKEN" |
-// sha256sum` makes a line. Reload re-reads the file (SIGHUP); a file that
-// fails to read or parse keeps the previous set.
+// digits, optionally followed by words: `scopes=push,admin` says what the
+// token may do (push alone when absent), any other word is a name for
+// people; blank lines and lines starting with # are skipped.
+// `printf %s "$TOKEN" | sha256sum` makes a line. Reload re-reads the file
+// (SIGHUP); a file that fails to read or parse keeps the previous set.
 type Tokens struct {
 	path string
 	log  *slog.Logger
 	mu   sync.Mutex // serialises reloads
-	set  atomic.Pointer[[][sha256.Size]byte]
+	set  atomic.Pointer[[]tokenEntry]
+}
+
+// Scope is what a token may do.
+type Scope uint8
+
+const (
+	// ScopePush writes records: POST /v1/records, GET /v1/stream.
+	ScopePush Scope = 1 << iota
+	// ScopeAdmin reads the node: the status page, taps, the profiler.
+	ScopeAdmin
+)
+
+var scopeNames = map[string]Scope{"push": ScopePush, "admin": ScopeAdmin}
+
+// Authorization failures: a token not in the file (401), or one in it
+// without the scope asked for (403).
+var (
+	ErrUnknownToken = errors.New("the bearer token is not valid")
+	ErrScope        = errors.New("the bearer token may not do this")
+)
+
+// tokenEntry is one line of the file.
+type tokenEntry struct {
+	hash   [sha256.Size]byte
+	scopes Scope
 }
 
 // LoadTokens reads path; an unreadable or malformed file is an error.
@@ -53,7 +81,7 @@ func (t *Tokens) Reload() error {
 		return err
 	}
 	t.set.Store(&hashes)
-	t.log.Info("http tokens loaded", "token_file", t.path, "tokens", len(hashes))
+	t.log.Info("bearer tokens loaded", "token_file", t.path, "tokens", len(hashes))
 	return nil
 }
 
@@ -71,18 +99,41 @@ func (t *Tokens) Run(ctx context.Context, hup <-chan os.Signal) {
 	}
 }
 
-// Valid reports whether token's hash is in the set. Every stored hash is
-// compared, in constant time, whatever matches.
-func (t *Tokens) Valid(token string) bool {
+// Authorize says whether token may do s: nil, ErrUnknownToken or
+// ErrScope. Every stored hash is compared, in constant time, whatever
+// matches.
+func (t *Tokens) Authorize(token string, s Scope) error {
 	sum := sha256.Sum256([]byte(token))
-	ok := 0
-	for _, h := range *t.set.Load() {
-		ok |= subtle.ConstantTimeCompare(sum[:], h[:])
+	var scopes Scope
+	known := 0
+	for _, e := range *t.set.Load() {
+		eq := subtle.ConstantTimeCompare(sum[:], e.hash[:])
+		known |= eq
+		scopes |= e.scopes & Scope(-eq) // the entry's scopes when eq is 1
 	}
-	return ok == 1
+	switch {
+	case known == 0:
+		return ErrUnknownToken
+	case scopes&s == 0:
+		return ErrScope
+	}
+	return nil
 }
 
-func readTokenFile(path string) ([][sha256.Size]byte, error) {
+// AuthorizeRequest checks r's Authorization: Bearer header for s.
+func (t *Tokens) AuthorizeRequest(r *http.Request, s Scope) error {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return fmt.Errorf("%w: a bearer token is required (Authorization: Bearer <token>)", ErrUnknownToken)
+	}
+	tok, ok := bearer(h)
+	if !ok {
+		return fmt.Errorf("%w: want Authorization: Bearer <token>", ErrUnknownToken)
+	}
+	return t.Authorize(tok, s)
+}
+
+func readTokenFile(path string) ([]tokenEntry, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("http.token_file: %w", err)
@@ -95,22 +146,35 @@ func readTokenFile(path string) ([][sha256.Size]byte, error) {
 	if len(b) > maxTokenFileBytes {
 		return nil, fmt.Errorf("http.token_file %s: larger than %d bytes", path, maxTokenFileBytes)
 	}
-	var out [][sha256.Size]byte
+	var out []tokenEntry
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
 			continue
 		}
-		field, _, _ := strings.Cut(line, " ")
-		var h [sha256.Size]byte
-		if len(field) != 2*sha256.Size {
+		e := tokenEntry{scopes: ScopePush}
+		if len(fields[0]) != 2*sha256.Size {
 			return nil, fmt.Errorf("http.token_file %s line %d: want the token's SHA-256 as 64 hex digits, not the token itself", path, n)
 		}
-		if _, err := hex.Decode(h[:], []byte(field)); err != nil {
+		if _, err := hex.Decode(e.hash[:], []byte(fields[0])); err != nil {
 			return nil, fmt.Errorf("http.token_file %s line %d: %w", path, n, err)
 		}
-		out = append(out, h)
+		for _, f := range fields[1:] {
+			list, ok := strings.CutPrefix(f, "scopes=")
+			if !ok {
+				continue // a name for people
+			}
+			e.scopes = 0
+			for name := range strings.SplitSeq(list, ",") {
+				sc, ok := scopeNames[name]
+				if !ok {
+					return nil, fmt.Errorf("http.token_file %s line %d: scope %q: want push or admin", path, n, name)
+				}
+				e.scopes |= sc
+			}
+		}
+		out = append(out, e)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("http.token_file %s: %w", path, err)

@@ -21,6 +21,7 @@ const (
 	ReasonBadRequest     Reason = "bad_request"      // 400: a header is malformed
 	ReasonTruncated      Reason = "truncated"        // 400: the body ended early
 	ReasonUnauthorized   Reason = "unauthorized"     // 401
+	ReasonForbidden      Reason = "forbidden"        // 403: a token without the scope
 	ReasonNotFound       Reason = "not_found"        // 404
 	ReasonMethod         Reason = "method"           // 405
 	ReasonLengthRequired Reason = "length_required"  // 411
@@ -38,7 +39,7 @@ const (
 
 // Reasons lists every Reason, so that metrics can be made for each.
 func Reasons() []Reason {
-	return []Reason{ReasonDecode, ReasonBadRequest, ReasonTruncated, ReasonUnauthorized,
+	return []Reason{ReasonDecode, ReasonBadRequest, ReasonTruncated, ReasonUnauthorized, ReasonForbidden,
 		ReasonNotFound, ReasonMethod, ReasonLengthRequired, ReasonBodyTooLarge, ReasonTooManyRecords,
 		ReasonRecordTooLarge, ReasonMediaType, ReasonOverloaded, ReasonConcurrency, ReasonDiskFull,
 		ReasonShardFailed, ReasonNotReady, ReasonTimeout}
@@ -51,6 +52,8 @@ func (r Reason) Status() int {
 		return http.StatusBadRequest
 	case ReasonUnauthorized:
 		return http.StatusUnauthorized
+	case ReasonForbidden:
+		return http.StatusForbidden
 	case ReasonNotFound:
 		return http.StatusNotFound
 	case ReasonMethod:

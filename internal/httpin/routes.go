@@ -2,6 +2,7 @@ package httpin
 
 import (
 	"context"
+	"errors"
 	"encoding/hex"
 	"net/http"
 	"strconv"
@@ -62,7 +63,8 @@ func (in *Ingress) refuse(w http.ResponseWriter, route string, start time.Time, 
 	in.opts.Observer.Request(route, p.Reason.Status(), time.Since(start).Seconds())
 }
 
-// authorize checks the bearer token when tokens are configured; a TLS
+// authorize checks the bearer token when tokens are configured: 401
+// without a valid one, 403 for a token without the push scope. A TLS
 // client certificate was verified (and its identity authorised) by the
 // handshake.
 func (in *Ingress) authorize(r *http.Request) *Problem {
@@ -70,13 +72,11 @@ func (in *Ingress) authorize(r *http.Request) *Problem {
 	if t == nil {
 		return nil
 	}
-	h := r.Header.Get("Authorization")
-	if h == "" {
-		return problem(ReasonUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
-	}
-	tok, ok := bearer(h)
-	if !ok || !t.Valid(tok) {
-		return problem(ReasonUnauthorized, "the bearer token is not valid")
+	switch err := t.AuthorizeRequest(r, ScopePush); {
+	case errors.Is(err, ErrScope):
+		return problem(ReasonForbidden, "the bearer token has no push scope (scopes= in http.token_file)")
+	case err != nil:
+		return problem(ReasonUnauthorized, "%v", err)
 	}
 	return nil
 }
