@@ -2,8 +2,8 @@ package httpin
 
 import (
 	"context"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
