@@ -220,9 +220,16 @@ func (in *Ingress) submit(ctx context.Context, producer record.ProducerID, idemp
 		Received:   received,
 		Done:       func(err error) { done <- err },
 	}
-	// The handler waits for Done anyway: on an idle shard the request is
-	// written on this goroutine, as the socket writes a lone frame.
-	if err := b.SubmitInline(ctx, shard, req, in.opts.QueueTimeout); err != nil {
+	// The handler waits for Done anyway: a request alone in the door, on
+	// an idle shard, is written on this goroutine, as the socket writes a
+	// lone frame. With others in flight it goes to the flusher, whose
+	// group commit covers them all with one fdatasync (one written inline
+	// would take an fdatasync of its own).
+	submit := b.Submit
+	if len(in.slots) == 1 {
+		submit = b.SubmitInline
+	}
+	if err := submit(ctx, shard, req, in.opts.QueueTimeout); err != nil {
 		if ctx.Err() != nil {
 			return problem(ReasonTimeout, "the request ended before its records were queued: %v", err)
 		}
