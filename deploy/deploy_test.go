@@ -272,7 +272,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("%s: %v", dashboardFile, err)
 	}
 	if d.UID == "" || d.Title == "" || d.SchemaVersion < 36 {
-		t.Errorf("uid %q, title %q, schemaVersion %d: want a uid, a title and a schema version of Grafana 10 or later", d.UID, d.Title, d.SchemaVersion)
+		t.Errorf("uid %q, title %q, schemaVersion %d: want a uid, a title and schema version 36 or later (Grafana 9+)", d.UID, d.Title, d.SchemaVersion)
 	}
 	names := newNameCheck(t)
 	vars := map[string]string{}
