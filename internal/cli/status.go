@@ -83,6 +83,12 @@ func status(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "  shards:       %d, %s\n", shards, fs2)
 	fmt.Fprintf(stdout, "  backlog:      %s sealed segments, %s in the write-ahead buffer\n",
 		num(m.sum("weir_wab_segments", nil)), bytesH(m.sum("weir_wab_bytes", nil)))
+	if n := m.sum("weir_segments_damaged", nil); n > 0 {
+		// Records from the damage on wait for an operator: say what to do.
+		ok = false
+		fmt.Fprintf(stdout, "  DAMAGED:      %s sealed segments set aside by the drain, kept on disk; records from the damage on are not delivered.\n"+
+			"                Stop the daemon, look with `weir verify`, then `weir repair --salvage` (docs/operations/alerts.md#weirsegmentdamaged)\n", num(n))
+	}
 	state := strings.Join(m.labelsWhere("weir_drain_state", "state", func(v float64) bool { return v == 1 }), ",")
 	fmt.Fprintf(stdout, "  drain:        %s; %s records delivered, %s retries\n", orDash(state),
 		num(m.sum("weir_records_delivered_total", nil)), num(m.sum("weir_drain_retries_total", nil)))

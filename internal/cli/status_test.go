@@ -8,6 +8,21 @@ import (
 	"testing"
 )
 
+// runStatus runs weir status against a daemon whose /metrics answers
+// metrics (and /live and /ready 200).
+func runStatus(t *testing.T, metrics string) (out, errOut string, code int) {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			w.Write([]byte(metrics))
+		}
+	}))
+	defer srv.Close()
+	var o, e bytes.Buffer
+	code = Main([]string{"status", "--metrics-addr", strings.TrimPrefix(srv.URL, "http://")}, nil, &o, &e)
+	return o.String(), e.String(), code
+}
+
 // TestStatusShowsSecondaries: weir status prints a line per secondary,
 // saying loudly which one is not durable, with its health when polled.
 func TestStatusShowsSecondaries(t *testing.T) {
@@ -27,18 +42,10 @@ weir_secondary_health{sink="copy",state="down"} 0
 # TYPE weir_sink_health gauge
 weir_sink_health{sink="file",state="healthy"} 1
 `
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/metrics" {
-			w.Write([]byte(body))
-		}
-	}))
-	defer srv.Close()
-	var out, errb bytes.Buffer
-	code := Main([]string{"status", "--metrics-addr", strings.TrimPrefix(srv.URL, "http://")}, nil, &out, &errb)
+	got, errOut, code := runStatus(t, body)
 	if code != 0 {
-		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
+		t.Fatalf("exit %d: %s%s", code, got, errOut)
 	}
-	got := out.String()
 	for _, w := range []string{
 		"secondary copy: durable; coverage 120, lag 0 positions; degraded",
 		"secondary fast: NOT durable (durable = false",
@@ -77,17 +84,10 @@ weir_dedup_degraded{source="orders"} 1
 weir_dedup_dropped_total{source="orders"} 3
 weir_dedup_dropped_total{source="socket"} 0
 `
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/metrics" {
-			w.Write([]byte(body))
-		}
-	}))
-	defer srv.Close()
-	var out, errb bytes.Buffer
-	if code := Main([]string{"status", "--metrics-addr", strings.TrimPrefix(srv.URL, "http://")}, nil, &out, &errb); code != 0 {
-		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
+	got, errOut, code := runStatus(t, body)
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, got, errOut)
 	}
-	got := out.String()
 	for _, w := range []string{
 		"contract orders: pass 70, warn 0, reject 10, duplicate 3; rejects over window 12.5%; BREAKER OPEN: source paused; dedup dropped 3 (STORE UNREACHABLE: duplicates pass)",
 		"contract socket: pass 5, warn 0, reject 0, duplicate 0; rejects over window -\n",
@@ -116,26 +116,14 @@ weir_recovery_leases_held{sink="pg"} 1
 # TYPE weir_recovery_windows_unclaimed gauge
 weir_recovery_windows_unclaimed{sink="pg"} 7
 `
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/metrics" {
-			w.Write([]byte(body))
-		}
-	}))
-	defer srv.Close()
-	var out, errb bytes.Buffer
-	Main([]string{"status", "--metrics-addr", strings.TrimPrefix(srv.URL, "http://")}, nil, &out, &errb)
+	out, _, _ := runStatus(t, body)
 	want := "coordination: role quorum; 3 voting members: weir-0, weir-1 (leader), weir-2 (departed); recovery leases held 1, windows unclaimed 7"
-	if !strings.Contains(out.String(), want) {
-		t.Errorf("status lacks %q:\n%s", want, out.String())
+	if !strings.Contains(out, want) {
+		t.Errorf("status lacks %q:\n%s", want, out)
 	}
-	out.Reset()
-	srvOff := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("# TYPE weir_sink_health gauge\nweir_sink_health{sink=\"file\",state=\"healthy\"} 1\n"))
-	}))
-	defer srvOff.Close()
-	Main([]string{"status", "--metrics-addr", strings.TrimPrefix(srvOff.URL, "http://")}, nil, &out, &errb)
-	if strings.Contains(out.String(), "coordination") {
-		t.Errorf("status shows coordination with coordination off:\n%s", out.String())
+	out, _, _ = runStatus(t, "# TYPE weir_sink_health gauge\nweir_sink_health{sink=\"file\",state=\"healthy\"} 1\n")
+	if strings.Contains(out, "coordination") {
+		t.Errorf("status shows coordination with coordination off:\n%s", out)
 	}
 }
 
@@ -182,15 +170,7 @@ weir_http_refused_total{reason="decode"} 0
 		{"off", "# TYPE weir_sink_health gauge\nweir_sink_health{sink=\"file\",state=\"healthy\"} 1\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path == "/metrics" {
-					w.Write([]byte(tc.body))
-				}
-			}))
-			defer srv.Close()
-			var out, errb bytes.Buffer
-			Main([]string{"status", "--metrics-addr", strings.TrimPrefix(srv.URL, "http://")}, nil, &out, &errb)
-			got := out.String()
+			got, _, _ := runStatus(t, tc.body)
 			if tc.want == "" {
 				if strings.Contains(got, "http:") {
 					t.Errorf("status shows an HTTP door that does not listen:\n%s", got)
@@ -199,6 +179,36 @@ weir_http_refused_total{reason="decode"} 0
 			}
 			if !strings.Contains(got, tc.want) {
 				t.Errorf("status lacks %q:\n%s", tc.want, got)
+			}
+		})
+	}
+}
+
+// TestStatusShowsDamagedSegments: damaged segments kept on disk are said
+// loudly, with what to run, and make the exit code 1; none, nothing said.
+func TestStatusShowsDamagedSegments(t *testing.T) {
+	const healthy = "# TYPE weir_sink_health gauge\nweir_sink_health{sink=\"file\",state=\"healthy\"} 1\n"
+	for _, tc := range []struct {
+		name    string
+		damaged string
+		code    int
+	}{{"none", "0", 0}, {"two", "2", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := healthy + "# TYPE weir_segments_damaged gauge\nweir_segments_damaged " + tc.damaged + "\n"
+			got, errOut, code := runStatus(t, body)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d:\n%s%s", code, tc.code, got, errOut)
+			}
+			if tc.code == 0 {
+				if strings.Contains(got, "DAMAGED") {
+					t.Fatalf("status reports damage with none:\n%s", got)
+				}
+				return
+			}
+			for _, w := range []string{"DAMAGED:      2 sealed segments set aside", "`weir verify`", "`weir repair --salvage`", "docs/operations/alerts.md#weirsegmentdamaged"} {
+				if !strings.Contains(got, w) {
+					t.Errorf("status lacks %q:\n%s", w, got)
+				}
 			}
 		})
 	}

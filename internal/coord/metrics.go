@@ -44,6 +44,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// RegisterMetrics registers the coordination tier's metrics on reg at
+// their initial values without starting anything: the gauges Start
+// registers (and reuses when they are already there) and the member gauge
+// (NewMemberGauge). It is how the metrics catalogue's test lists them.
+func RegisterMetrics(reg prometheus.Registerer) error {
+	if _, err := newMetrics(reg); err != nil {
+		return err
+	}
+	return reg.Register(NewMemberGauge())
+}
+
+// NewMemberGauge makes weir_coordination_member{member,state}, unregistered:
+// 1 for each member in its state (leader, voter, learner, departed,
+// unstarted) as a node last read the member list. The daemon keeps it from
+// Node.Status.
+func NewMemberGauge() *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "weir_coordination_member",
+		Help: "1 for each coordination member in its state (leader, voter, learner, departed, unstarted), as this node last read the member list."},
+		[]string{"member", "state"})
+}
+
 // register registers c on reg, or returns the collector registered before
 // under the same name (a node started again on the same registry).
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {

@@ -174,9 +174,7 @@ const memberPoll = 2 * time.Second
 // member in its state (leader, voter, learner, departed, unstarted) as
 // this node last read it — for weir status and dashboards.
 func (c *coordination) watchMembers(ctx context.Context, reg prometheus.Registerer) error {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "weir_coordination_member",
-		Help: "1 for each coordination member in its state (leader, voter, learner, departed, unstarted), as this node last read the member list."},
-		[]string{"member", "state"})
+	g := coord.NewMemberGauge()
 	if err := reg.Register(g); err != nil {
 		return fmt.Errorf("coordination: metrics: %w", err)
 	}

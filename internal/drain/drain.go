@@ -174,6 +174,12 @@ type Observer interface {
 	// SegmentDeferred is called when a segment is left on disk to be
 	// attempted on a later pass (retries exhausted, read or write error).
 	SegmentDeferred(ref wab.SegmentRef, err error)
+	// SegmentsDamaged is called with the number of sealed segments set
+	// aside because their next record to deliver is damaged (a
+	// *wab.CorruptionError): once when Run starts, after it has looked
+	// for them (see Run), then at every change — one more found, one
+	// delivered after all, or one gone from the listing (weir repair).
+	SegmentsDamaged(n int)
 }
 
 // NopObserver implements Observer and ignores everything.
@@ -188,6 +194,7 @@ func (NopObserver) DeadLetterFull()                         {}
 func (NopObserver) SinkHealth(sink.Health)                  {}
 func (NopObserver) SegmentDelivered(wab.SegmentRef, uint64) {}
 func (NopObserver) SegmentDeferred(wab.SegmentRef, error)   {}
+func (NopObserver) SegmentsDamaged(int)                     {}
 
 // Options configure New. Zero values fall back to the Default constants.
 type Options struct {
@@ -294,6 +301,14 @@ type Drain struct {
 	// deferred holds segments set aside, by path, with the time before
 	// which they are not attempted again. Used only by Run's goroutine.
 	deferred map[string]deferral
+	// damaged holds, by path, the segments set aside for damage, until
+	// they are delivered or leave the listing. Unlike deferred, an entry
+	// stays while its segment is attempted again. Used only by Run's
+	// goroutine.
+	damaged map[string]struct{}
+	// damageReported is set once Run has reported the count found at
+	// start; changes are reported from then on.
+	damageReported bool
 }
 
 // deferral is a segment set aside: until when, and whether for damage
@@ -337,6 +352,7 @@ func New(opts Options) (*Drain, error) {
 		sinkBack:     make(chan struct{}, 1),
 		sinkOpened:   opts.SinkOpened,
 		deferred:     make(map[string]deferral),
+		damaged:      make(map[string]struct{}),
 	}
 	if d.fs == nil {
 		d.fs = vfs.OS
@@ -446,6 +462,10 @@ func (d *Drain) Run(ctx context.Context) error {
 		d.healthLoop(ctx)
 	}()
 
+	d.findDamaged(ctx)
+	d.obs.SegmentsDamaged(len(d.damaged))
+	d.damageReported = true
+
 	for ctx.Err() == nil {
 		d.markBusy()
 		progressed, err := d.pass(ctx)
@@ -490,22 +510,11 @@ func (d *Drain) pass(ctx context.Context) (bool, error) {
 		switch {
 		case err == nil:
 			progressed = true
+			d.setDamaged(ref.Path, false)
 		case ctx.Err() != nil:
 			return progressed, nil
 		default:
-			ce := (*wab.CorruptionError)(nil)
-			corrupt := errors.As(err, &ce)
-			d.deferred[ref.Path] = deferral{until: d.now().Add(d.retryMax), corrupt: corrupt}
-			msg := "segment left on disk, will retry later (at once if the sink turns healthy again)"
-			if corrupt {
-				// wab.Open trusts sealed footers: damage inside a sealed
-				// segment shows up here, when its records are read.
-				msg = "segment is corrupt: records from the damage on cannot be delivered; " +
-					"stop the daemon and see weir verify and weir repair"
-			}
-			d.log.Error(msg, "segment", ref.Path, "shard", ref.Shard, "seq", ref.Seq,
-				"retry_after", d.retryMax, "err", err)
-			d.obs.SegmentDeferred(ref, err)
+			d.setAside(ref, err)
 			d.setState(Draining)
 		}
 		now = d.now()
@@ -513,9 +522,96 @@ func (d *Drain) pass(ctx context.Context) (bool, error) {
 	return progressed, nil
 }
 
-// forgetVanished drops deferrals of segments no longer listed.
+// setAside leaves ref on disk after a failed attempt, until RetryMax has
+// passed (or, after a sink error, until the sink turns healthy again). A
+// *wab.CorruptionError makes it a damaged segment: the sink's health does
+// not mend that, and weir_segments_damaged counts it until it is delivered
+// or leaves the listing.
+func (d *Drain) setAside(ref wab.SegmentRef, err error) {
+	ce := (*wab.CorruptionError)(nil)
+	corrupt := errors.As(err, &ce)
+	d.deferred[ref.Path] = deferral{until: d.now().Add(d.retryMax), corrupt: corrupt}
+	msg := "segment left on disk, will retry later (at once if the sink turns healthy again)"
+	if corrupt {
+		// wab.Open trusts sealed footers: damage inside a sealed
+		// segment shows up here, when its records are read.
+		msg = "segment is corrupt: records from the damage on cannot be delivered; " +
+			"stop the daemon and see weir verify and weir repair"
+	}
+	d.log.Error(msg, "segment", ref.Path, "shard", ref.Shard, "seq", ref.Seq,
+		"retry_after", d.retryMax, "err", err)
+	d.obs.SegmentDeferred(ref, err)
+	if corrupt {
+		d.setDamaged(ref.Path, true)
+	}
+}
+
+// setDamaged records whether the segment at path is damaged, and reports
+// the count to the observer when it changes.
+func (d *Drain) setDamaged(path string, damaged bool) {
+	if _, was := d.damaged[path]; was == damaged {
+		return
+	}
+	if damaged {
+		d.damaged[path] = struct{}{}
+	} else {
+		delete(d.damaged, path)
+	}
+	if d.damageReported {
+		d.obs.SegmentsDamaged(len(d.damaged))
+	}
+}
+
+// findDamaged runs when Run starts. It reads the next record to deliver
+// of every sealed segment, and sets aside as damaged those where that
+// record is damaged — among them every segment an earlier run set aside
+// for damage, because records are confirmed up to the damage. So
+// weir_segments_damaged is right again after a restart before the first
+// pass reaches those segments, which behind a sink that is down may take
+// long. It costs one open and one frame read per sealed segment, in the
+// drain's goroutine: start-up itself (wab.Open) still trusts sealed
+// segments by header and footer, and its time does not grow with the
+// backlog; it reads each sealed segment's header and footer already, so
+// this at most doubles the time from a start to the first delivery.
+// Each segment's probe counts as one piece of the drain's work for /live
+// (Busy). Errors other than damage are left to the first pass.
+func (d *Drain) findDamaged(ctx context.Context) {
+	refs, err := d.src.Sealed()
+	if err != nil {
+		return // the first pass lists again, and logs
+	}
+	for _, ref := range refs {
+		if ctx.Err() != nil {
+			return
+		}
+		d.markBusy()
+		err := d.probe(ref)
+		if ce := (*wab.CorruptionError)(nil); errors.As(err, &ce) {
+			d.setAside(ref, err)
+		}
+	}
+}
+
+// probe opens ref at its first record not yet confirmed and reads that
+// record; it returns the error doing so met, nil when the record is
+// sound or there is none.
+func (d *Drain) probe(ref wab.SegmentRef) error {
+	r, _, err := d.openAtProgress(ref)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if _, err := r.Next(); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// forgetVanished drops deferrals of segments no longer listed, and counts
+// damaged segments no longer listed (removed or replaced by weir repair)
+// out.
 func (d *Drain) forgetVanished(refs []wab.SegmentRef) {
-	if len(d.deferred) == 0 {
+	if len(d.deferred) == 0 && len(d.damaged) == 0 {
 		return
 	}
 	live := make(map[string]struct{}, len(refs))
@@ -525,6 +621,11 @@ func (d *Drain) forgetVanished(refs []wab.SegmentRef) {
 	for p := range d.deferred {
 		if _, ok := live[p]; !ok {
 			delete(d.deferred, p)
+		}
+	}
+	for p := range d.damaged {
+		if _, ok := live[p]; !ok {
+			d.setDamaged(p, false)
 		}
 	}
 }

@@ -179,6 +179,7 @@ type recObserver struct {
 	health    []sink.Health
 	delivered []wab.SegmentRef
 	deferred  []wab.SegmentRef
+	damaged   []int // every SegmentsDamaged report, in order
 }
 
 func (o *recObserver) State(s State) {
@@ -239,6 +240,12 @@ func (o *recObserver) SegmentDeferred(ref wab.SegmentRef, _ error) {
 	o.deferred = append(o.deferred, ref)
 }
 
+func (o *recObserver) SegmentsDamaged(n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.damaged = append(o.damaged, n)
+}
+
 func (o *recObserver) snapshot() recObserver {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -253,6 +260,7 @@ func (o *recObserver) snapshot() recObserver {
 		health:    append([]sink.Health(nil), o.health...),
 		delivered: append([]wab.SegmentRef(nil), o.delivered...),
 		deferred:  append([]wab.SegmentRef(nil), o.deferred...),
+		damaged:   append([]int(nil), o.damaged...),
 	}
 }
 

@@ -146,6 +146,7 @@ type Metrics struct {
 	segDelivered    prometheus.Counter
 	recsDelivered   prometheus.Counter
 	segDeferred     prometheus.Counter
+	segDamaged      prometheus.Gauge
 }
 
 type segKey struct {
@@ -240,6 +241,7 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 	m.segDelivered = f.counter("weir_segments_delivered_total", "Sealed segments fully delivered and removed by the drain.")
 	m.recsDelivered = f.counter("weir_records_delivered_total", "Records of fully delivered segments (committed or dead-lettered).")
 	m.segDeferred = f.counter("weir_segments_deferred_total", "Times a segment was left on disk for a later pass (retries exhausted, read or write error).")
+	m.segDamaged = f.gauge("weir_segments_damaged", "Sealed segments the drain set aside because their next record is damaged: kept on disk, not delivered past the damage, until weir repair (stop the daemon; weir verify shows them). Found again when the drain starts.")
 	reg.MustRegister(&stateCollector{m: m,
 		desc: prometheus.NewDesc("weir_drain_state", "1 for the drain's current state, 0 for the others.", []string{"state"}, nil)})
 	reg.MustRegister(&healthCollector{m: m,

@@ -82,6 +82,7 @@ func TestFirstScrapeHasEveryLabelValue(t *testing.T) {
 		"weir_records_received_total":     {"durability=durable": 0, "durability=buffered": 0},
 		"weir_records_acked_total":        {"durability=durable": 0, "durability=buffered": 0},
 		"weir_wab_segments":               {"": 0},
+		"weir_segments_damaged":           {"": 0},
 		"weir_dead_letter_files":          {"": 0},
 		"weir_dead_letter_full_total":     {"": 0},
 		"weir_dead_letter_records_total": {
@@ -393,6 +394,7 @@ func TestDrainObserver(t *testing.T) {
 	m.DeadLetterTotals(4, 17345)
 	m.DeadLetterFull()
 	m.SegmentDeferred(wab.SegmentRef{}, errors.New("x"))
+	m.SegmentsDamaged(2)
 
 	recs := series(t, reg, "weir_sink_commit_records_total")
 	calls := series(t, reg, "weir_sink_commit_duration_seconds")
@@ -413,6 +415,7 @@ func TestDrainObserver(t *testing.T) {
 		"weir_dead_letter_bytes":           17345,
 		"weir_dead_letter_full_total":      1,
 		"weir_segments_deferred_total":     1,
+		"weir_segments_damaged":            2,
 	} {
 		var got float64
 		for _, v := range series(t, reg, name) {

@@ -264,3 +264,6 @@ func (m *Metrics) SegmentDelivered(ref wab.SegmentRef, records uint64) {
 
 // SegmentDeferred implements drain.Observer.
 func (m *Metrics) SegmentDeferred(ref wab.SegmentRef, err error) { m.segDeferred.Inc() }
+
+// SegmentsDamaged implements drain.Observer.
+func (m *Metrics) SegmentsDamaged(n int) { m.segDamaged.Set(float64(n)) }

@@ -238,6 +238,78 @@ func TestRepairSalvageCLI(t *testing.T) {
 	}
 }
 
+// TestDamagedSegmentGauge: a sealed segment damaged in its middle is
+// found by the drain of a running daemon — weir_segments_damaged is 1, the
+// records before the damage are delivered, weir status says DAMAGED with
+// what to run and exits 1 — and after weir repair --salvage on the stopped
+// daemon the next start counts 0 and delivers the rest.
+func TestDamagedSegmentGauge(t *testing.T) {
+	d, seg := undrainedSegment(t, "damaged", 50)
+	r, err := wab.OpenSegment(vfs.OS, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var damageAt int64
+	for i := 0; i <= 20; i++ {
+		off := r.Offset()
+		rec, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		damageAt = off + wab.FrameOverhead + int64(len(rec.Meta)) + 1 // in record 20's payload
+	}
+	r.Close()
+	b, _ := os.ReadFile(seg)
+	b[damageAt] ^= 0xff
+	if err := os.WriteFile(seg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	damaged := func() float64 {
+		g := scrape(t, d)["weir_segments_damaged"].GetMetric()
+		if len(g) != 1 {
+			t.Fatalf("weir_segments_damaged has %d series", len(g))
+		}
+		return g[0].GetGauge().GetValue()
+	}
+
+	d.start()
+	before := map[string]bool{}
+	for i := range 20 {
+		before[fmt.Sprintf("damaged-%07d", i)] = true
+	}
+	waitDelivered(t, d, before, 30*time.Second)
+	deadline := time.Now().Add(15 * time.Second)
+	for damaged() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("weir_segments_damaged = %v, want 1", damaged())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, errOut, code := weirCmd(t, nil, "status", "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", d.metricsPort))
+	if code != 1 || !strings.Contains(out, "DAMAGED:      1 sealed segments") || !strings.Contains(out, "weir repair --salvage") {
+		t.Fatalf("weir status with a damaged segment: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if err := d.stop(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	if out, errOut, code := weirCmd(t, nil, "repair", "--salvage", "--wab-dir", d.wabDir()); code != 0 {
+		t.Fatalf("repair --salvage: exit %d\n%s\n%s", code, out, errOut)
+	}
+	d.start()
+	rest := map[string]bool{}
+	for i := 21; i < 50; i++ {
+		rest[fmt.Sprintf("damaged-%07d", i)] = true
+	}
+	waitDelivered(t, d, rest, 30*time.Second)
+	if v := damaged(); v != 0 {
+		t.Fatalf("weir_segments_damaged = %v after the salvage, want 0", v)
+	}
+	if err := d.stop(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDeadLetterCLI: list, show, replay (into the running daemon, through
 // the client) and purge, each as a subprocess.
 func TestDeadLetterCLI(t *testing.T) {
