@@ -70,8 +70,10 @@
 //
 // A record's id is chosen in this order (Meta.RecordID):
 //
-//  1. the id field, when present (source records, replayed dead letters):
-//     it was fixed where the record came from and is never changed;
+//  1. the id field, when present (source records, replayed dead letters,
+//     the HTTP door's records — which store the id 2 gives, so that it is
+//     hashed once): it was fixed where the record came from and is never
+//     changed;
 //  2. for an idempotent producer's record, ProducerRecordID(producer id,
 //     seq, payload) — the same for every resend of that record, whatever
 //     connection or segment carried it;

@@ -10,10 +10,11 @@ import (
 
 // Ids. Every record of a request is stored as an idempotent producer's
 // record is (record.Meta's producer field): the producer id and the
-// record's index in the request as its sequence number. The drain derives
-// the id the sinks hold from them (record.Meta.RecordID: ProducerRecordID
-// laid out by TimeOrdered at the record's event time), and the answer
-// lists the same ids, derived here by the same function.
+// record's index in the request as its sequence number. Its id is derived
+// from them as the drain would derive it (record.Meta.RecordID:
+// ProducerRecordID laid out by TimeOrdered at the record's event time),
+// listed in the answer and stored in the meta (its id field, fixed at the
+// origin), so the drain takes it as it is.
 //
 //   - With an Idempotency-Key the producer id is IdempotentProducer(stream,
 //     key): a retry of the request is the same producer, the same
@@ -84,22 +85,26 @@ func storeRecords(stream string, p record.ProducerID, idempotent bool, firstSeq 
 		if m.EventTime == 0 && !idempotent {
 			m.EventTime = received
 		}
+		// What the drain would derive for this record (drain.SinkRecord):
+		// the buffer's segments lay ids out by time
+		// (wab.FlagTimeOrderedIDs). It is stored in the meta, so the drain
+		// reads it instead of hashing the payload a second time.
+		m.ID = m.RecordID(r.payload, record.Derivation{TimeOrdered: true, Received: received})
+		m.HasID = true
+		s.ids[i] = m.ID
 		s.payloads[i] = r.payload
 		start := len(arena)
 		arena = record.Append(arena, &m)
 		s.metas[i] = arena[start:len(arena):len(arena)]
-		// What the drain computes for this record (drain.SinkRecord): the
-		// buffer's segments lay ids out by time (wab.FlagTimeOrderedIDs).
-		s.ids[i] = m.RecordID(r.payload, record.Derivation{TimeOrdered: true, Received: received})
 		s.bytes += len(r.payload) + len(s.metas[i])
 	}
 	return s
 }
 
 // metaEstimate is a record meta's size besides its source name, key and
-// headers: the fields' tags and lengths, an event time, a producer id and
-// sequence number.
-const metaEstimate = 48
+// headers: the fields' tags and lengths, the id, an event time, a producer
+// id and sequence number.
+const metaEstimate = 68
 
 // shardOf spreads requests over shards: an idempotent producer's by its
 // id (a retry goes where the first copy went), others in turn.

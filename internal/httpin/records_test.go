@@ -17,6 +17,7 @@ import (
 
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/flow"
+	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/wab"
 )
@@ -66,6 +67,16 @@ func sinkIDs(t *testing.T, req *wab.Request) []string {
 		}
 		if r.Source != DefaultStream {
 			t.Errorf("record %d: source %q, want the stream", i, r.Source)
+		}
+		// The id stored in the meta is the one the drain derives from
+		// the producer, sequence number and payload without it.
+		m, err := record.Decode(req.Metas[i], record.LegacyOrigin)
+		if err != nil || !m.HasID {
+			t.Fatalf("record %d: meta %v, id stored %v", i, err, m.HasID)
+		}
+		m.HasID = false
+		if d := m.RecordID(req.Payloads[i], record.Derivation{TimeOrdered: true, Received: req.Received}); d != r.ID {
+			t.Errorf("record %d: stored id %s, derived %s", i, r.ID, d)
 		}
 		ids = append(ids, r.ID.String())
 	}
