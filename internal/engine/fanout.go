@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/flow"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -44,7 +45,7 @@ type SecondaryConfig struct {
 	// means DefaultQueueBytes.
 	QueueBytes int64
 	// Quarantine receives rejected records; nil logs and counts them.
-	Quarantine Quarantine
+	Quarantine lane.Lane
 	// QuarantineBuffer bounds the quarantine lane, in records. Zero means
 	// DefaultQuarantineBuffer.
 	QuarantineBuffer int

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/sink/filesink"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/record"
@@ -327,7 +328,7 @@ func TestFanoutOverflowRecoversAndQuarantines(t *testing.T) {
 	slow.hold = make(chan struct{})
 	var qmu sync.Mutex
 	quarantined := map[sink.RecordID]record.Rejection{}
-	q := engine.QuarantineFunc(func(_ context.Context, recs []engine.QuarantinedRecord) error {
+	q := lane.Func(func(_ context.Context, recs []lane.Rejected) error {
 		qmu.Lock()
 		defer qmu.Unlock()
 		for _, r := range recs {
@@ -472,8 +473,8 @@ func TestFanoutQuarantineReasonCodes(t *testing.T) {
 		func(sink.Batch) (sink.CommitResult, error) { return sink.CommitResult{}, errors.New("table dropped") },
 	}}
 	var qmu sync.Mutex
-	var got []engine.QuarantinedRecord
-	q := engine.QuarantineFunc(func(_ context.Context, recs []engine.QuarantinedRecord) error {
+	var got []lane.Rejected
+	q := lane.Func(func(_ context.Context, recs []lane.Rejected) error {
 		qmu.Lock()
 		defer qmu.Unlock()
 		got = append(got, recs...)
@@ -556,7 +557,7 @@ func TestFanoutSkipQuarantine(t *testing.T) {
 		mem.poison[id] = true
 	}
 	var quarantined atomic.Int64
-	q := engine.QuarantineFunc(func(_ context.Context, recs []engine.QuarantinedRecord) error {
+	q := lane.Func(func(_ context.Context, recs []lane.Rejected) error {
 		quarantined.Add(int64(len(recs)))
 		return nil
 	})
@@ -610,7 +611,7 @@ func TestFanoutQuarantineSheds(t *testing.T) {
 	mem, memB := newMemSink("mem"), newMemSink("mem")
 	rec0 := mkBatch(1).Records[0]
 	block := make(chan struct{})
-	q := engine.QuarantineFunc(func(ctx context.Context, _ []engine.QuarantinedRecord) error {
+	q := lane.Func(func(ctx context.Context, _ []lane.Rejected) error {
 		select {
 		case <-block:
 		case <-ctx.Done():

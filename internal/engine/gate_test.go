@@ -16,6 +16,7 @@ import (
 
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/engine/enginetest"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/quarantine"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/internal/vfs/errorfs"
@@ -116,10 +117,10 @@ func TestWABGateCancelledContext(t *testing.T) {
 // with err; gateCounts counts GateQuarantined by code.
 type laneRecorder struct {
 	err  error
-	recs []engine.QuarantinedRecord
+	recs []lane.Rejected
 }
 
-func (l *laneRecorder) Quarantine(_ context.Context, qs []engine.QuarantinedRecord) error {
+func (l *laneRecorder) Reject(_ context.Context, qs []lane.Rejected) error {
 	if l.err != nil {
 		return l.err
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/pgopen"
 	"github.com/weir-io/weir/internal/sink/recjson"
 )
@@ -37,7 +37,7 @@ type Options struct {
 }
 
 // Writer inserts quarantined records into the table. It is safe for
-// concurrent use and implements engine.Quarantine.
+// concurrent use and implements lane.Lane.
 type Writer struct {
 	pool      *pgopen.Pool
 	table     string // quoted
@@ -45,7 +45,7 @@ type Writer struct {
 	insertSQL string
 }
 
-var _ engine.Quarantine = (*Writer)(nil)
+var _ lane.Lane = (*Writer)(nil)
 
 // columns are the columns Quarantine writes, with their types.
 var columns = []struct{ name, typ string }{
@@ -102,10 +102,10 @@ func Open(ctx context.Context, o Options) (*Writer, error) {
 // Table is the quoted table name.
 func (w *Writer) Table() string { return w.table }
 
-// Quarantine implements engine.Quarantine: one INSERT of every record of
+// Reject implements lane.Lane: one INSERT of every record of
 // recs, skipping those already in the table. It returns once the rows are
 // committed, or when ctx (or Options.Timeout) ends.
-func (w *Writer) Quarantine(ctx context.Context, recs []engine.QuarantinedRecord) error {
+func (w *Writer) Reject(ctx context.Context, recs []lane.Rejected) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -118,7 +118,7 @@ func (w *Writer) Quarantine(ctx context.Context, recs []engine.QuarantinedRecord
 }
 
 // arrays are the INSERT's parameters: one array per column.
-func arrays(recs []engine.QuarantinedRecord) []any {
+func arrays(recs []lane.Rejected) []any {
 	n := len(recs)
 	var (
 		sinks, codes, stages, comps = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
