@@ -136,7 +136,7 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 			return k.openSink(ctx, sc.Sink, sc.Name, secLog)
 		}, secLog)
 		secCfg := engine.SecondaryConfig{Sink: k.dq.wrap(s, sc.Name), Name: sc.Name, QueueBatches: sc.QueueBatches, QueueBytes: sc.QueueMaxBytes,
-			QuarantineBuffer: sc.QuarantineBuffer, QuarantineBytes: sc.QuarantineBufferBytes, StartAtEnd: sc.StartAtEnd}
+			QuarantineBuffer: sc.QuarantineBuffer, QuarantineBytes: sc.QuarantineBufferBytes, StartAtEnd: sc.StartAtEnd, MaxAttempts: sc.MaxAttempts}
 		q, err := openQuarantine(ctx, k, sc, secLog)
 		if err != nil {
 			secs = append(secs, secCfg)

@@ -58,6 +58,12 @@ type SecondaryConfig struct {
 	// StartAtEnd: a sink the offset store has never seen starts covered up
 	// to raw's current end instead of being recovered from position 0.
 	StartAtEnd bool
+	// MaxAttempts bounds the commits of a batch that keeps failing with
+	// transient errors: after the MaxAttempts-th its records are given up
+	// on — accounted for, covered, and handed to the quarantine lane with
+	// code retry-exhausted (raw still holds them). Zero retries until the
+	// sink answers.
+	MaxAttempts int
 }
 
 // FanoutOptions configure NewFanout. Zero fields take their defaults.

@@ -239,10 +239,27 @@ func (s *secondary) commitChunk(ctx context.Context, chunk []sink.Positioned, re
 			// Too big for the window's time: let the caller shrink it.
 			return fmt.Errorf("%w (%d records in %v): %w", errWindowTimeout, len(chunk), s.f.opts.WindowTime, err)
 		}
+		if s.cfg.MaxAttempts > 0 && attempts >= s.cfg.MaxAttempts {
+			s.giveUp(chunk, recovery, attempts, err)
+			return nil
+		}
 		if !backoff.Sleep(ctx, d) {
 			return ctx.Err()
 		}
 	}
+}
+
+// giveUp accounts for a chunk whose attempts ran out on the transient
+// error err: its records go to the quarantine lane with code
+// retry-exhausted, and the caller covers them.
+func (s *secondary) giveUp(chunk []sink.Positioned, recovery bool, attempts int, err error) {
+	rej := make([]sink.Rejection, len(chunk))
+	for i := range rej {
+		rej[i] = sink.Rejection{Index: i, Reason: fmt.Sprintf("gave up after %d attempts: %v", attempts, err), Code: sink.CodeRetryExhausted}
+	}
+	s.f.log.Warn("secondary kept failing; its records go to quarantine as retry-exhausted", "sink", s.name,
+		"records", len(chunk), "attempts", attempts, "recovery", recovery, "err", err)
+	s.accounted(chunk, rej, recovery, attempts)
 }
 
 // accounted handles a chunk the sink accounted for after attempts
