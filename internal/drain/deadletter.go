@@ -20,6 +20,7 @@ import (
 	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/record"
+	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/wab"
 )
 
@@ -454,4 +455,31 @@ func RemoveDeadLetter(fsys vfs.FS, wabDir, name string) error {
 		return fmt.Errorf("drain: sync dead-letter directory: %w", err)
 	}
 	return nil
+}
+
+// Rejected is the lane record r holds: what the tools show, filter and
+// replay. A record whose metadata did not decode has no id (the zero id)
+// and a rejection that says so; one without a first-seen time of its own
+// (a version-1 record) takes created, its file's creation time (the
+// header's, Unix nanoseconds).
+func (r *DeadLetterRecord) Rejected(created int64) lane.Rejected {
+	out := lane.Rejected{
+		Record: sink.Record{Payload: r.Payload, Durability: sink.Durability(r.Durability), Received: r.Received},
+		Meta:   r.RawMeta,
+	}
+	if r.MetaErr != nil {
+		out.Reject = record.Rejection{Error: fmt.Sprintf("undecodable metadata: %v", r.MetaErr), FirstSeen: created}
+		return out
+	}
+	m := &r.Meta
+	out.Sink, out.OriginPos = m.Reject.Component, m.OriginPos
+	out.Record.ID, out.Record.Source, out.Record.Key, out.Record.Headers = m.ID, m.Source, m.Key, m.Headers
+	if m.EventTime != 0 {
+		out.Record.EventTime = time.Unix(0, m.EventTime)
+	}
+	out.Reject = *m.Reject
+	if out.Reject.FirstSeen == 0 {
+		out.Reject.FirstSeen = created
+	}
+	return out
 }
