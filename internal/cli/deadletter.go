@@ -97,15 +97,8 @@ func (o *dlOptions) pick(files []drain.DeadLetterFile) ([]drain.DeadLetterFile, 
 
 // deadletter runs `weir deadletter list|show|replay|purge`.
 func deadletter(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, deadletterUsage)
-		return 2
-	}
-	sub := args[0]
-	switch sub {
-	case "list", "show", "replay", "purge":
-	default:
-		fmt.Fprintf(stderr, "weir deadletter: unknown subcommand %q\n%s", sub, deadletterUsage)
+	sub := subcommand("weir deadletter", deadletterUsage, args, stderr, "list", "show", "replay", "purge")
+	if sub == "" {
 		return 2
 	}
 	o, err := parseDeadletterFlags(sub, args[1:], stderr)

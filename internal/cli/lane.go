@@ -6,11 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/weir-io/weir/client"
+	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
@@ -19,6 +22,34 @@ import (
 // The parts `weir deadletter` and `weir quarantine` share: both read their
 // lane as lane.Rejected records, select them with the same filters, show
 // them the same way and replay them under their original ids.
+
+// subcommand returns args' subcommand when it is one of subs; otherwise
+// it prints why with usage and returns "".
+func subcommand(cmd, usage string, args []string, stderr io.Writer, subs ...string) string {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ""
+	}
+	if !slices.Contains(subs, args[0]) {
+		fmt.Fprintf(stderr, "%s: unknown subcommand %q\n%s", cmd, args[0], usage)
+		return ""
+	}
+	return args[0]
+}
+
+// configDataDir is the data_dir of the configuration (the file path, or
+// WEIR_CONFIG and WEIR_DATA_DIR when empty).
+func configDataDir(path string) (string, error) {
+	var args []string
+	if path != "" {
+		args = []string{"--" + config.ConfigFlag, path}
+	}
+	cfg, err := config.Load(args, os.Environ(), nil)
+	if err != nil {
+		return "", err
+	}
+	return cfg.DataDir, nil
+}
 
 // laneFilter selects lane records by code and first-seen time.
 type laneFilter struct {

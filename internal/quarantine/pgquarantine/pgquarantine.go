@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/weir-io/weir/internal/lane"
@@ -59,8 +60,8 @@ var columns = []struct{ name, typ string }{
 // nullable are the columns that may be NULL.
 var nullable = map[string]bool{"origin_pos": true, "record_key": true, "headers": true, "event_time": true, "first_seen": true}
 
-// Open connects and creates the table when it is missing.
-func Open(ctx context.Context, o Options) (*Writer, error) {
+// resolve fills o's defaults and parses its table name.
+func (o *Options) resolve() (pgx.Identifier, error) {
 	if o.DSN == "" {
 		return nil, errors.New("pgquarantine: no DSN")
 	}
@@ -73,6 +74,15 @@ func Open(ctx context.Context, o Options) (*Writer, error) {
 	ident, err := pgopen.ParseTable(o.Table)
 	if err != nil {
 		return nil, fmt.Errorf("pgquarantine: %w", err)
+	}
+	return ident, nil
+}
+
+// Open connects and creates the table when it is missing.
+func Open(ctx context.Context, o Options) (*Writer, error) {
+	ident, err := o.resolve()
+	if err != nil {
+		return nil, err
 	}
 	w := &Writer{table: ident.Sanitize(), timeout: o.Timeout}
 	names := make([]string, len(columns))

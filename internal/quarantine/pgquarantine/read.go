@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/weir-io/weir/internal/lane"
-	"github.com/weir-io/weir/internal/pgopen"
 	"github.com/weir-io/weir/internal/sink/recjson"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
@@ -19,15 +18,9 @@ import (
 // first_seen, then quarantined_at). It opens its own connection and
 // creates nothing: a missing table is an error.
 func Read(ctx context.Context, o Options, sinkName string) ([]lane.Rejected, error) {
-	if o.Table == "" {
-		o.Table = DefaultTable
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
-	}
-	ident, err := pgopen.ParseTable(o.Table)
+	ident, err := o.resolve()
 	if err != nil {
-		return nil, fmt.Errorf("pgquarantine: %w", err)
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
