@@ -43,3 +43,27 @@ const (
 	// StageCheck: by a contract or data-quality check after raw.
 	StageCheck Stage = "check"
 )
+
+// FromSink is the rejection a lane keeps for a sink's refusal r of a
+// record on its way through stage (StageDrain, StageSecondary, StageGate)
+// to component (the sink's name). It is the one place a refusal is mapped:
+//
+//   - the code is r.Code, or CodeSinkRefused when the sink did not say
+//     (CodeUnknown) or said a code this build does not know;
+//   - the error text is r.Reason, or "rejected by <component>" when empty
+//     (the contract, for a contract's refusal);
+//   - a contract's refusal (r.Contract set) is stage StageCheck with the
+//     contract as the component and r.Rule as the rule, whatever stage the
+//     record was in.
+//
+// Attempts, FirstSeen and the buffer location are the caller's to set.
+func FromSink(r sink.Rejection, stage Stage, component string) Rejection {
+	out := Rejection{Code: r.Code.OrRefused(), Stage: stage, Component: component, Error: r.Reason}
+	if r.Contract != "" {
+		out.Stage, out.Component, out.Rule = StageCheck, r.Contract, r.Rule
+	}
+	if out.Error == "" {
+		out.Error = "rejected by " + out.Component
+	}
+	return out
+}

@@ -28,6 +28,7 @@ Usage:
   weir repair [--cut | --salvage] [DIR]   list damage weir serve refuses; --salvage keeps
                        every valid record around it, --cut cuts it (offline, locks DIR)
   weir deadletter list|show|replay|purge   manage the dead-letter lane
+  weir quarantine list|show|replay   inspect and replay quarantined records (ids kept)
   weir status          summary of a running daemon (reads its /metrics, /live, /ready)
   weir dq [flags]      summary of the dq-audit trail (weir dq --help)
   weir kinds [KIND]    the sink and source kinds and their capabilities, or one kind's keys
@@ -60,6 +61,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return status(args[1:], stdout, stderr)
 	case "deadletter":
 		return deadletter(args[1:], stdout, stderr)
+	case "quarantine":
+		return quarantineCmd(args[1:], stdout, stderr)
 	case "dq":
 		return dq(args[1:], stdout, stderr)
 	case "kinds":

@@ -14,11 +14,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/weir-io/weir/client"
 	"github.com/weir-io/weir/internal/drain"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/vfs"
-	"github.com/weir-io/weir/record"
-	"github.com/weir-io/weir/wab"
 )
 
 const deadletterUsage = `Usage:
@@ -39,55 +37,16 @@ file with records outside the filters is kept).
 
 // dlOptions are the flags of `weir deadletter`.
 type dlOptions struct {
-	dir, socket        string
-	maxPayload         int
-	all, yes           bool
-	remove, dryRun     bool
-	filter             dlFilter
-	names              []string
-	sinceArg, untilArg string
-}
-
-// dlFilter selects dead-letter records by code and first-seen time.
-type dlFilter struct {
-	codes        map[record.Code]bool // empty: every code
-	since, until time.Time            // zero: unbounded
-}
-
-// match reports whether the filter selects r, first rejected at seen.
-func (f dlFilter) match(r *drain.DeadLetterRecord, seen time.Time) bool {
-	if len(f.codes) > 0 && (r.Meta.Reject == nil || !f.codes[r.Meta.Reject.Code]) {
-		return false
-	}
-	if !f.since.IsZero() && seen.Before(f.since) {
-		return false
-	}
-	return f.until.IsZero() || seen.Before(f.until)
-}
-
-// firstSeen is when r was first rejected: its own first-seen time, or for
-// a version-1 record, which has none, when its file was written (the
-// file's header).
-func firstSeen(r *drain.DeadLetterRecord, h wab.Header) time.Time {
-	if r.Meta.Reject != nil && r.Meta.Reject.FirstSeen != 0 {
-		return time.Unix(0, r.Meta.Reject.FirstSeen)
-	}
-	return time.Unix(0, h.Created)
-}
-
-// parseWhen reads an RFC 3339 time or a duration back from now.
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration", s)
+	dir, socket    string
+	maxPayload     int
+	all, yes       bool
+	remove, dryRun bool
+	filter         laneFilter
+	names          []string
 }
 
 func parseDeadletterFlags(sub string, args []string, stderr io.Writer) (*dlOptions, error) {
-	o := &dlOptions{filter: dlFilter{codes: map[record.Code]bool{}}}
+	o := &dlOptions{}
 	fs := flag.NewFlagSet("weir deadletter "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.dir, "wab-dir", defaultWABDir(), "WAB directory (env WEIR_WAB_DIR)")
@@ -97,33 +56,13 @@ func parseDeadletterFlags(sub string, args []string, stderr io.Writer) (*dlOptio
 	fs.BoolVar(&o.yes, "yes", false, "purge --all: really remove every file")
 	fs.BoolVar(&o.remove, "remove", false, "replay: remove each file once all its records are acked")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "replay: print what would be replayed, send nothing")
-	fs.Func("code", "show/replay: only records with this reason code (repeatable)", func(s string) error {
-		c, err := record.ParseCode(s)
-		if err != nil {
-			return err
-		}
-		o.filter.codes[c] = true
-		return nil
-	})
-	fs.StringVar(&o.sinceArg, "since", "", "show/replay: only records first rejected at or after this time")
-	fs.StringVar(&o.untilArg, "until", "", "show/replay: only records first rejected before this time")
+	o.filter.register(fs, "show/replay: ")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	for _, w := range []struct {
-		arg string
-		t   *time.Time
-	}{{o.sinceArg, &o.filter.since}, {o.untilArg, &o.filter.until}} {
-		if w.arg == "" {
-			continue
-		}
-		t, err := parseWhen(w.arg, now)
-		if err != nil {
-			fmt.Fprintf(stderr, "weir deadletter %s: %v\n", sub, err)
-			return nil, err
-		}
-		*w.t = t
+	if err := o.filter.resolve(time.Now()); err != nil {
+		fmt.Fprintf(stderr, "weir deadletter %s: %v\n", sub, err)
+		return nil, err
 	}
 	o.names = fs.Args()
 	return o, nil
@@ -158,15 +97,8 @@ func (o *dlOptions) pick(files []drain.DeadLetterFile) ([]drain.DeadLetterFile, 
 
 // deadletter runs `weir deadletter list|show|replay|purge`.
 func deadletter(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, deadletterUsage)
-		return 2
-	}
-	sub := args[0]
-	switch sub {
-	case "list", "show", "replay", "purge":
-	default:
-		fmt.Fprintf(stderr, "weir deadletter: unknown subcommand %q\n%s", sub, deadletterUsage)
+	sub := subcommand("weir deadletter", deadletterUsage, args, stderr, "list", "show", "replay", "purge")
+	if sub == "" {
 		return 2
 	}
 	o, err := parseDeadletterFlags(sub, args[1:], stderr)
@@ -203,12 +135,12 @@ func deadletter(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// dlList prints one line per file: records, size, the span of first-seen
-// times, the reason codes, stages and components of its records, and the
-// most delivery attempts any of them had.
+// dlList prints one line per file: records, size, and the summary of its
+// records (laneSummary: first and last first-seen times, reason codes,
+// stage/component pairs, most delivery attempts).
 func dlList(files []drain.DeadLetterFile, stdout, stderr io.Writer) int {
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FILE\tRECORDS\tBYTES\tFIRST SEEN\tLAST SEEN\tCODES\tSTAGE/COMPONENT\tMAX ATTEMPTS")
+	fmt.Fprintln(tw, "FILE\tRECORDS\tBYTES\t"+laneSummaryHeader)
 	var recs uint64
 	var bytes int64
 	for _, f := range files {
@@ -217,21 +149,12 @@ func dlList(files []drain.DeadLetterFile, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "weir deadletter list: %v\n", err)
 			return 1
 		}
-		var first, last time.Time
-		codes, where, attempts := counter{}, counter{}, 0
+		var sum laneSummary
 		for i := range rs {
-			t := firstSeen(&rs[i], h)
-			if first.IsZero() || t.Before(first) {
-				first = t
-			}
-			last = later(last, t)
-			rj := rejectionOf(&rs[i])
-			codes.add(rj.Code.String())
-			where.add(orDash(string(rj.Stage)) + "/" + orDash(rj.Component))
-			attempts = max(attempts, rj.Attempts)
+			r := rs[i].Rejected(h.Created)
+			sum.add(&r)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\n", f.Name, f.Records, f.Bytes,
-			fmtWhen(first), fmtWhen(last), codes, where, attempts)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", f.Name, f.Records, f.Bytes, sum.columns())
 		recs += f.Records
 		bytes += f.Bytes
 	}
@@ -240,75 +163,24 @@ func dlList(files []drain.DeadLetterFile, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// fmtWhen is fmtTime for a time.Time ("-" for the zero time).
-func fmtWhen(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return fmtTime(t.UnixNano())
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-// counter counts strings in first-seen order; String is "a:2,b:1".
-type counter struct {
-	keys []string
-	n    map[string]int
-}
-
-func (c *counter) add(k string) {
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	if c.n[k] == 0 {
-		c.keys = append(c.keys, k)
-	}
-	c.n[k]++
-}
-
-func (c counter) String() string {
-	if len(c.keys) == 0 {
-		return "-"
-	}
-	parts := make([]string, len(c.keys))
-	for i, k := range c.keys {
-		parts[i] = k + ":" + strconv.Itoa(c.n[k])
-	}
-	return strings.Join(parts, ",")
-}
-
-// rejectionOf is r's rejection, or for a record whose metadata did not
-// decode, one that says so.
-func rejectionOf(r *drain.DeadLetterRecord) *record.Rejection {
-	if r.Meta.Reject != nil {
-		return r.Meta.Reject
-	}
-	return &record.Rejection{Error: fmt.Sprintf("undecodable metadata: %v", r.MetaErr)}
-}
-
-// eachSelected reads each file and calls fn with its header and the
-// records the filter selects (with their index in the file); all says
-// whether those are every record of the file.
-func eachSelected(files []drain.DeadLetterFile, f dlFilter, fn func(file drain.DeadLetterFile, h wab.Header, recs []drain.DeadLetterRecord, idx []int, all bool) error) error {
+// eachSelected reads each file and calls fn with the records the filter
+// selects (with their index in the file); all says whether those are
+// every record of the file.
+func eachSelected(files []drain.DeadLetterFile, f *laneFilter, fn func(file drain.DeadLetterFile, recs []lane.Rejected, idx []int, all bool) error) error {
 	for _, file := range files {
 		h, rs, err := drain.ReadDeadLetter(vfs.OS, file.Path)
 		if err != nil {
 			return err
 		}
-		var sel []drain.DeadLetterRecord
+		var sel []lane.Rejected
 		var idx []int
 		for i := range rs {
-			if f.match(&rs[i], firstSeen(&rs[i], h)) {
-				sel = append(sel, rs[i])
+			if r := rs[i].Rejected(h.Created); f.match(&r) {
+				sel = append(sel, r)
 				idx = append(idx, i)
 			}
 		}
-		if err := fn(file, h, sel, idx, len(sel) == len(rs)); err != nil {
+		if err := fn(file, sel, idx, len(sel) == len(rs)); err != nil {
 			return err
 		}
 	}
@@ -317,10 +189,10 @@ func eachSelected(files []drain.DeadLetterFile, f dlFilter, fn func(file drain.D
 
 // dlShow prints every selected record with its rejection and metadata.
 func dlShow(files []drain.DeadLetterFile, o *dlOptions, stdout, stderr io.Writer) int {
-	err := eachSelected(files, o.filter, func(f drain.DeadLetterFile, h wab.Header, recs []drain.DeadLetterRecord, idx []int, _ bool) error {
+	err := eachSelected(files, &o.filter, func(f drain.DeadLetterFile, recs []lane.Rejected, idx []int, _ bool) error {
 		fmt.Fprintf(stdout, "%s: %d of %d records\n", f.Name, len(recs), f.Records)
 		for i := range recs {
-			showRecord(stdout, idx[i], &recs[i], h, o.maxPayload)
+			showRejected(stdout, idx[i], &recs[i], o.maxPayload)
 		}
 		return nil
 	})
@@ -331,46 +203,15 @@ func dlShow(files []drain.DeadLetterFile, o *dlOptions, stdout, stderr io.Writer
 	return 0
 }
 
-func showRecord(w io.Writer, i int, r *drain.DeadLetterRecord, h wab.Header, maxPayload int) {
-	m, rj := &r.Meta, rejectionOf(r)
-	source := m.Source
-	if source == "" {
-		source = drain.RecordSource
-	}
-	fmt.Fprintf(w, "  #%d id=%s source=%s origin=shard %d seq %d index %d", i, m.ID, source, rj.Shard, rj.Seq, rj.Index)
-	if m.OriginPos != "" {
-		fmt.Fprintf(w, " origin_pos=%s", m.OriginPos)
-	}
-	fmt.Fprintf(w, " received=%s\n", r.Received.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(w, "      code=%s stage=%s component=%s", rj.Code, orDash(string(rj.Stage)), orDash(rj.Component))
-	if rj.Rule != "" {
-		fmt.Fprintf(w, " rule=%s", rj.Rule)
-	}
-	fmt.Fprintf(w, " attempts=%d first_seen=%s\n", rj.Attempts, fmtWhen(firstSeen(r, h)))
-	fmt.Fprintf(w, "      reason: %s\n", rj.Error)
-	if m.Key != nil {
-		fmt.Fprintf(w, "      key: %s\n", preview(m.Key, maxPayload))
-	}
-	for _, hd := range m.Headers {
-		fmt.Fprintf(w, "      header: %s=%s\n", strconv.Quote(hd.Key), preview(hd.Value, maxPayload))
-	}
-	if m.EventTime != 0 {
-		fmt.Fprintf(w, "      event_time: %s\n", fmtTime(m.EventTime))
-	}
-	fmt.Fprintf(w, "      payload: %s\n", preview(r.Payload, maxPayload))
-}
-
 // dlDryRun prints what replay would send, and how many, without sending.
 func dlDryRun(files []drain.DeadLetterFile, o *dlOptions, stdout, stderr io.Writer) int {
 	n, nfiles := 0, 0
-	err := eachSelected(files, o.filter, func(f drain.DeadLetterFile, h wab.Header, recs []drain.DeadLetterRecord, idx []int, all bool) error {
+	err := eachSelected(files, &o.filter, func(f drain.DeadLetterFile, recs []lane.Rejected, idx []int, all bool) error {
 		if len(recs) > 0 {
 			nfiles++
 		}
 		for i := range recs {
-			rj := rejectionOf(&recs[i])
-			fmt.Fprintf(stdout, "%s #%d id=%s code=%s first_seen=%s payload=%s\n", f.Name, idx[i], recs[i].Meta.ID,
-				rj.Code, fmtWhen(firstSeen(&recs[i], h)), preview(recs[i].Payload, o.maxPayload))
+			dryRunLine(stdout, f.Name, idx[i], &recs[i], o.maxPayload)
 		}
 		n += len(recs)
 		if o.remove && len(recs) > 0 {
@@ -426,61 +267,6 @@ func defaultSocket() string {
 	return filepath.Join("data", "weir.sock")
 }
 
-// dialReplay connects to the daemon that receives the replayed records.
-// The client asks for replay in its Hello; the daemon grants it only to a
-// wire version-2 producer on its Unix socket. Without it a record could
-// not keep its id, so dialReplay refuses to go on.
-func dialReplay(ctx context.Context, socket string) (*client.Client, error) {
-	if strings.HasPrefix(socket, "tcp://") {
-		return nil, fmt.Errorf("%s: replay goes through the daemon's Unix socket only", socket)
-	}
-	c, err := client.Dial(ctx, socket)
-	if err != nil {
-		return nil, err
-	}
-	if !c.CanReplay() {
-		v := c.ProtocolVersion()
-		c.Close(ctx)
-		return nil, fmt.Errorf("the daemon did not grant replay (it speaks wire version %d; replay needs version 2 on the Unix socket): "+
-			"records cannot be re-submitted under their original ids", v)
-	}
-	return c, nil
-}
-
-// errNoIdentity refuses to replay a record whose metadata did not decode:
-// its id is unknown.
-var errNoIdentity = errors.New("metadata does not decode, so its original id is unknown; not replayed")
-
-// sendReplay re-submits one dead-lettered record to the daemon, Durable,
-// under its original identity, and calls done with the daemon's answer (as
-// client.PushRecordsAsync does; an error returned means done will not be
-// called).
-//
-// The record goes out with its payload, key, headers and event time, and
-// the id it was delivered under (Meta.ID, which the drain sets for every
-// dead letter — also for a producer record whose id derived from its
-// producer id and sequence, or from its buffer position), its source and
-// its origin position. The daemon stores it under that id, so replaying it
-// twice adds nothing to an idempotent sink. The metadata is rebuilt from
-// the fields: the stored bytes also hold the rejection and producer tags,
-// which a producer may not send.
-func sendReplay(ctx context.Context, c *client.Client, r *drain.DeadLetterRecord, done func(error)) error {
-	if r.MetaErr != nil || !r.Meta.HasID {
-		return fmt.Errorf("record %s: %w (%v)", preview(r.Payload, 40), errNoIdentity, r.MetaErr)
-	}
-	m := &r.Meta
-	rec := client.Record{
-		Payload: r.Payload,
-		Key:     m.Key,
-		Headers: m.Headers,
-		Replay:  &client.Replay{ID: m.ID, Source: m.Source, OriginPos: m.OriginPos},
-	}
-	if m.EventTime != 0 {
-		rec.EventTime = time.Unix(0, m.EventTime)
-	}
-	return c.PushRecordsAsync(ctx, []client.Record{rec}, client.Durable, done)
-}
-
 // replay pushes the selected records of the chosen files through the
 // client into a running daemon, with a progress line on long runs.
 func replay(ctx context.Context, files []drain.DeadLetterFile, o *dlOptions, stdout, stderr io.Writer) int {
@@ -496,8 +282,8 @@ func replay(ctx context.Context, files []drain.DeadLetterFile, o *dlOptions, std
 	defer c.Close(ctx)
 	prog := newProgress(stderr, total)
 	var examined, sent, failed uint64
-	err = eachSelected(files, o.filter, func(f drain.DeadLetterFile, _ wab.Header, recs []drain.DeadLetterRecord, _ []int, all bool) error {
-		fileFailed := replayFile(ctx, c, f, recs, stderr)
+	err = eachSelected(files, &o.filter, func(f drain.DeadLetterFile, recs []lane.Rejected, _ []int, all bool) error {
+		fileFailed := replayRecords(ctx, c, "weir deadletter replay", f.Name, recs, stderr)
 		sent += uint64(len(recs))
 		failed += uint64(fileFailed)
 		examined += f.Records
@@ -517,27 +303,6 @@ func replay(ctx context.Context, files []drain.DeadLetterFile, o *dlOptions, std
 		return 1
 	}
 	return 0
-}
-
-// replayFile sends recs and waits for every answer; it returns how many
-// were refused, having printed the first refusal.
-func replayFile(ctx context.Context, c *client.Client, f drain.DeadLetterFile, recs []drain.DeadLetterRecord, stderr io.Writer) int {
-	errs := make(chan error, len(recs))
-	for i := range recs {
-		if err := sendReplay(ctx, c, &recs[i], func(err error) { errs <- err }); err != nil {
-			errs <- err
-		}
-	}
-	failed := 0
-	for range recs {
-		if err := <-errs; err != nil {
-			failed++
-			if failed == 1 {
-				fmt.Fprintf(stderr, "\nweir deadletter replay: %s: %v\n", f.Name, err)
-			}
-		}
-	}
-	return failed
 }
 
 // progress draws "replayed N/M (P%)" on one line, at most every 200ms,

@@ -19,6 +19,7 @@ import (
 
 	"github.com/weir-io/weir/client"
 	"github.com/weir-io/weir/internal/drain"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
@@ -342,7 +343,8 @@ func TestSendReplay(t *testing.T) {
 	dl.Producer, dl.Seq, dl.HasProducer = record.ProducerID{7}, 42, true // a version-2 producer's record
 	plain := &record.Meta{ID: sink.RecordID{2}, HasID: true, Source: drain.RecordSource,
 		Reject: &record.Rejection{Code: record.CodeSinkRefused}} // a version-1 producer's record
-	recs := []drain.DeadLetterRecord{{Payload: []byte("p"), Meta: *dl}, {Payload: []byte("q"), Meta: *plain}}
+	dls := []drain.DeadLetterRecord{{Payload: []byte("p"), Meta: *dl}, {Payload: []byte("q"), Meta: *plain}}
+	recs := []lane.Rejected{dls[0].Rejected(0), dls[1].Rejected(0)}
 	done := make(chan error, len(recs))
 	for i := range recs {
 		if err := sendReplay(ctx, c, &recs[i], func(err error) { done <- err }); err != nil {
@@ -354,7 +356,7 @@ func TestSendReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bad := drain.DeadLetterRecord{Payload: []byte("x"), MetaErr: record.ErrBadMeta}
+	bad := (&drain.DeadLetterRecord{Payload: []byte("x"), MetaErr: record.ErrBadMeta}).Rejected(0)
 	if err := sendReplay(ctx, c, &bad, func(error) { t.Error("done called for a refused record") }); !errors.Is(err, errNoIdentity) {
 		t.Errorf("record with undecodable metadata: %v, want errNoIdentity", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -116,16 +115,12 @@ func dqRead(o *dqOptions, since time.Time, stderr io.Writer) ([]dqaudit.Entry, i
 	}
 	dir := o.dir
 	if dir == "" {
-		var args []string
-		if o.config != "" {
-			args = []string{"--" + config.ConfigFlag, o.config}
-		}
-		cfg, err := config.Load(args, os.Environ(), nil)
+		dataDir, err := configDataDir(o.config)
 		if err != nil {
 			fmt.Fprintf(stderr, "weir dq: %v\n", err)
 			return nil, 2
 		}
-		dir = filepath.Join(cfg.DataDir, dqaudit.DefaultDirName)
+		dir = filepath.Join(dataDir, dqaudit.DefaultDirName)
 	}
 	es, err := dqaudit.ReadDir(vfs.OS, dir)
 	if err != nil {

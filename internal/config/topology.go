@@ -71,6 +71,10 @@ type SecondaryConfig struct {
 	// StartAtEnd: a secondary the offset store has never seen starts at
 	// raw's end instead of being filled from all of raw (start_at_end).
 	StartAtEnd bool
+	// MaxAttempts bounds the commits of a batch that keeps failing with
+	// transient errors before its records go to quarantine as
+	// retry-exhausted; 0 retries until the sink answers (max_attempts).
+	MaxAttempts int
 	// Sink is type, durable and [secondary.<type>] — the keys of
 	// [sink.<type>]; Sink.Kinds holds only that kind's settings.
 	Sink SinkConfig
@@ -145,6 +149,8 @@ func secondaryFields(reg *component.Registry) []component.Field {
 			func(s *S) *int64 { return &s.QuarantineMaxBytes }),
 		component.Key("start_at_end", setting.Bool(), false, "A secondary the offset store has never seen starts at raw's end instead of being filled from all of raw.",
 			func(s *S) *bool { return &s.StartAtEnd }),
+		component.Key("max_attempts", setting.Int(0, 1<<20), 0, "Commits of a batch that keeps failing with transient errors before its records are given up on: quarantined with code retry-exhausted and covered (raw keeps them; weir quarantine replay sends them again). 0 retries until the sink answers.",
+			func(s *S) *int { return &s.MaxAttempts }),
 	}
 }
 

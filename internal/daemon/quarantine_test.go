@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/config"
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/sink"
 )
@@ -27,14 +27,14 @@ func TestQuarantineTableOpensLate(t *testing.T) {
 		t.Fatalf("a quarantine table that cannot be opened failed the start: %v", err)
 	}
 	defer q.(interface{ Close() error }).Close()
-	recs := []engine.QuarantinedRecord{{Sink: "pg", Pos: 7, Record: sink.Record{ID: sink.RecordID{1}, Payload: []byte(`x`), Source: "socket"}}}
-	if err := q.Quarantine(ctx, recs); err == nil {
+	recs := []lane.Rejected{{Sink: "pg", Pos: 7, Record: sink.Record{ID: sink.RecordID{1}, Payload: []byte(`x`), Source: "socket"}}}
+	if err := q.Reject(ctx, recs); err == nil {
 		t.Fatal("a write with the server down succeeded")
 	}
 	if err := proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Quarantine(ctx, recs); err != nil {
+	if err := q.Reject(ctx, recs); err != nil {
 		t.Fatalf("write once the server answers: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/weir-io/weir/internal/backoff"
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/lifecycle"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/quarantine"
@@ -135,7 +136,7 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 			return k.openSink(ctx, sc.Sink, sc.Name, secLog)
 		}, secLog)
 		secCfg := engine.SecondaryConfig{Sink: k.dq.wrap(s, sc.Name), Name: sc.Name, QueueBatches: sc.QueueBatches, QueueBytes: sc.QueueMaxBytes,
-			QuarantineBuffer: sc.QuarantineBuffer, QuarantineBytes: sc.QuarantineBufferBytes, StartAtEnd: sc.StartAtEnd}
+			QuarantineBuffer: sc.QuarantineBuffer, QuarantineBytes: sc.QuarantineBufferBytes, StartAtEnd: sc.StartAtEnd, MaxAttempts: sc.MaxAttempts}
 		q, err := openQuarantine(ctx, k, sc, secLog)
 		if err != nil {
 			secs = append(secs, secCfg)
@@ -155,7 +156,7 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 // the lane's first write, not at start: quarantine is a view, and its
 // server being down or not answering must not stop or slow the node's
 // start (the lane sheds, counted, meanwhile).
-func openQuarantine(ctx context.Context, k kinds, sc config.SecondaryConfig, log *slog.Logger) (engine.Quarantine, error) {
+func openQuarantine(ctx context.Context, k kinds, sc config.SecondaryConfig, log *slog.Logger) (lane.Lane, error) {
 	switch {
 	case sc.QuarantinePostgresURL != "":
 		log.Info("quarantine table opens at the lane's first write", "table", sc.QuarantineTable)
@@ -315,7 +316,7 @@ type lazyQuarantine struct {
 	closed bool
 }
 
-func (l *lazyQuarantine) Quarantine(ctx context.Context, recs []engine.QuarantinedRecord) error {
+func (l *lazyQuarantine) Reject(ctx context.Context, recs []lane.Rejected) error {
 	l.mu.Lock()
 	if l.w == nil && !l.closed {
 		w, err := l.open(ctx)
@@ -330,7 +331,7 @@ func (l *lazyQuarantine) Quarantine(ctx context.Context, recs []engine.Quarantin
 	if w == nil {
 		return errors.New("quarantine table is closed")
 	}
-	return w.Quarantine(ctx, recs)
+	return w.Reject(ctx, recs)
 }
 
 func (l *lazyQuarantine) Close() error {

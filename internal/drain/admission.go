@@ -6,7 +6,6 @@ import (
 	"unsafe"
 
 	"github.com/weir-io/weir/internal/flow"
-	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/wab"
 )
@@ -220,14 +219,14 @@ func (a *admission) observe(recs []wab.Record, srecs []sink.Record) {
 func (d *Drain) deadLetterOversize(ctx context.Context, ref wab.SegmentRef, h wab.Header, index uint64, rec wab.Record, cause error) error {
 	recs := []wab.Record{rec}
 	srecs := d.sinkRecords(ref, h, index, recs)
-	rejected := []rejection{{index: 0, reason: cause.Error(), code: record.CodeOversize}}
-	dlRecs := d.deadLetterRecords(h, index, recs, srecs, rejected, 0)
-	if need := fileSize(dlRecs); !d.dl.hasRoom(need) {
+	rejected := []sink.Rejection{{Index: 0, Reason: cause.Error(), Code: sink.CodeOversize}}
+	dlRecs := d.deadLetterRecords(h, index, srecs, recs, rejected, 0)
+	if need := d.dl.size(dlRecs); !d.dl.hasRoom(need) {
 		if err := d.blockUntilRoom(ctx, ref, need); err != nil {
 			return err
 		}
 	}
-	if err := d.writeDeadLetters(ref, h, dlRecs, rejected); err != nil {
+	if err := d.writeDeadLetters(ref, h, dlRecs); err != nil {
 		return err
 	}
 	d.oversize()

@@ -2,6 +2,7 @@ package drain
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
@@ -89,10 +91,11 @@ func DecodeMeta(b []byte) (record.Meta, error) {
 	return m, nil
 }
 
-// deadLetterMeta encodes the Meta of a record the drain dead-letters: the
-// record's own metadata (rec.Meta, as it sat in the buffer; dropped when it
-// does not decode, which was logged at delivery), the id and source it was
-// delivered under (srec), and rej.
+// deadLetterMeta encodes the Meta of a record in the dead letter: the
+// record's own metadata (r.Meta, as it sat in the buffer; when there is
+// none or it does not decode — which was logged at delivery — the key,
+// headers, event time and origin position r.Record and r.OriginPos hold),
+// the id and source it was delivered under (r.Record), and r.Reject.
 //
 // The result fits the buffer's meta slot (wab.MaxMetaBytes), or the dead
 // letter could not be written and the record, refused again on every
@@ -101,11 +104,16 @@ func DecodeMeta(b []byte) (record.Meta, error) {
 // it), and what the rejection needs beyond that is taken from its error
 // text, which is cut to fit (ending in "…"), then, for metadata written
 // by a version that left no room, from its component and stage.
-func deadLetterMeta(rec wab.Record, srec *sink.Record, rej record.Rejection) []byte {
-	m, err := record.Decode(rec.Meta, record.LegacyOrigin)
-	if err != nil {
-		m = record.Meta{}
+func deadLetterMeta(r *lane.Rejected) []byte {
+	m, err := record.Decode(r.Meta, record.LegacyOrigin)
+	if r.Meta == nil || err != nil {
+		m = record.Meta{Key: r.Record.Key, Headers: r.Record.Headers, OriginPos: r.OriginPos}
+		if !r.Record.EventTime.IsZero() {
+			m.EventTime = r.Record.EventTime.UnixNano()
+		}
 	}
+	srec := &r.Record
+	rej := r.Reject
 	m.ID, m.HasID = srec.ID, true
 	m.Source = srec.Source
 	m.Reject = &rej
@@ -128,6 +136,23 @@ func deadLetterMeta(rec wab.Record, srec *sink.Record, rej record.Rejection) []b
 	}
 	rej.Error, rej.Component, rej.Stage, rej.Rule = "", "", "", ""
 	return record.Encode(&m)
+}
+
+// deadLetterRecords are the buffer records of a dead-letter file holding
+// recs: each keeps its payload, durability and receive time, and its Meta
+// is deadLetterMeta's.
+func deadLetterRecords(recs []lane.Rejected) []wab.Record {
+	out := make([]wab.Record, len(recs))
+	for i := range recs {
+		r := &recs[i]
+		out[i] = wab.Record{
+			Durability: wab.Durability(r.Record.Durability),
+			Received:   r.Record.Received.UnixNano(),
+			Payload:    r.Record.Payload,
+			Meta:       deadLetterMeta(r),
+		}
+	}
+	return out
 }
 
 // cutUTF8 is s cut to at most n bytes at a UTF-8 boundary.
@@ -160,10 +185,42 @@ type deadLetters struct {
 	maxBytes int64
 	now      func() time.Time
 
-	mu    sync.Mutex
-	files int
-	bytes int64
-	next  uint64
+	mu       sync.Mutex
+	files    int
+	bytes    int64
+	next     uint64
+	instance [16]byte // the buffer instance of the last file written
+}
+
+var _ lane.Lane = (*deadLetters)(nil)
+
+// size is the size of the dead-letter file that would hold recs,
+// computed before it exists so that the cap is checked before anything
+// is written.
+func (dl *deadLetters) size(recs []lane.Rejected) int64 {
+	return fileSize(deadLetterRecords(recs))
+}
+
+// Reject implements lane.Lane: it writes recs as one dead-letter file,
+// durably (wab.WriteSealed: the file and its directory entry are synced
+// before it returns), its header naming the buffer instance of the last
+// file written. It does not check the cap: the drain does, before, and
+// blocks rather than drop a record (BlockedDeadLetterFull).
+func (dl *deadLetters) Reject(_ context.Context, recs []lane.Rejected) error {
+	dl.mu.Lock()
+	instance := dl.instance
+	dl.mu.Unlock()
+	_, _, err := dl.reject(instance, recs)
+	return err
+}
+
+// reject is Reject for records of a segment of the buffer instance:
+// it returns the file's path and size.
+func (dl *deadLetters) reject(instance [16]byte, recs []lane.Rejected) (string, int64, error) {
+	if len(recs) == 0 {
+		return "", 0, nil
+	}
+	return dl.write(instance, deadLetterRecords(recs))
 }
 
 // PrepareDirs creates the directories the drain keeps in the WAB directory
@@ -233,6 +290,7 @@ func (dl *deadLetters) hasRoom(need int64) bool {
 func (dl *deadLetters) write(instance [16]byte, recs []wab.Record) (string, int64, error) {
 	dl.mu.Lock()
 	seq := dl.next
+	dl.instance = instance
 	// Numbers are never reused, even after a failed write that may have
 	// left a file behind.
 	dl.next++
@@ -397,4 +455,31 @@ func RemoveDeadLetter(fsys vfs.FS, wabDir, name string) error {
 		return fmt.Errorf("drain: sync dead-letter directory: %w", err)
 	}
 	return nil
+}
+
+// Rejected is the lane record r holds: what the tools show, filter and
+// replay. A record whose metadata did not decode has no id (the zero id)
+// and a rejection that says so; one without a first-seen time of its own
+// (a version-1 record) takes created, its file's creation time (the
+// header's, Unix nanoseconds).
+func (r *DeadLetterRecord) Rejected(created int64) lane.Rejected {
+	out := lane.Rejected{
+		Record: sink.Record{Payload: r.Payload, Durability: sink.Durability(r.Durability), Received: r.Received},
+		Meta:   r.RawMeta,
+	}
+	if r.MetaErr != nil {
+		out.Reject = record.Rejection{Error: fmt.Sprintf("undecodable metadata: %v", r.MetaErr), FirstSeen: created}
+		return out
+	}
+	m := &r.Meta
+	out.Sink, out.OriginPos = m.Reject.Component, m.OriginPos
+	out.Record.ID, out.Record.Source, out.Record.Key, out.Record.Headers = m.ID, m.Source, m.Key, m.Headers
+	if m.EventTime != 0 {
+		out.Record.EventTime = time.Unix(0, m.EventTime)
+	}
+	out.Reject = *m.Reject
+	if out.Reject.FirstSeen == 0 {
+		out.Reject.FirstSeen = created
+	}
+	return out
 }

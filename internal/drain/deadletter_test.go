@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
@@ -164,5 +166,52 @@ func TestListDeadLettersMissingDir(t *testing.T) {
 	files, err := ListDeadLetters(vfs.OS, t.TempDir())
 	if err != nil || len(files) != 0 {
 		t.Errorf("%v, %v", files, err)
+	}
+}
+
+// The dead letter is a lane.Lane: what Reject writes reads back with its
+// record, metadata and rejection, in the buffer's format.
+func TestDeadLetterLane(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), DeadLetterDirName)
+	dl, err := openDeadLetters(vfs.OS, dir, 1<<20, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l lane.Lane = dl
+	if err := l.Reject(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := dl.totals(); files != 0 {
+		t.Fatalf("an empty batch wrote %d files", files)
+	}
+	in := []lane.Rejected{{
+		Sink:      "pg",
+		OriginPos: "orders/3@17",
+		Record: sink.Record{ID: sink.RecordID{1, 2, 3}, Payload: []byte(`{"a":1}`), Durability: sink.Buffered,
+			Received: time.Unix(0, 1234), Source: "kafka:orders", Key: []byte("k"),
+			Headers: []sink.Header{{Key: "h", Value: []byte("v")}}, EventTime: time.Unix(0, 99)},
+		Reject: record.Rejection{Code: record.CodeDecode, Stage: record.StageDrain, Component: "pg", Error: "not json",
+			Attempts: 2, FirstSeen: 5678},
+	}}
+	if err := l.Reject(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	files, err := scanDeadLetters(vfs.OS, dir)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("%v, %v", files, err)
+	}
+	if n, b := dl.totals(); n != 1 || b != files[0].Bytes || b != dl.size(in) {
+		t.Fatalf("totals %d files %d bytes; file %d bytes, size() %d", n, b, files[0].Bytes, dl.size(in))
+	}
+	_, recs, err := ReadDeadLetter(vfs.OS, files[0].Path)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("%d records, %v", len(recs), err)
+	}
+	r := recs[0]
+	m := r.Meta
+	if r.MetaErr != nil || string(r.Payload) != `{"a":1}` || r.Durability != 1 || r.Received.UnixNano() != 1234 ||
+		m.ID != in[0].Record.ID || m.Source != "kafka:orders" || string(m.Key) != "k" || len(m.Headers) != 1 ||
+		m.EventTime != 99 || m.OriginPos != "orders/3@17" || *m.Reject != in[0].Reject {
+		t.Fatalf("read back %+v meta %+v reject %+v", r, m, m.Reject)
 	}
 }

@@ -70,6 +70,7 @@ import (
 
 	"github.com/weir-io/weir/internal/backoff"
 	"github.com/weir-io/weir/internal/flow"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
@@ -851,8 +852,8 @@ func (d *Drain) deliver(ctx context.Context, ref wab.SegmentRef, h wab.Header, s
 			d.setState(Draining)
 			return nil
 		}
-		dlRecs := d.deadLetterRecords(h, start, recs, srecs, rejected, attempts)
-		need := fileSize(dlRecs)
+		dlRecs := d.deadLetterRecords(h, start, srecs, recs, rejected, attempts)
+		need := d.dl.size(dlRecs)
 		if !d.dl.hasRoom(need) {
 			if err := d.blockUntilRoom(ctx, ref, need); err != nil {
 				return err
@@ -863,7 +864,7 @@ func (d *Drain) deliver(ctx context.Context, ref wab.SegmentRef, h wab.Header, s
 			d.setState(Draining)
 			continue
 		}
-		return d.writeDeadLetters(ref, h, dlRecs, rejected)
+		return d.writeDeadLetters(ref, h, dlRecs)
 	}
 }
 
@@ -884,7 +885,7 @@ func (d *Drain) sinkRecords(ref wab.SegmentRef, h wab.Header, start uint64, recs
 // dead-letter (none when all were committed) once the sink has accounted
 // for the batch, and an error — transient, or the context's — when the
 // batch must be sent again or abandoned.
-func (d *Drain) commitOnce(ctx context.Context, ref wab.SegmentRef, start uint64, batch sink.Batch) ([]rejection, error) {
+func (d *Drain) commitOnce(ctx context.Context, ref wab.SegmentRef, start uint64, batch sink.Batch) ([]sink.Rejection, error) {
 	n := len(batch.Records)
 	t0 := d.now()
 	d.markIdle()
@@ -909,9 +910,9 @@ func (d *Drain) commitOnce(ctx context.Context, ref wab.SegmentRef, start uint64
 		d.obs.Commit(n, n, elapsed, err)
 		d.log.Warn("permanent sink error, dead-lettering sub-batch", "segment", ref.Path,
 			"first_record", start, "records", n, "err", err)
-		rejected := make([]rejection, n)
+		rejected := make([]sink.Rejection, n)
 		for i := range rejected {
-			rejected[i] = rejection{index: i, reason: err.Error(), code: record.CodeSinkRefused}
+			rejected[i] = sink.Rejection{Index: i, Reason: err.Error(), Code: sink.CodeSinkRefused}
 		}
 		return rejected, nil
 	}
@@ -940,89 +941,53 @@ func (d *Drain) retryAfter(ctx context.Context, ref wab.SegmentRef, retries int,
 	return d.wait(ctx, delay)
 }
 
-// deadLetterRecords builds the dead-letter records of a sub-batch's
-// rejections: each keeps its payload, durability, receive time and
-// metadata, and gains its rejection (record.Rejection) — code, stage
-// drain and the sink's name (stage check, the contract and its rule for
-// a contract's refusal), the reason, the attempts made, the time and its
-// place in the buffer.
-func (d *Drain) deadLetterRecords(h wab.Header, start uint64, recs []wab.Record, srecs []sink.Record, rejected []rejection, attempts int) []wab.Record {
+// deadLetterRecords builds the lane records of a sub-batch's rejections:
+// each keeps its record as the sink saw it (srecs), its own metadata as it
+// sat in the buffer (recs' Meta) and gains its rejection — record.FromSink's
+// mapping at stage drain with the sink's name as component, the attempts
+// made, the time and its place in the buffer.
+func (d *Drain) deadLetterRecords(h wab.Header, start uint64, srecs []sink.Record, recs []wab.Record, rejected []sink.Rejection, attempts int) []lane.Rejected {
 	now := d.now().UnixNano()
-	out := make([]wab.Record, len(rejected))
+	name := d.sink.Name()
+	out := make([]lane.Rejected, len(rejected))
 	for i, rj := range rejected {
-		rec := recs[rj.index]
-		stage, comp := record.StageDrain, d.sink.Name()
-		if rj.contract != "" {
-			stage, comp = record.StageCheck, rj.contract
-		}
-		out[i] = wab.Record{
-			Durability: rec.Durability,
-			Received:   rec.Received,
-			Payload:    rec.Payload,
-			Meta: deadLetterMeta(rec, &srecs[rj.index], record.Rejection{
-				Code:        rj.code,
-				Stage:       stage,
-				Component:   comp,
-				Rule:        rj.rule,
-				Error:       rj.reason,
-				Attempts:    attempts,
-				FirstSeen:   now,
-				Shard:       h.Shard,
-				Seq:         h.Seq,
-				Index:       start + uint64(rj.index),
-				HasLocation: true,
-			}),
-		}
+		rej := record.FromSink(rj, record.StageDrain, name)
+		rej.Attempts, rej.FirstSeen = attempts, now
+		rej.Shard, rej.Seq, rej.Index, rej.HasLocation = h.Shard, h.Seq, start+uint64(rj.Index), true
+		out[i] = lane.Rejected{Sink: name, Record: srecs[rj.Index], Reject: rej, Meta: recs[rj.Index].Meta}
 	}
 	return out
 }
 
 // writeDeadLetters writes one sub-batch's dead-letter file durably and
 // reports it.
-func (d *Drain) writeDeadLetters(ref wab.SegmentRef, h wab.Header, dlRecs []wab.Record, rejected []rejection) error {
-	path, size, err := d.dl.write(h.Instance, dlRecs)
+func (d *Drain) writeDeadLetters(ref wab.SegmentRef, h wab.Header, rejected []lane.Rejected) error {
+	path, size, err := d.dl.reject(h.Instance, rejected)
 	if err != nil {
 		// A failed write may still have left a file: recount.
 		if rerr := d.dl.rescan(); rerr != nil {
 			d.log.Error("rescanning dead-letter lane", "dir", d.dl.dir, "err", rerr)
 		}
-		return fmt.Errorf("dead-letter %d records of %s: %w", len(dlRecs), ref.Path, err)
+		return fmt.Errorf("dead-letter %d records of %s: %w", len(rejected), ref.Path, err)
 	}
-	d.log.Warn("records dead-lettered", "segment", ref.Path, "file", path, "records", len(dlRecs), "bytes", size,
-		"first_code", rejected[0].code.String(), "first_reason", rejected[0].reason)
-	byCode := make(map[record.Code]int, 1)
-	for _, rj := range rejected {
-		byCode[rj.code]++
-	}
-	for _, c := range record.Codes() {
-		if n := byCode[c]; n > 0 {
-			d.obs.DeadLettered(c, n)
-		}
-	}
+	d.log.Warn("records dead-lettered", "segment", ref.Path, "file", path, "records", len(rejected), "bytes", size,
+		"first_code", rejected[0].Reject.Code.String(), "first_reason", rejected[0].Reject.Error)
+	lane.CountByCode(rejected, d.obs.DeadLettered)
 	files, bytes := d.dl.totals()
 	d.obs.DeadLetterTotals(files, bytes)
 	d.setState(Draining)
 	return nil
 }
 
-type rejection struct {
-	index  int
-	reason string
-	code   record.Code
-	// contract and rule are set when a contract's check refused the
-	// record (sink.Rejection.Contract): stage check, not drain.
-	contract, rule string
-}
-
 // checkRejections validates a sink's rejections: indexes out of range are
 // logged and ignored (they name no record), duplicates keep the first
 // reason. The result is in batch order.
-func (d *Drain) checkRejections(rs []sink.Rejection, n int) []rejection {
+func (d *Drain) checkRejections(rs []sink.Rejection, n int) []sink.Rejection {
 	if len(rs) == 0 {
 		return nil
 	}
 	seen := make(map[int]bool, len(rs))
-	out := make([]rejection, 0, len(rs))
+	out := make([]sink.Rejection, 0, len(rs))
 	for _, r := range rs {
 		if r.Index < 0 || r.Index >= n {
 			d.log.Error("sink rejected a record index outside the batch; ignored",
@@ -1033,13 +998,9 @@ func (d *Drain) checkRejections(rs []sink.Rejection, n int) []rejection {
 			continue
 		}
 		seen[r.Index] = true
-		reason := r.Reason
-		if reason == "" {
-			reason = "rejected by sink"
-		}
-		out = append(out, rejection{index: r.Index, reason: reason, code: r.Code.OrRefused(), contract: r.Contract, rule: r.Rule})
+		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].index < out[j].index })
+	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
 	return out
 }
 

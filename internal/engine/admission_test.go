@@ -11,6 +11,7 @@ import (
 
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/flow"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -530,7 +531,7 @@ func TestRecoveryWindowOversizeRecords(t *testing.T) {
 	g := budget.Stats().Grantable
 	raw, rawDir := rawOfPayloads(t, 100, 100, int(g/2), 100, int(g+1), 100)
 	var mu sync.Mutex
-	var quarantined []engine.QuarantinedRecord
+	var quarantined []lane.Rejected
 	sec := &watchSink{memSink: newMemSink("mem")}
 	var big atomic.Int64
 	sec.check = func(b sink.Batch) {
@@ -541,7 +542,7 @@ func TestRecoveryWindowOversizeRecords(t *testing.T) {
 	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
 		Reader: raw, Store: openStore(t, rawDir), Role: engine.RoleRecovery, RecoveryInterval: 5 * time.Millisecond,
 		Budget: budget, Secondaries: []engine.SecondaryConfig{{Sink: sec, Name: "mem",
-			Quarantine: engine.QuarantineFunc(func(_ context.Context, qs []engine.QuarantinedRecord) error {
+			Quarantine: lane.Func(func(_ context.Context, qs []lane.Rejected) error {
 				mu.Lock()
 				defer mu.Unlock()
 				quarantined = append(quarantined, qs...)

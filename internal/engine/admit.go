@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/weir-io/weir/internal/flow"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/source"
 )
 
@@ -28,14 +29,14 @@ type Admission struct {
 // rejection lane (GateOptions.Quarantine) with reason code oversize, or
 // fails the Write when g has none.
 func (g *WABGate) WithAdmission(a Admission) source.Gate {
-	return &admitGate{inner: g, a: a, lane: g.opts.Quarantine, name: g.opts.Name, obs: g.opts.Observer}
+	return &admitGate{inner: g, a: a, into: g.opts.Quarantine, name: g.opts.Name, obs: g.opts.Observer}
 }
 
 // WithAdmission returns a gate that writes through g under a, as
 // WABGate.WithAdmission does; oversize records go to
 // SinkGateOptions.Quarantine.
 func (g *SinkGate) WithAdmission(a Admission) source.Gate {
-	return &admitGate{inner: g, a: a, lane: g.opts.Quarantine, name: g.opts.Name, obs: g.opts.Observer}
+	return &admitGate{inner: g, a: a, into: g.opts.Quarantine, name: g.opts.Name, obs: g.opts.Observer}
 }
 
 // admitGate is one source's admission in front of a gate. Before it
@@ -56,7 +57,7 @@ func (g *SinkGate) WithAdmission(a Admission) source.Gate {
 type admitGate struct {
 	inner source.Gate
 	a     Admission
-	lane  Quarantine // nil: an oversize record fails the Write
+	into  lane.Lane // nil: an oversize record fails the Write
 	name  string
 	obs   GateObserver
 }
@@ -117,11 +118,11 @@ func (g *admitGate) refuseOversize(ctx context.Context, recs []source.Record, si
 	if len(over) == 0 {
 		return recs, sizes, nil
 	}
-	if g.lane == nil {
+	if g.into == nil {
 		o := over[0]
 		return nil, nil, fmt.Errorf("%w: record %d of %q: %w: %s", ErrGate, o.index, recs[o.index].Source, flow.ErrOversize, o.why)
 	}
-	if err := rejectOversize(ctx, g.lane, g.name, g.obs, recs, over, "larger than the memory budget grants"); err != nil {
+	if err := rejectOversize(ctx, g.into, g.name, g.obs, recs, over, "larger than the memory budget grants"); err != nil {
 		return nil, nil, err
 	}
 	if g.a.OnOversize != nil {

@@ -16,8 +16,8 @@
 //	claims.go       Claims and Claim (recovery windows shared among nodes by lease), FencedStore, WindowKey, the window grid
 //	claimed.go      claimed recovery: take a window with a gap nobody holds, enter its fence, replay it, give it up
 //	admission.go    flow control: live batches and recovery windows reserved from the memory budget (a window reads no more than it reserved), queue fill, batch sizes and write results for the pacer
-//	quarantine.go   Quarantine, QuarantinedRecord, each secondary's quarantine lane (own goroutine and buffer; sheds when full)
-//	reject.go       a sink's rejections turned into quarantine records; counts by reason code
+//	quarantine.go   each secondary's quarantine lane into its lane.Lane (own goroutine and buffer; sheds when full)
+//	reject.go       a sink's rejections turned into lane records (record.FromSink)
 //	coverage.go     the flusher: writes coverage to the offset store and reports the gauges every FlushInterval
 //	health.go       the health poller: each secondary's Health every HealthInterval, reported and logged on change
 //	store.go        CoverageStore: the offset store as the fan-out uses it, with its lag/lead contract

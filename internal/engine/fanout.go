@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/flow"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -44,7 +45,7 @@ type SecondaryConfig struct {
 	// means DefaultQueueBytes.
 	QueueBytes int64
 	// Quarantine receives rejected records; nil logs and counts them.
-	Quarantine Quarantine
+	Quarantine lane.Lane
 	// QuarantineBuffer bounds the quarantine lane, in records. Zero means
 	// DefaultQuarantineBuffer.
 	QuarantineBuffer int
@@ -57,6 +58,12 @@ type SecondaryConfig struct {
 	// StartAtEnd: a sink the offset store has never seen starts covered up
 	// to raw's current end instead of being recovered from position 0.
 	StartAtEnd bool
+	// MaxAttempts bounds the commits of a batch that keeps failing with
+	// transient errors: after the MaxAttempts-th its records are given up
+	// on — accounted for, covered, and handed to the quarantine lane with
+	// code retry-exhausted (raw still holds them). Zero retries until the
+	// sink answers.
+	MaxAttempts int
 }
 
 // FanoutOptions configure NewFanout. Zero fields take their defaults.

@@ -7,12 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/sink/filesink"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/record"
@@ -30,11 +32,13 @@ type memSink struct {
 	mu     sync.Mutex
 	ids    map[sink.RecordID]int // id -> deliveries
 	poison map[sink.RecordID]bool
-	calls  atomic.Int64
+	// stuck: a batch holding one of these fails with a transient error.
+	stuck map[sink.RecordID]bool
+	calls atomic.Int64
 }
 
 func newMemSink(name string) *memSink {
-	return &memSink{name: name, ids: map[sink.RecordID]int{}, poison: map[sink.RecordID]bool{}}
+	return &memSink{name: name, ids: map[sink.RecordID]int{}, poison: map[sink.RecordID]bool{}, stuck: map[sink.RecordID]bool{}}
 }
 
 func (m *memSink) Name() string      { return m.name }
@@ -68,6 +72,11 @@ func (m *memSink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, 
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	for _, r := range b.Records {
+		if m.stuck[r.ID] {
+			return sink.CommitResult{}, sink.Transient(errors.New("memsink: stuck"))
+		}
+	}
 	var res sink.CommitResult
 	for i, r := range b.Records {
 		if m.poison[r.ID] {
@@ -327,7 +336,7 @@ func TestFanoutOverflowRecoversAndQuarantines(t *testing.T) {
 	slow.hold = make(chan struct{})
 	var qmu sync.Mutex
 	quarantined := map[sink.RecordID]record.Rejection{}
-	q := engine.QuarantineFunc(func(_ context.Context, recs []engine.QuarantinedRecord) error {
+	q := lane.Func(func(_ context.Context, recs []lane.Rejected) error {
 		qmu.Lock()
 		defer qmu.Unlock()
 		for _, r := range recs {
@@ -471,14 +480,7 @@ func TestFanoutQuarantineReasonCodes(t *testing.T) {
 		},
 		func(sink.Batch) (sink.CommitResult, error) { return sink.CommitResult{}, errors.New("table dropped") },
 	}}
-	var qmu sync.Mutex
-	var got []engine.QuarantinedRecord
-	q := engine.QuarantineFunc(func(_ context.Context, recs []engine.QuarantinedRecord) error {
-		qmu.Lock()
-		defer qmu.Unlock()
-		got = append(got, recs...)
-		return nil
-	})
+	q := &laneRecorder{}
 	obs := &codeObserver{codes: map[record.Code]int{}}
 	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
 		Raw: raw, Store: openStore(t, rawDir), Observer: obs, RetryMin: time.Millisecond, RetryMax: time.Millisecond,
@@ -508,18 +510,7 @@ func TestFanoutQuarantineReasonCodes(t *testing.T) {
 		{b2.Records[0].ID, 4, record.CodeSinkRefused, "table dropped", 1},
 		{b2.Records[1].ID, 5, record.CodeSinkRefused, "table dropped", 1},
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		qmu.Lock()
-		n := len(got)
-		qmu.Unlock()
-		if n >= len(want) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	qmu.Lock()
-	defer qmu.Unlock()
+	got := q.waitFor(len(want))
 	if len(got) != len(want) {
 		t.Fatalf("quarantined %d records, want %d", len(got), len(want))
 	}
@@ -556,7 +547,7 @@ func TestFanoutSkipQuarantine(t *testing.T) {
 		mem.poison[id] = true
 	}
 	var quarantined atomic.Int64
-	q := engine.QuarantineFunc(func(_ context.Context, recs []engine.QuarantinedRecord) error {
+	q := lane.Func(func(_ context.Context, recs []lane.Rejected) error {
 		quarantined.Add(int64(len(recs)))
 		return nil
 	})
@@ -610,7 +601,7 @@ func TestFanoutQuarantineSheds(t *testing.T) {
 	mem, memB := newMemSink("mem"), newMemSink("mem")
 	rec0 := mkBatch(1).Records[0]
 	block := make(chan struct{})
-	q := engine.QuarantineFunc(func(ctx context.Context, _ []engine.QuarantinedRecord) error {
+	q := lane.Func(func(ctx context.Context, _ []lane.Rejected) error {
 		select {
 		case <-block:
 		case <-ctx.Done():
@@ -985,5 +976,50 @@ func TestFanoutStepsOverGonePositions(t *testing.T) {
 	}
 	if got := st.Sinks[0]; got.Unrecoverable != 20 || mem.count() != 10 || st.Backlog != 0 {
 		t.Fatalf("unrecoverable %d, delivered %d, backlog %d; want 20, 10, 0", got.Unrecoverable, mem.count(), st.Backlog)
+	}
+}
+
+// A secondary that keeps failing on a record with a transient error gives
+// up after max_attempts commits: the record goes to the quarantine lane
+// with code retry-exhausted and the attempts made, coverage moves past
+// it, and the records around it are delivered.
+func TestFanoutSecondaryRetryExhausted(t *testing.T) {
+	rawDir := t.TempDir()
+	raw := openRaw(t, rawDir)
+	sec := newMemSink("flaky")
+	q := &laneRecorder{}
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Raw: raw, Store: openStore(t, rawDir), FlushInterval: 10 * time.Millisecond, RecoveryInterval: 10 * time.Millisecond,
+		RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond,
+		Secondaries: []engine.SecondaryConfig{{Sink: sec, Quarantine: q, MaxAttempts: 3}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before, stuck, after := mkBatch(5), mkBatch(1), mkBatch(5)
+	sec.mu.Lock()
+	sec.stuck[stuck.Records[0].ID] = true
+	sec.mu.Unlock()
+	start := time.Now()
+	for _, b := range []sink.Batch{before, stuck, after} {
+		if _, err := f.Commit(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCaughtUp(t, f, 10*time.Second)
+	if n := sec.count(); n != 10 {
+		t.Fatalf("secondary holds %d records, want the 10 around the stuck one", n)
+	}
+	got := q.waitFor(1)
+	if len(got) != 1 {
+		t.Fatalf("quarantined %d records, want 1", len(got))
+	}
+	r := got[0]
+	rj := r.Reject
+	if r.Record.ID != stuck.Records[0].ID || rj.Code != record.CodeRetryExhausted || rj.Stage != record.StageSecondary ||
+		rj.Component != "flaky" || rj.Attempts != 3 || rj.FirstSeen < start.UnixNano() ||
+		!strings.Contains(rj.Error, "memsink: stuck") {
+		t.Fatalf("quarantined %+v", r)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
@@ -50,7 +51,7 @@ type GateOptions struct {
 	// take them fails the Write (the source writes again). Nil: such a
 	// record fails the whole Write with wab.ErrRecordTooLarge and nothing of
 	// it is written.
-	Quarantine Quarantine
+	Quarantine lane.Lane
 	// Name labels the records Write quarantines (their lane and
 	// component); empty means "buffer".
 	Name string
@@ -275,16 +276,16 @@ func (g *WABGate) reject(ctx context.Context, recs []source.Record, over []overs
 // reason code oversize, stage gate, component name, one attempt — and
 // counts them with obs (if not nil). A nil error means the lane has them
 // durably; what says why they are refused, for the error.
-func rejectOversize(ctx context.Context, lane Quarantine, name string, obs GateObserver, recs []source.Record, over []oversized, what string) error {
+func rejectOversize(ctx context.Context, into lane.Lane, name string, obs GateObserver, recs []source.Record, over []oversized, what string) error {
 	now := time.Now()
-	qs := make([]QuarantinedRecord, len(over))
+	qs := make([]lane.Rejected, len(over))
 	for i, o := range over {
 		r := &recs[o.index]
-		qs[i] = QuarantinedRecord{Sink: name, OriginPos: r.OriginPos, Record: SinkRecord(r, now), Reject: record.Rejection{
+		qs[i] = lane.Rejected{Sink: name, OriginPos: r.OriginPos, Record: SinkRecord(r, now), Reject: record.Rejection{
 			Code: record.CodeOversize, Stage: record.StageGate, Component: name, Error: o.why,
 			Attempts: 1, FirstSeen: now.UnixNano()}}
 	}
-	if err := lane.Quarantine(ctx, qs); err != nil {
+	if err := into.Reject(ctx, qs); err != nil {
 		return fmt.Errorf("%w: %d records %s (first: record %d of %q, %s) could not be stored in the rejection lane: %w",
 			ErrGate, len(qs), what, over[0].index, recs[over[0].index].Source, over[0].why, err)
 	}

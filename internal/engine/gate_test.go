@@ -10,12 +10,14 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/engine/enginetest"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/quarantine"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/internal/vfs/errorfs"
@@ -116,15 +118,33 @@ func TestWABGateCancelledContext(t *testing.T) {
 // with err; gateCounts counts GateQuarantined by code.
 type laneRecorder struct {
 	err  error
-	recs []engine.QuarantinedRecord
+	mu   sync.Mutex
+	recs []lane.Rejected
 }
 
-func (l *laneRecorder) Quarantine(_ context.Context, qs []engine.QuarantinedRecord) error {
+func (l *laneRecorder) Reject(_ context.Context, qs []lane.Rejected) error {
 	if l.err != nil {
 		return l.err
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.recs = append(l.recs, qs...)
 	return nil
+}
+
+// waitFor waits up to 5s for the lane to hold n records and returns what
+// it holds then.
+func (l *laneRecorder) waitFor(n int) []lane.Rejected {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l.mu.Lock()
+		got := slices.Clone(l.recs)
+		l.mu.Unlock()
+		if len(got) >= n || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 type gateCounts map[record.Code]int

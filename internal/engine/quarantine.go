@@ -4,8 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/weir-io/weir/record"
-	"github.com/weir-io/weir/sink"
+	"github.com/weir-io/weir/internal/lane"
 )
 
 // quarantineBatch bounds the records of one write to a quarantine lane;
@@ -15,41 +14,13 @@ const (
 	quarantineLogEvery = time.Second
 )
 
-// QuarantinedRecord is a record a secondary refused permanently — or, at
-// a gate, one primary raw refused (SinkGate) or the buffer cannot hold
-// (WABGate) — with why.
-type QuarantinedRecord struct {
-	// Sink names the quarantine lane: the secondary's name, or the gate's.
-	Sink string
-	// Pos is the record's raw position (0 at the gate: not in raw).
-	Pos uint64
-	// OriginPos is where the source read the record
-	// ("topic/partition@offset"), when known; the buffer gate sets it.
-	OriginPos string
-	Record    sink.Record
-	// Reject is the rejection: code, stage, component (the sink that
-	// refused), error text (the sink's reason), attempts, first-seen time.
-	Reject   record.Rejection
-	Recovery bool // found by recovery rather than live delivery
-}
-
-// Quarantine receives rejected records. For a secondary it is a
-// convenience view for inspection, not the system of record (raw keeps
+// A secondary's rejected records, and the records a gate refuses, go to a
+// rejection lane (lane.Lane) as lane.Rejected. For a secondary the lane is
+// a convenience view for inspection, not the system of record (raw keeps
 // every record): it runs on its own goroutine and buffer and can slow only
 // itself. For a gate (SinkGate, WABGate) it is where the refused records
 // live, since raw never got them: Write calls it before it returns, and a
 // nil answer must mean the records are durable.
-type Quarantine interface {
-	Quarantine(ctx context.Context, recs []QuarantinedRecord) error
-}
-
-// QuarantineFunc adapts a function to Quarantine.
-type QuarantineFunc func(ctx context.Context, recs []QuarantinedRecord) error
-
-// Quarantine implements Quarantine.
-func (f QuarantineFunc) Quarantine(ctx context.Context, recs []QuarantinedRecord) error {
-	return f(ctx, recs)
-}
 
 func (s *secondary) shedQuarantine(n int, why string) {
 	s.shed.Add(int64(n))
@@ -64,7 +35,7 @@ func (s *secondary) shedQuarantine(n int, why string) {
 // enqueueQuarantine hands q to the lane without waiting, unless the lane
 // is full in records or in bytes (QuarantineBytes; an empty lane takes
 // any one record).
-func (s *secondary) enqueueQuarantine(q QuarantinedRecord) bool {
+func (s *secondary) enqueueQuarantine(q lane.Rejected) bool {
 	size := q.Record.MemSize()
 	if held := s.quarMem.Add(size); held > s.cfg.QuarantineBytes && held != size {
 		s.quarMem.Add(-size)
@@ -84,13 +55,13 @@ func (s *secondary) runQuarantine(ctx context.Context) {
 	defer s.f.wg.Done()
 	q := s.cfg.Quarantine
 	for {
-		var first QuarantinedRecord
+		var first lane.Rejected
 		select {
 		case <-ctx.Done():
 			return
 		case first = <-s.quar:
 		}
-		recs := []QuarantinedRecord{first}
+		recs := []lane.Rejected{first}
 	fill:
 		for len(recs) < quarantineBatch {
 			select {
@@ -114,7 +85,7 @@ func (s *secondary) runQuarantine(ctx context.Context) {
 
 // writeQuarantine writes one batch of the lane, or logs it when the
 // secondary has no quarantine destination; a failed write sheds it.
-func (s *secondary) writeQuarantine(ctx context.Context, q Quarantine, recs []QuarantinedRecord) {
+func (s *secondary) writeQuarantine(ctx context.Context, q lane.Lane, recs []lane.Rejected) {
 	if q == nil {
 		for _, r := range recs {
 			s.f.log.Warn("record rejected by secondary (no quarantine lane configured)", "sink", s.name,
@@ -122,7 +93,7 @@ func (s *secondary) writeQuarantine(ctx context.Context, q Quarantine, recs []Qu
 		}
 		return
 	}
-	if err := q.Quarantine(ctx, recs); err != nil && ctx.Err() == nil {
+	if err := q.Reject(ctx, recs); err != nil && ctx.Err() == nil {
 		s.shedQuarantine(len(recs), "quarantine write failed: "+err.Error())
 	}
 }

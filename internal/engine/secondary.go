@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/backoff"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
@@ -25,7 +26,7 @@ type secondary struct {
 
 	perRecord int64 // estimated bytes per record, for recovery windows' reservations
 
-	quar     chan QuarantinedRecord
+	quar     chan lane.Rejected
 	quarMem  atomic.Int64 // bytes of the records in quar and being written
 	lastShed atomic.Int64 // unix nanos of the last shed log line
 
@@ -79,7 +80,7 @@ func (f *Fanout) newSecondary(i int, c SecondaryConfig, end uint64, seen map[str
 		c.QuarantineBytes = DefaultQuarantineBytes
 	}
 	s := &secondary{f: f, cfg: c, name: name, snk: c.Sink,
-		queue: make(chan *liveBatch, c.QueueBatches), quar: make(chan QuarantinedRecord, c.QuarantineBuffer),
+		queue: make(chan *liveBatch, c.QueueBatches), quar: make(chan lane.Rejected, c.QuarantineBuffer),
 		window: f.opts.WindowRecords, perRecord: f.opts.RecordSizeEstimate, skip: map[string]time.Time{}}
 	if !f.store.Known(name) && c.StartAtEnd {
 		f.store.Cover(name, 0, end)
@@ -238,10 +239,27 @@ func (s *secondary) commitChunk(ctx context.Context, chunk []sink.Positioned, re
 			// Too big for the window's time: let the caller shrink it.
 			return fmt.Errorf("%w (%d records in %v): %w", errWindowTimeout, len(chunk), s.f.opts.WindowTime, err)
 		}
+		if s.cfg.MaxAttempts > 0 && attempts >= s.cfg.MaxAttempts {
+			s.giveUp(chunk, recovery, attempts, err)
+			return nil
+		}
 		if !backoff.Sleep(ctx, d) {
 			return ctx.Err()
 		}
 	}
+}
+
+// giveUp accounts for a chunk whose attempts ran out on the transient
+// error err: its records go to the quarantine lane with code
+// retry-exhausted, and the caller covers them.
+func (s *secondary) giveUp(chunk []sink.Positioned, recovery bool, attempts int, err error) {
+	rej := make([]sink.Rejection, len(chunk))
+	for i := range rej {
+		rej[i] = sink.Rejection{Index: i, Reason: fmt.Sprintf("gave up after %d attempts: %v", attempts, err), Code: sink.CodeRetryExhausted}
+	}
+	s.f.log.Warn("secondary kept failing; its records go to quarantine as retry-exhausted", "sink", s.name,
+		"records", len(chunk), "attempts", attempts, "recovery", recovery, "err", err)
+	s.accounted(chunk, rej, recovery, attempts)
 }
 
 // accounted handles a chunk the sink accounted for after attempts
@@ -262,10 +280,10 @@ func (s *secondary) accounted(chunk []sink.Positioned, rej []sink.Rejection, rec
 		return
 	}
 	qs, _ := quarantined(rej, len(chunk), func(i int) (sink.Record, uint64) { return chunk[i].Record, chunk[i].Pos },
-		QuarantinedRecord{Sink: s.name, Recovery: recovery, Reject: record.Rejection{
+		lane.Rejected{Sink: s.name, Recovery: recovery, Reject: record.Rejection{
 			Stage: record.StageSecondary, Component: s.name, Attempts: attempts, FirstSeen: time.Now().UnixNano()}})
 	s.quarantined.Add(int64(len(qs)))
-	countByCode(qs, func(code record.Code, n int) { s.f.obs.Quarantined(s.name, code, n, recovery) })
+	lane.CountByCode(qs, func(code record.Code, n int) { s.f.obs.Quarantined(s.name, code, n, recovery) })
 	shed := 0
 	for _, q := range qs {
 		if !s.enqueueQuarantine(q) {

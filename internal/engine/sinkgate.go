@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
@@ -30,7 +31,7 @@ type SinkGateOptions struct {
 	Name string
 	// Quarantine keeps records the sink refused; Write returns only after
 	// it has stored them. Nil makes a refusal fail Write.
-	Quarantine Quarantine
+	Quarantine lane.Lane
 	// Observer sees every commit; nil discards.
 	Observer SinkGateObserver
 }
@@ -105,16 +106,16 @@ func (g *SinkGate) commit(ctx context.Context, records []sink.Record) error {
 		return fmt.Errorf("%w: %s refused %d records (first: %s)", ErrRejectedAtGate, g.snk.Name(), len(res.Rejected), res.Rejected[0].Reason)
 	}
 	qs, bad := quarantined(res.Rejected, len(records), func(i int) (sink.Record, uint64) { return records[i], 0 },
-		QuarantinedRecord{Sink: g.opts.Name, Reject: record.Rejection{
+		lane.Rejected{Sink: g.opts.Name, Reject: record.Rejection{
 			Stage: record.StageGate, Component: g.snk.Name(), Attempts: 1, FirstSeen: time.Now().UnixNano()}})
 	if bad > 0 {
 		return fmt.Errorf("engine: gate: %s rejected %d indexes outside a batch of %d", g.snk.Name(), bad, len(records))
 	}
-	if err := g.opts.Quarantine.Quarantine(ctx, qs); err != nil {
+	if err := g.opts.Quarantine.Reject(ctx, qs); err != nil {
 		return fmt.Errorf("engine: gate: quarantine %d records %s refused: %w", len(qs), g.snk.Name(), err)
 	}
 	if g.opts.Observer != nil {
-		countByCode(qs, g.opts.Observer.GateQuarantined)
+		lane.CountByCode(qs, g.opts.Observer.GateQuarantined)
 	}
 	return nil
 }

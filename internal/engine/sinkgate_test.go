@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
@@ -73,11 +74,11 @@ func TestSinkGate(t *testing.T) {
 				m.poison[recs[i].ID] = true
 			}
 			m.down.Store(tc.down)
-			var quarantined []engine.QuarantinedRecord
+			var quarantined []lane.Rejected
 			obs := &gateCommits{}
 			opts := engine.SinkGateOptions{Observer: obs}
 			if tc.quarantine {
-				opts.Quarantine = engine.QuarantineFunc(func(_ context.Context, qs []engine.QuarantinedRecord) error {
+				opts.Quarantine = lane.Func(func(_ context.Context, qs []lane.Rejected) error {
 					if tc.quarFails {
 						return errQuarFull
 					}

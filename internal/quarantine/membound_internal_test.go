@@ -5,7 +5,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -19,12 +19,12 @@ func TestEncodeBufferReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	recs := make([]engine.QuarantinedRecord, 256)
+	recs := make([]lane.Rejected, 256)
 	for i := range recs {
-		recs[i] = engine.QuarantinedRecord{Sink: "pg", Pos: uint64(i + 1),
+		recs[i] = lane.Rejected{Sink: "pg", Pos: uint64(i + 1),
 			Record: sink.Record{Payload: bytes.Repeat([]byte{'a' + byte(i%26)}, 64<<10), Source: "socket"}}
 	}
-	if err := w.Quarantine(context.Background(), recs); err != nil {
+	if err := w.Reject(context.Background(), recs); err != nil {
 		t.Fatal(err)
 	}
 	if c := cap(w.buf); c > 2<<20 {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 )
 
 // OnDemand is a quarantine lane that holds nothing open between batches:
@@ -22,15 +22,15 @@ type OnDemand struct {
 	mu   sync.Mutex
 }
 
-var _ engine.Quarantine = (*OnDemand)(nil)
+var _ lane.Lane = (*OnDemand)(nil)
 
 // NewOnDemand returns a lane writing to opts.Dir; nothing is touched
 // before the first batch.
 func NewOnDemand(opts Options) *OnDemand { return &OnDemand{opts: opts} }
 
-// Quarantine implements engine.Quarantine: it returns once recs are
+// Reject implements lane.Lane: it returns once recs are
 // fdatasynced in a new file of the directory, or refuses them whole.
-func (o *OnDemand) Quarantine(ctx context.Context, recs []engine.QuarantinedRecord) error {
+func (o *OnDemand) Reject(ctx context.Context, recs []lane.Rejected) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -40,6 +40,6 @@ func (o *OnDemand) Quarantine(ctx context.Context, recs []engine.QuarantinedReco
 	if err != nil {
 		return err
 	}
-	err = w.Quarantine(ctx, recs)
+	err = w.Reject(ctx, recs)
 	return errors.Join(err, w.Close())
 }

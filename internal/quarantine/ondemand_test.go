@@ -19,7 +19,7 @@ func TestOnDemand(t *testing.T) {
 	efs := errorfs.New(vfs.OS)
 	lane := quarantine.NewOnDemand(quarantine.Options{FS: efs, Dir: dir, MaxBytes: 8 << 10})
 	ctx := context.Background()
-	if err := lane.Quarantine(ctx, nil); err != nil {
+	if err := lane.Reject(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if names, _ := vfs.OS.ReadDir(dir); len(names) != 0 {
@@ -28,7 +28,7 @@ func TestOnDemand(t *testing.T) {
 	want := append(recs("buffer", 0, 2, false), recs("buffer", 2, 1, false)...)
 	want[1].OriginPos = "orders/3@1234"
 	for _, b := range [][]int{{0, 2}, {2, 3}} {
-		if err := lane.Quarantine(ctx, want[b[0]:b[1]]); err != nil {
+		if err := lane.Reject(ctx, want[b[0]:b[1]]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -52,10 +52,10 @@ func TestOnDemand(t *testing.T) {
 
 	efs.Add(errorfs.Rule{Op: errorfs.OpSync, Once: true})
 	syncs := efs.Calls(errorfs.OpSync)
-	if err := lane.Quarantine(ctx, recs("buffer", 3, 1, false)); !errors.Is(err, quarantine.ErrStopped) {
+	if err := lane.Reject(ctx, recs("buffer", 3, 1, false)); !errors.Is(err, quarantine.ErrStopped) {
 		t.Fatalf("batch with a failing fdatasync: %v, want ErrStopped", err)
 	}
-	if err := lane.Quarantine(ctx, recs("buffer", 4, 1, false)); err != nil {
+	if err := lane.Reject(ctx, recs("buffer", 4, 1, false)); err != nil {
 		t.Fatalf("the batch after: %v", err)
 	}
 	if n := efs.Calls(errorfs.OpSync) - syncs; n != 2 {
@@ -63,7 +63,7 @@ func TestOnDemand(t *testing.T) {
 	}
 
 	// The bound counts what every earlier batch left in the directory.
-	if err := lane.Quarantine(ctx, recs("buffer", 10, 20, false)); !errors.Is(err, quarantine.ErrFull) {
+	if err := lane.Reject(ctx, recs("buffer", 10, 20, false)); !errors.Is(err, quarantine.ErrFull) {
 		t.Fatalf("batch past max_bytes: %v, want ErrFull", err)
 	}
 }

@@ -55,7 +55,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/sink/filesink"
 	"github.com/weir-io/weir/internal/synclog"
 	"github.com/weir-io/weir/internal/vfs"
@@ -97,7 +97,7 @@ type Options struct {
 }
 
 // Writer appends quarantined records to the files of one directory. It is
-// safe for concurrent use and implements engine.Quarantine.
+// safe for concurrent use and implements lane.Lane.
 type Writer struct {
 	opts Options
 
@@ -107,7 +107,7 @@ type Writer struct {
 	buf   []byte
 }
 
-var _ engine.Quarantine = (*Writer)(nil)
+var _ lane.Lane = (*Writer)(nil)
 
 // Open creates Dir if needed and sizes what it already holds.
 func Open(opts Options) (*Writer, error) {
@@ -156,10 +156,10 @@ func (w *Writer) Bytes() int64 {
 	return w.total
 }
 
-// Quarantine implements engine.Quarantine: it appends recs and returns once
+// Reject implements lane.Lane: it appends recs and returns once
 // they are fdatasynced, or refuses them whole (ErrFull, or the error that
 // stopped the writer).
-func (w *Writer) Quarantine(_ context.Context, recs []engine.QuarantinedRecord) error {
+func (w *Writer) Reject(_ context.Context, recs []lane.Rejected) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -211,7 +211,7 @@ func (w *Writer) Close() error {
 	return w.log.Close()
 }
 
-func appendLine(buf []byte, q *engine.QuarantinedRecord, now time.Time) []byte {
+func appendLine(buf []byte, q *lane.Rejected, now time.Time) []byte {
 	buf = append(buf, `{"sink":`...)
 	buf = appendJSONString(buf, q.Sink)
 	buf = append(buf, `,"raw_position":`...)

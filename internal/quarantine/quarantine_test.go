@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/quarantine"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/internal/vfs/errorfs"
@@ -19,8 +20,8 @@ import (
 	"github.com/weir-io/weir/sink"
 )
 
-func recs(sinkName string, from, n int, recovery bool) []engine.QuarantinedRecord {
-	out := make([]engine.QuarantinedRecord, n)
+func recs(sinkName string, from, n int, recovery bool) []lane.Rejected {
+	out := make([]lane.Rejected, n)
 	for i := range out {
 		p := from + i
 		var id sink.RecordID
@@ -29,7 +30,7 @@ func recs(sinkName string, from, n int, recovery bool) []engine.QuarantinedRecor
 		if p%3 == 0 {
 			payload = []byte{0xff, 0xfe, byte(p)} // not UTF-8: base64 in the record
 		}
-		out[i] = engine.QuarantinedRecord{Sink: sinkName, Pos: uint64(p), Recovery: recovery,
+		out[i] = lane.Rejected{Sink: sinkName, Pos: uint64(p), Recovery: recovery,
 			Reject: record.Rejection{Code: record.Code(p % 7), Stage: record.StageSecondary, Component: sinkName, Attempts: p%3 + 1,
 				FirstSeen: time.Unix(1_700_000_001, int64(p)).UnixNano(),
 				Error:     fmt.Sprintf("pgsink: row %d: invalid input syntax for type json: \"quote\" and\nnewline", p)},
@@ -46,7 +47,7 @@ func recs(sinkName string, from, n int, recovery bool) []engine.QuarantinedRecor
 
 // checkRejection compares an entry's rejection and record metadata with
 // the record written.
-func checkRejection(t *testing.T, e quarantine.Entry, want engine.QuarantinedRecord) {
+func checkRejection(t *testing.T, e quarantine.Entry, want lane.Rejected) {
 	t.Helper()
 	rj := want.Reject
 	if e.ReasonCode != rj.Code.String() || e.Stage != string(rj.Stage) || e.Component != rj.Component || e.Error != rj.Error ||
@@ -92,7 +93,7 @@ func TestRoundTripAndRoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	for b := 0; b < 10; b++ {
-		if err := w.Quarantine(context.Background(), recs("pg", b*5, 5, b%2 == 1)); err != nil {
+		if err := w.Reject(context.Background(), recs("pg", b*5, 5, b%2 == 1)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,7 +155,7 @@ func TestFullRefusesWholeBatch(t *testing.T) {
 	defer w.Close()
 	n := 0
 	for ; n < 100; n++ {
-		err := w.Quarantine(context.Background(), recs("pg", n, 1, false))
+		err := w.Reject(context.Background(), recs("pg", n, 1, false))
 		if errors.Is(err, quarantine.ErrFull) {
 			break
 		}
@@ -196,7 +197,7 @@ func TestSyncFailureIsSticky(t *testing.T) {
 			var failed error
 			ok := 0
 			for i := 0; i < 5 && failed == nil; i++ {
-				if failed = w.Quarantine(context.Background(), recs("pg", i, 2, false)); failed == nil {
+				if failed = w.Reject(context.Background(), recs("pg", i, 2, false)); failed == nil {
 					ok++
 				}
 			}
@@ -205,7 +206,7 @@ func TestSyncFailureIsSticky(t *testing.T) {
 			}
 			syncs := efs.Calls(errorfs.OpSync)
 			efs.Clear()
-			if err := w.Quarantine(context.Background(), recs("pg", 100, 1, false)); !errors.Is(err, quarantine.ErrStopped) {
+			if err := w.Reject(context.Background(), recs("pg", 100, 1, false)); !errors.Is(err, quarantine.ErrStopped) {
 				t.Fatalf("after the failure: %v, want the writer stopped", err)
 			}
 			if efs.Calls(errorfs.OpSync) != syncs {
@@ -263,7 +264,7 @@ func TestFanoutQuarantinesToDir(t *testing.T) {
 	if err := f.Close(); err != nil { // closes the writer too
 		t.Fatal(err)
 	}
-	if err := w.Quarantine(ctx, recs("odd", 0, 1, false)); err == nil {
+	if err := w.Reject(ctx, recs("odd", 0, 1, false)); err == nil {
 		t.Fatal("the writer still accepts after the fan-out closed it")
 	}
 	for _, e := range got {

@@ -76,11 +76,18 @@ func TestDeadLetterReplayTwiceIntoPostgres(t *testing.T) {
 			t.Fatalf("replay %d: exit %d\n%s\n%s", round, code, out, errOut)
 		}
 	}
-	// Both replays were acked, so both copies of every record are in the
-	// buffer: wait until the drain has delivered them all, so that a
-	// second copy under a new id would be in the table by now.
+	replayedOnce(t, d, conn, table, orig)
+}
+
+// replayedOnce waits until the daemon has delivered two copies of every
+// record of orig (two replays, both acked) and checks that the table
+// holds each once, under its original id: a second copy under a new id
+// would be in the table by then.
+func replayedOnce(t *testing.T, d *daemon, conn *pgx.Conn, table string, orig map[string]sink.RecordID) {
+	t.Helper()
+	n := len(orig)
 	d.waitScrape(fmt.Sprintf("%d records delivered", 2*n), 30*time.Second, func(m map[string]float64) bool {
-		return sum(m, "weir_records_delivered_total") >= 2*n
+		return sum(m, "weir_records_delivered_total") >= float64(2*n)
 	})
 	got := pgRows(t, conn, table)
 	if len(got) != n {

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/pgopen"
 	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/record"
@@ -34,7 +34,7 @@ func BenchmarkQuarantine(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer w.Close()
-			runBench(b, batch, w.Quarantine)
+			runBench(b, batch, w.Reject)
 		})
 		b.Run(fmt.Sprintf("copy-staging/batch=%d", batch), func(b *testing.B) {
 			name := benchTable(b, dsn)
@@ -50,10 +50,10 @@ func BenchmarkQuarantine(b *testing.B) {
 	}
 }
 
-func runBench(b *testing.B, batch int, write func(context.Context, []engine.QuarantinedRecord) error) {
+func runBench(b *testing.B, batch int, write func(context.Context, []lane.Rejected) error) {
 	payload := []byte(`{"order_id":"` + strings.Repeat("x", 24) + `","amount":-12.5,"currency":"EUR","lines":[` +
 		strings.Repeat(`{"sku":"abc-123","qty":2},`, 8) + `{"sku":"z","qty":1}]}`)
-	recs := make([]engine.QuarantinedRecord, batch)
+	recs := make([]lane.Rejected, batch)
 	var n uint64
 	b.SetBytes(int64(batch * len(payload)))
 	for b.Loop() {
@@ -61,7 +61,7 @@ func runBench(b *testing.B, batch int, write func(context.Context, []engine.Quar
 			n++
 			var id sink.RecordID
 			id[0], id[1], id[2], id[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
-			recs[i] = engine.QuarantinedRecord{Sink: "pg", Pos: n,
+			recs[i] = lane.Rejected{Sink: "pg", Pos: n,
 				Reject: record.Rejection{Code: record.CodeDQ, Stage: record.StageCheck, Component: "orders@3",
 					Rule: "positive_amount", Error: "rule positive_amount: record.amount > 0 is false", Attempts: 1,
 					FirstSeen: time.Now().UnixNano()},
@@ -109,7 +109,7 @@ func openStaging(b *testing.B, dsn, name string) *staging {
 	return s
 }
 
-func (s *staging) quarantine(ctx context.Context, recs []engine.QuarantinedRecord) error {
+func (s *staging) quarantine(ctx context.Context, recs []lane.Rejected) error {
 	cols := arrays(recs)
 	rows := pgx.CopyFromFunc(func() func() ([]any, error) {
 		i := 0

@@ -1,5 +1,5 @@
 // Package pgquarantine keeps quarantined records in a PostgreSQL table: a
-// destination of a secondary's quarantine lane (engine.Quarantine), beside
+// destination of a secondary's quarantine lane (lane.Lane), beside
 // package quarantine's NDJSON directories, holding the same facts in
 // columns an operator can query.
 //

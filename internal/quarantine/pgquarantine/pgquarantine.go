@@ -8,9 +8,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/pgopen"
 	"github.com/weir-io/weir/internal/sink/recjson"
 )
@@ -37,7 +38,7 @@ type Options struct {
 }
 
 // Writer inserts quarantined records into the table. It is safe for
-// concurrent use and implements engine.Quarantine.
+// concurrent use and implements lane.Lane.
 type Writer struct {
 	pool      *pgopen.Pool
 	table     string // quoted
@@ -45,7 +46,7 @@ type Writer struct {
 	insertSQL string
 }
 
-var _ engine.Quarantine = (*Writer)(nil)
+var _ lane.Lane = (*Writer)(nil)
 
 // columns are the columns Quarantine writes, with their types.
 var columns = []struct{ name, typ string }{
@@ -59,8 +60,8 @@ var columns = []struct{ name, typ string }{
 // nullable are the columns that may be NULL.
 var nullable = map[string]bool{"origin_pos": true, "record_key": true, "headers": true, "event_time": true, "first_seen": true}
 
-// Open connects and creates the table when it is missing.
-func Open(ctx context.Context, o Options) (*Writer, error) {
+// resolve fills o's defaults and parses its table name.
+func (o *Options) resolve() (pgx.Identifier, error) {
 	if o.DSN == "" {
 		return nil, errors.New("pgquarantine: no DSN")
 	}
@@ -73,6 +74,15 @@ func Open(ctx context.Context, o Options) (*Writer, error) {
 	ident, err := pgopen.ParseTable(o.Table)
 	if err != nil {
 		return nil, fmt.Errorf("pgquarantine: %w", err)
+	}
+	return ident, nil
+}
+
+// Open connects and creates the table when it is missing.
+func Open(ctx context.Context, o Options) (*Writer, error) {
+	ident, err := o.resolve()
+	if err != nil {
+		return nil, err
 	}
 	w := &Writer{table: ident.Sanitize(), timeout: o.Timeout}
 	names := make([]string, len(columns))
@@ -102,10 +112,10 @@ func Open(ctx context.Context, o Options) (*Writer, error) {
 // Table is the quoted table name.
 func (w *Writer) Table() string { return w.table }
 
-// Quarantine implements engine.Quarantine: one INSERT of every record of
+// Reject implements lane.Lane: one INSERT of every record of
 // recs, skipping those already in the table. It returns once the rows are
 // committed, or when ctx (or Options.Timeout) ends.
-func (w *Writer) Quarantine(ctx context.Context, recs []engine.QuarantinedRecord) error {
+func (w *Writer) Reject(ctx context.Context, recs []lane.Rejected) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -118,7 +128,7 @@ func (w *Writer) Quarantine(ctx context.Context, recs []engine.QuarantinedRecord
 }
 
 // arrays are the INSERT's parameters: one array per column.
-func arrays(recs []engine.QuarantinedRecord) []any {
+func arrays(recs []lane.Rejected) []any {
 	n := len(recs)
 	var (
 		sinks, codes, stages, comps = make([]string, n), make([]string, n), make([]string, n), make([]string, n)

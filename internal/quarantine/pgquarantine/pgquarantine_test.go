@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
-	"github.com/weir-io/weir/internal/engine"
+	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/internal/quarantine/pgquarantine"
 	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/record"
@@ -36,13 +36,13 @@ func open(t testing.TB, dsn, name string) *pgquarantine.Writer {
 
 // recs makes n quarantined records from position from; every kind of
 // metadata shows up among them.
-func recs(from, n int) []engine.QuarantinedRecord {
-	out := make([]engine.QuarantinedRecord, n)
+func recs(from, n int) []lane.Rejected {
+	out := make([]lane.Rejected, n)
 	for i := range out {
 		p := from + i
 		var id sink.RecordID
 		id[0], id[1], id[15] = byte(p), byte(p>>8), 0x5a
-		q := engine.QuarantinedRecord{Sink: "pg", Pos: uint64(p), Recovery: p%2 == 1,
+		q := lane.Rejected{Sink: "pg", Pos: uint64(p), Recovery: p%2 == 1,
 			Reject: record.Rejection{Code: record.CodeDQ, Stage: record.StageCheck, Component: "orders@3",
 				Rule: "positive_amount", Error: fmt.Sprintf("rule positive_amount failed on record %d", p), Attempts: 1,
 				FirstSeen: time.Date(2026, 3, 4, 5, 6, 7, p*1000, time.UTC).UnixNano()},
@@ -110,7 +110,7 @@ func TestRoundTripEveryColumn(t *testing.T) {
 	name := table(t, dsn)
 	w := open(t, dsn, name)
 	in := recs(0, 8)
-	if err := w.Quarantine(context.Background(), in); err != nil {
+	if err := w.Reject(context.Background(), in); err != nil {
 		t.Fatal(err)
 	}
 	got := readRows(t, dsn, name)
@@ -122,7 +122,7 @@ func TestRoundTripEveryColumn(t *testing.T) {
 	}
 }
 
-func checkRow(t *testing.T, x row, q engine.QuarantinedRecord) {
+func checkRow(t *testing.T, x row, q lane.Rejected) {
 	t.Helper()
 	rj, r := q.Reject, q.Record
 	foundBy := map[bool]string{false: "live", true: "recovery"}[q.Recovery]
@@ -170,7 +170,7 @@ func TestRewriteAddsNoRow(t *testing.T) {
 		in[i].Recovery = false
 	}
 	for range 2 {
-		if err := w.Quarantine(ctx, in); err != nil {
+		if err := w.Reject(ctx, in); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -178,12 +178,12 @@ func TestRewriteAddsNoRow(t *testing.T) {
 	for i := range again {
 		again[i].Recovery = true
 	}
-	if err := w.Quarantine(ctx, again); err != nil {
+	if err := w.Reject(ctx, again); err != nil {
 		t.Fatal(err)
 	}
 	other := recs(0, 1)
 	other[0].Reject.Rule = "has_currency"
-	if err := w.Quarantine(ctx, other); err != nil {
+	if err := w.Reject(ctx, other); err != nil {
 		t.Fatal(err)
 	}
 	got := readRows(t, dsn, name)
@@ -195,7 +195,7 @@ func TestRewriteAddsNoRow(t *testing.T) {
 	if got[5].pos != 4 || got[5].foundBy != "live" || got[7].pos != 6 || got[7].foundBy != "recovery" {
 		t.Fatalf("the first write of a row must stay: %+v / %+v", got[5], got[7])
 	}
-	if err := w.Quarantine(ctx, nil); err != nil {
+	if err := w.Reject(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -212,24 +212,24 @@ func TestStalledServerReturnsWithTheContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if err := w.Quarantine(context.Background(), recs(0, 4)); err != nil {
+	if err := w.Reject(context.Background(), recs(0, 4)); err != nil {
 		t.Fatal(err)
 	}
 	p.Stall()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	start := time.Now()
-	err = w.Quarantine(ctx, recs(100, 256))
+	err = w.Reject(ctx, recs(100, 256))
 	cancel()
 	if err == nil || time.Since(start) > time.Second {
 		t.Fatalf("stalled write: %v after %v, want an error within a second", err, time.Since(start))
 	}
 	start = time.Now() // no deadline in ctx: Options.Timeout bounds it
-	err = w.Quarantine(context.Background(), recs(200, 4))
+	err = w.Reject(context.Background(), recs(200, 4))
 	if err == nil || time.Since(start) > 3*time.Second || !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "timeout") {
 		t.Fatalf("stalled write without a deadline: %v after %v, want the 2s timeout", err, time.Since(start))
 	}
 	p.Resume()
-	if err := w.Quarantine(context.Background(), recs(300, 4)); err != nil {
+	if err := w.Reject(context.Background(), recs(300, 4)); err != nil {
 		t.Fatalf("after the server answers again: %v", err)
 	}
 	// The writes that returned nil are stored. A failed one may be too:
