@@ -1,9 +1,13 @@
 package dedup
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,43 +18,180 @@ import (
 	"github.com/weir-io/weir/internal/testenv"
 )
 
-// roundTrips counts what a go-redis client sends: pipelines (one round
-// trip each) and single commands, and the commands of each pipeline.
-type roundTrips struct {
-	mu        sync.Mutex
-	pipelines int
-	singles   int
-	commands  []string // names of every pipelined command
+// respProxy stands between a store and a Redis server and counts, from
+// the bytes on the wire, the commands the store sends and its round trips:
+// a round trip begins when bytes come from the store while every command
+// it sent before has been answered.
+type respProxy struct {
+	ln     net.Listener
+	target string
+
+	mu       sync.Mutex
+	commands []string // every command's name, lower case, in order
+	trips    int
+	wg       sync.WaitGroup
 }
 
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.mu.Lock()
-		h.singles++
-		h.commands = append(h.commands, "single:"+cmd.Name())
-		h.mu.Unlock()
-		return next(ctx, cmd)
+func startRespProxy(t testing.TB, target string) *respProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	p := &respProxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
+	return p
 }
 
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.mu.Lock()
-		h.pipelines++
-		for _, c := range cmds {
-			h.commands = append(h.commands, c.Name())
+func (p *respProxy) url() string { return "redis://" + p.ln.Addr().String() }
+
+func (p *respProxy) counts() (trips int, commands []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.trips, slices.Clone(p.commands)
+}
+
+func (p *respProxy) accept() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
 		}
-		h.mu.Unlock()
-		return next(ctx, cmds)
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		var sent, answered int // commands of this connection
+		var cmds, replies []byte
+		p.wg.Add(2)
+		go p.pipe(client, server, func(chunk []byte) {
+			if sent == answered && len(cmds) == 0 {
+				p.trips++
+			}
+			cmds = append(cmds, chunk...)
+			for {
+				name, n := parseCommand(cmds)
+				if n == 0 {
+					break
+				}
+				cmds = cmds[n:]
+				sent++
+				p.commands = append(p.commands, name)
+			}
+		})
+		go p.pipe(server, client, func(chunk []byte) {
+			replies = append(replies, chunk...)
+			for n := skipReply(replies); n > 0; n = skipReply(replies) {
+				replies = replies[n:]
+				answered++
+			}
+		})
 	}
 }
 
-func (h *roundTrips) counts() (pipelines, singles int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.pipelines, h.singles
+// pipe copies from src to dst, showing each chunk to count (under p.mu)
+// before it is passed on, and closes both ends when either does.
+func (p *respProxy) pipe(src, dst net.Conn, count func([]byte)) {
+	defer p.wg.Done()
+	defer src.Close()
+	defer dst.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			count(buf[:n])
+			p.mu.Unlock()
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// parseCommand reads one command (an array of bulk strings) at the start
+// of b: its name and length, or 0 when b holds less than a command.
+func parseCommand(b []byte) (name string, n int) {
+	count, n := respLine(b, '*')
+	if n == 0 {
+		return "", 0
+	}
+	for i := 0; i < count; i++ {
+		size, m := respLine(b[n:], '$')
+		if m == 0 || len(b) < n+m+size+2 {
+			return "", 0
+		}
+		if i == 0 {
+			name = strings.ToLower(string(b[n+m : n+m+size]))
+		}
+		n += m + size + 2
+	}
+	return name, n
+}
+
+// skipReply measures one reply (RESP2 or RESP3: the tests' own go-redis
+// clients speak RESP3) at the start of b (0 when incomplete).
+func skipReply(b []byte) int {
+	if len(b) == 0 {
+		return 0
+	}
+	switch b[0] {
+	case '+', '-', ':', '_', ',', '#', '(':
+		if i := bytes.Index(b, []byte("\r\n")); i >= 0 {
+			return i + 2
+		}
+		return 0
+	case '$', '=', '!':
+		size, n := respLine(b, b[0])
+		if n == 0 || size < 0 {
+			return n
+		}
+		if len(b) < n+size+2 {
+			return 0
+		}
+		return n + size + 2
+	case '*', '~', '>', '%', '|':
+		count, n := respLine(b, b[0])
+		if n == 0 {
+			return 0
+		}
+		if b[0] == '%' || b[0] == '|' { // maps, attributes: pairs
+			count *= 2
+		}
+		for range max(count, 0) {
+			m := skipReply(b[n:])
+			if m == 0 {
+				return 0
+			}
+			n += m
+		}
+		return n
+	}
+	panic(fmt.Sprintf("proxy: unknown reply %q", b[:min(len(b), 32)]))
+}
+
+// respLine reads a line kind‖integer‖CRLF: the integer and the line's
+// length, or 0 when incomplete.
+func respLine(b []byte, kind byte) (v, n int) {
+	i := bytes.Index(b, []byte("\r\n"))
+	if i < 0 {
+		return 0, 0
+	}
+	if b[0] != kind {
+		panic(fmt.Sprintf("proxy: want %c, got %q", kind, b[:i]))
+	}
+	v, err := strconv.Atoi(string(b[1:i]))
+	if err != nil {
+		panic(err)
+	}
+	return v, i + 2
 }
 
 // newRedisStore opens a Redis store on url under a prefix of its own, and
@@ -147,13 +288,10 @@ func TestRedisClaimSetsWindow(t *testing.T) {
 }
 
 // TestRedisOneRoundTrip: a Claim of 256 keys is one pipeline of 256 SETs
-// and nothing else (once connected: a new connection's handshake, HELLO,
-// is one more, once per connection).
+// and nothing else, as seen on the wire by a proxy.
 func TestRedisOneRoundTrip(t *testing.T) {
-	r := newRedisStore(t, sharedRedisURL(t), time.Minute)
-	claimAll(t, r, claimOf("warm-up", 1))
-	h := &roundTrips{}
-	r.client.AddHook(h)
+	p := startRespProxy(t, testenv.Redis(t))
+	r := newRedisStore(t, p.url(), time.Minute) // dials and PINGs: one trip
 	claims := make([]Claim, 256)
 	for i := range claims {
 		claims[i] = claimOf(fmt.Sprint(i), i)
@@ -164,15 +302,21 @@ func TestRedisOneRoundTrip(t *testing.T) {
 				t.Fatalf("round %d claim %d: %v, want %v", round, i, a, want)
 			}
 		}
-		if p, s := h.counts(); p != round+1 || s != 0 {
-			t.Fatalf("after %d claims: %d pipelines, %d single commands; want %d, 0 (%v)", round+1, p, s, round+1, h.commands[len(h.commands)-3:])
+		trips, cmds := p.counts()
+		if trips != round+2 || r.roundTrips.Load() != int64(round+1) {
+			t.Fatalf("after %d claims: %d round trips on the wire (PING's included), %d counted; want %d, %d",
+				round+1, trips, r.roundTrips.Load(), round+2, round+1)
+		}
+		if want := 1 + (round+1)*len(claims); len(cmds) != want {
+			t.Fatalf("after %d claims: %d commands, want %d", round+1, len(cmds), want)
 		}
 	}
-	if len(h.commands) != 2*len(claims) {
-		t.Fatalf("pipelined %d commands, want %d", len(h.commands), 2*len(claims))
+	_, cmds := p.counts()
+	if cmds[0] != "ping" {
+		t.Fatalf("first command %q, want ping", cmds[0])
 	}
-	for _, name := range h.commands {
-		if !strings.EqualFold(name, "set") {
+	for _, name := range cmds[1:] {
+		if name != "set" {
 			t.Fatalf("pipelined %q besides SET", name)
 		}
 	}
