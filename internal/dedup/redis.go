@@ -224,8 +224,11 @@ func (r *Redis) pipeline(ctx context.Context, c *redisConn, deadline time.Time, 
 	if ctx.Done() != nil { // a cancelled caller ends the round trip now
 		stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 		defer func() {
-			if _, replied := err.(serverError); !stop() && (err == nil || replied) {
-				err = ctx.Err() // c's deadline is spoilt, or about to be: drop c
+			// Cancelled: c's deadline is spoilt, or about to be (drop
+			// c), and a timeout is the cancellation's doing.
+			_, replied := err.(serverError)
+			if !stop() && (err == nil || replied || errors.Is(err, os.ErrDeadlineExceeded)) {
+				err = ctx.Err()
 			}
 		}()
 	}

@@ -3,7 +3,9 @@ package dedup
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -29,6 +31,7 @@ type respProxy struct {
 	mu       sync.Mutex
 	commands []string // every command's name, lower case, in order
 	trips    int
+	conns    int
 	wg       sync.WaitGroup
 }
 
@@ -53,6 +56,12 @@ func (p *respProxy) counts() (trips int, commands []string) {
 	return p.trips, slices.Clone(p.commands)
 }
 
+func (p *respProxy) accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conns
+}
+
 func (p *respProxy) accept() {
 	defer p.wg.Done()
 	for {
@@ -65,6 +74,9 @@ func (p *respProxy) accept() {
 			_ = client.Close()
 			continue
 		}
+		p.mu.Lock()
+		p.conns++
+		p.mu.Unlock()
 		var sent, answered int // commands of this connection
 		var cmds, replies []byte
 		p.wg.Add(2)
@@ -364,5 +376,141 @@ func TestRecentCount(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := c.sum(); n != 0 {
 		t.Fatalf("sum a window later = %d, want 0", n)
+	}
+}
+
+// TestRedisAuthSelect: a URL's user, password and database reach the
+// server (AUTH user password, SELECT), and a wrong password is a failing
+// Claim, not a failing NewRedis.
+func TestRedisAuthSelect(t *testing.T) {
+	addr := testenv.Redis(t)
+	admin := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	ctx := context.Background()
+	user, pass := "weir-test-"+testenv.Suffix(), testenv.Suffix()
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">"+pass, "~weir:test:dedup:*", "+@all").Err(); err != nil {
+		_ = admin.Close()
+		t.Skipf("ACL SETUSER: %v", err)
+	}
+	t.Cleanup(func() { // after newRedisStore's clean-up, which needs the user
+		defer admin.Close()
+		if err := admin.Do(context.Background(), "ACL", "DELUSER", user).Err(); err != nil {
+			t.Errorf("ACL DELUSER %s: %v", user, err)
+		}
+	})
+	url := fmt.Sprintf("redis://%s:%s@%s/3", user, pass, addr)
+	r := newRedisStore(t, url, time.Minute)
+	if got := claimAll(t, r, claimOf("a", 1)); got[0] != Claimed {
+		t.Fatalf("claim: %v", got[0])
+	}
+	k := key("a")
+	name := r.prefix + string(k[:])
+	for db, want := range map[int]int64{3: 1, 0: 0} {
+		c := redis.NewClient(&redis.Options{Addr: addr, DB: db, DisableIdentity: true})
+		n, err := c.Exists(ctx, name).Result()
+		_ = c.Close()
+		if err != nil || n != want {
+			t.Fatalf("EXISTS in db %d = %d, %v; want %d", db, n, err, want)
+		}
+	}
+	bad, err := NewRedis(ctx, RedisOptions{URL: fmt.Sprintf("redis://%s:wrong@%s/3", user, addr), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if err := bad.Claim(ctx, []Claim{claimOf("b", 1)}, make([]Answer, 1)); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("Claim with a wrong password: %v, want WRONGPASS", err)
+	}
+}
+
+// TestRedisErrorReply: an error reply fails the call with the server's
+// words and leaves the connection in step: the next call uses it.
+func TestRedisErrorReply(t *testing.T) {
+	p := startRespProxy(t, testenv.Redis(t))
+	r := newRedisStore(t, p.url(), time.Minute)
+	k := key("list")
+	name := r.prefix + string(k[:])
+	opt, _ := redis.ParseURL(sharedRedisURL(t))
+	c := redis.NewClient(opt)
+	defer c.Close()
+	if err := c.RPush(context.Background(), name, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]Answer, 3)
+	err := r.Claim(context.Background(), []Claim{claimOf("x", 1), claimOf("list", 1), claimOf("y", 1)}, out)
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("Claim over a list: %v, want WRONGTYPE", err)
+	}
+	if got := claimAll(t, r, claimOf("x", 1), claimOf("y", 2)); got[0] != Redelivery || got[1] != Duplicate {
+		t.Fatalf("after the error: %v, want [redelivery duplicate]", got)
+	}
+	if n := p.accepted(); n != 1 {
+		t.Fatalf("%d connections, want 1", n)
+	}
+}
+
+// TestRedisReconnect: connections broken by a server restart are dropped
+// and the claim sent again on a new one, within the one call.
+func TestRedisReconnect(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	r, err := NewRedis(context.Background(), RedisOptions{URL: srv.URL(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	claimAll(t, r, claimOf("a", 1))
+	srv.Stop()
+	srv.Start() // empty: a restart without persistence
+	if got := claimAll(t, r, claimOf("a", 1)); got[0] != Claimed {
+		t.Fatalf("after restart: %v", got[0])
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Claim(context.Background(), []Claim{claimOf("b", 1)}, make([]Answer, 1)); err == nil {
+		t.Fatal("Claim after Close succeeded")
+	}
+}
+
+// TestRedisSilentServer: a server that never answers costs one Timeout,
+// or less when the caller gives up first; the connection is dropped.
+func TestRedisSilentServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Add(1)
+	go func() { // accepts, reads, never answers
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, c); _ = c.Close() }()
+		}
+	}()
+	r, err := NewRedis(context.Background(), RedisOptions{URL: "redis://" + ln.Addr().String(), Timeout: 300 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	out := make([]Answer, 1)
+	start := time.Now()
+	if err := r.Claim(context.Background(), []Claim{claimOf("a", 1)}, out); err == nil || time.Since(start) < 250*time.Millisecond || time.Since(start) > 2*time.Second {
+		t.Fatalf("Claim on a silent server: %v after %v, want a timeout after ~300ms", err, time.Since(start))
+	}
+	r.timeout = 10 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start = time.Now()
+	if err := r.Claim(ctx, []Claim{claimOf("a", 1)}, out); !errors.Is(err, context.Canceled) || time.Since(start) > 2*time.Second {
+		t.Fatalf("cancelled Claim: %v after %v, want context.Canceled soon after 100ms", err, time.Since(start))
+	}
+	if n := len(r.idle); n != 0 {
+		t.Fatalf("%d connections kept after failures, want 0", n)
 	}
 }
