@@ -20,111 +20,67 @@ import (
 	"github.com/weir-io/weir/internal/testenv"
 )
 
-// respProxy stands between a store and a Redis server and counts, from
-// the bytes on the wire, the commands the store sends and its round trips:
-// a round trip begins when bytes come from the store while every command
-// it sent before has been answered.
-type respProxy struct {
-	ln     net.Listener
-	target string
+// wireCount watches a store's connections through a testenv.Proxy and
+// counts, from the bytes on the wire, the commands sent and the round
+// trips: a round trip begins when bytes come from the client while every
+// command it sent before on that connection has been answered.
+type wireCount struct {
+	*testenv.Proxy
 
 	mu       sync.Mutex
 	commands []string // every command's name, lower case, in order
 	trips    int
-	conns    int
-	wg       sync.WaitGroup
+	links    map[int]*wireLink
 }
 
-func startRespProxy(t testing.TB, target string) *respProxy {
+type wireLink struct {
+	sent, answered int
+	cmds, replies  []byte // incomplete
+}
+
+func startWireCount(t testing.TB, target string) *wireCount {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	w := &wireCount{Proxy: testenv.NewProxy(t, target), links: map[int]*wireLink{}}
+	w.Tap(w.chunk)
+	return w
+}
+
+func (w *wireCount) url() string { return "redis://" + w.Addr() }
+
+func (w *wireCount) counts() (trips int, commands []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.trips, slices.Clone(w.commands)
+}
+
+func (w *wireCount) chunk(link int, up bool, chunk []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.links[link]
+	if l == nil {
+		l = &wireLink{}
+		w.links[link] = l
 	}
-	p := &respProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
-	return p
-}
-
-func (p *respProxy) url() string { return "redis://" + p.ln.Addr().String() }
-
-func (p *respProxy) counts() (trips int, commands []string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.trips, slices.Clone(p.commands)
-}
-
-func (p *respProxy) accepted() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.conns
-}
-
-func (p *respProxy) accept() {
-	defer p.wg.Done()
+	if !up {
+		l.replies = append(l.replies, chunk...)
+		for n := skipReply(l.replies); n > 0; n = skipReply(l.replies) {
+			l.replies = l.replies[n:]
+			l.answered++
+		}
+		return
+	}
+	if l.sent == l.answered && len(l.cmds) == 0 {
+		w.trips++
+	}
+	l.cmds = append(l.cmds, chunk...)
 	for {
-		client, err := p.ln.Accept()
-		if err != nil {
+		name, n := parseCommand(l.cmds)
+		if n == 0 {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = client.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns++
-		p.mu.Unlock()
-		var sent, answered int // commands of this connection
-		var cmds, replies []byte
-		p.wg.Add(2)
-		go p.pipe(client, server, func(chunk []byte) {
-			if sent == answered && len(cmds) == 0 {
-				p.trips++
-			}
-			cmds = append(cmds, chunk...)
-			for {
-				name, n := parseCommand(cmds)
-				if n == 0 {
-					break
-				}
-				cmds = cmds[n:]
-				sent++
-				p.commands = append(p.commands, name)
-			}
-		})
-		go p.pipe(server, client, func(chunk []byte) {
-			replies = append(replies, chunk...)
-			for n := skipReply(replies); n > 0; n = skipReply(replies) {
-				replies = replies[n:]
-				answered++
-			}
-		})
-	}
-}
-
-// pipe copies from src to dst, showing each chunk to count (under p.mu)
-// before it is passed on, and closes both ends when either does.
-func (p *respProxy) pipe(src, dst net.Conn, count func([]byte)) {
-	defer p.wg.Done()
-	defer src.Close()
-	defer dst.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			count(buf[:n])
-			p.mu.Unlock()
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
+		l.cmds = l.cmds[n:]
+		l.sent++
+		w.commands = append(w.commands, name)
 	}
 }
 
@@ -302,7 +258,7 @@ func TestRedisClaimSetsWindow(t *testing.T) {
 // TestRedisOneRoundTrip: a Claim of 256 keys is one pipeline of 256 SETs
 // and nothing else, as seen on the wire by a proxy.
 func TestRedisOneRoundTrip(t *testing.T) {
-	p := startRespProxy(t, testenv.Redis(t))
+	p := startWireCount(t, testenv.Redis(t))
 	r := newRedisStore(t, p.url(), time.Minute) // dials and PINGs: one trip
 	claims := make([]Claim, 256)
 	for i := range claims {
@@ -425,7 +381,7 @@ func TestRedisAuthSelect(t *testing.T) {
 // TestRedisErrorReply: an error reply fails the call with the server's
 // words and leaves the connection in step: the next call uses it.
 func TestRedisErrorReply(t *testing.T) {
-	p := startRespProxy(t, testenv.Redis(t))
+	p := startWireCount(t, testenv.Redis(t))
 	r := newRedisStore(t, p.url(), time.Minute)
 	k := key("list")
 	name := r.prefix + string(k[:])
@@ -443,7 +399,7 @@ func TestRedisErrorReply(t *testing.T) {
 	if got := claimAll(t, r, claimOf("x", 1), claimOf("y", 2)); got[0] != Redelivery || got[1] != Duplicate {
 		t.Fatalf("after the error: %v, want [redelivery duplicate]", got)
 	}
-	if n := p.accepted(); n != 1 {
+	if n := p.Accepted(); n != 1 {
 		t.Fatalf("%d connections, want 1", n)
 	}
 }
