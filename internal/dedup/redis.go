@@ -36,8 +36,9 @@ type RedisOptions struct {
 	// Window is how long a claim is held (DefaultWindow when zero or
 	// less); it is the key's TTL.
 	Window time.Duration
-	// Timeout bounds each round trip, dialling included
-	// (DefaultRedisTimeout when zero or less).
+	// Timeout bounds each call — its round trip, dialling and the one
+	// retry on a new connection included — as one deadline on the
+	// connection (DefaultRedisTimeout when zero or less).
 	Timeout time.Duration
 	// Logger receives the start-up probe's result (slog.Default when nil).
 	Logger *slog.Logger
