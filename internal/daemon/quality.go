@@ -145,14 +145,10 @@ func (q *quality) stream(ctx context.Context, cc *config.ContractConfig) (*check
 func (q *quality) openStore(ctx context.Context, cc *config.ContractConfig) (dedup.Store, error) {
 	d := cc.Dedup
 	if strings.EqualFold(d.Store, "redis") {
-		redisLogs.Do(func() { dedup.RouteClientLogs(q.log) })
 		return dedup.NewRedis(ctx, dedup.RedisOptions{URL: d.RedisURL, Prefix: d.Prefix, Window: d.Window, Timeout: d.Timeout, Logger: q.log})
 	}
 	return dedup.NewMemory(dedup.MemoryOptions{MaxBytes: d.MaxBytes, Window: d.Window}), nil
 }
-
-// redisLogs routes the Redis client's process-wide logger once.
-var redisLogs sync.Once
 
 // trip pauses or resumes a [[source]] stream for its breaker, loudly.
 func (q *quality) trip(stream string, paused bool, why string) {

@@ -54,6 +54,23 @@
 // batch (SET NX GET PX, Redis ≥ 7.0). Its memory is the server's, bounded
 // by the window and the server's own maxmemory.
 //
+// Redis speaks the protocol itself (RESP2, resp.go) rather than through a
+// general client: a batch's commands are written by hand into one reused
+// buffer and sent in one write, and the replies parsed in place — a null
+// is Claimed, a bulk string equal to the id Redelivery, any other bulk
+// Duplicate, an error reply fails the call — so a claim allocates nothing
+// (a general client built a command object, its arguments and its reply
+// per key: six allocations a record). Connections are pooled; a new one
+// sends AUTH and SELECT from the URL (parsed by go-redis's ParseURL, so it
+// means what it means to any go-redis client, rediss:// included). The
+// store's Timeout is a deadline on the connection for the whole call,
+// dialling included. A connection that fails is closed, never reused; one
+// found broken when taken from the pool (a server restart) is replaced
+// and the batch sent once more within the same Timeout — safe, as a claim
+// sent twice finds its own id. A reply out of step with the protocol drops
+// the connection too; an error reply (OOM, WRONGTYPE, NOAUTH) does not,
+// the rest of the batch's replies being read first.
+//
 // # Degrade, never stop
 //
 // A Deduper whose store fails passes every record of the batch, logs the

@@ -1,9 +1,15 @@
 package dedup
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,43 +20,146 @@ import (
 	"github.com/weir-io/weir/internal/testenv"
 )
 
-// roundTrips counts what a go-redis client sends: pipelines (one round
-// trip each) and single commands, and the commands of each pipeline.
-type roundTrips struct {
-	mu        sync.Mutex
-	pipelines int
-	singles   int
-	commands  []string // names of every pipelined command
+// wireCount watches a store's connections through a testenv.Proxy and
+// counts, from the bytes on the wire, the commands sent and the round
+// trips: a round trip begins when bytes come from the client while every
+// command it sent before on that connection has been answered.
+type wireCount struct {
+	*testenv.Proxy
+
+	mu       sync.Mutex
+	commands []string // every command's name, lower case, in order
+	trips    int
+	links    map[int]*wireLink
 }
 
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+type wireLink struct {
+	sent, answered int
+	cmds, replies  []byte // incomplete
+}
 
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.mu.Lock()
-		h.singles++
-		h.commands = append(h.commands, "single:"+cmd.Name())
-		h.mu.Unlock()
-		return next(ctx, cmd)
+func startWireCount(t testing.TB, target string) *wireCount {
+	t.Helper()
+	w := &wireCount{Proxy: testenv.NewProxy(t, target), links: map[int]*wireLink{}}
+	w.Tap(w.chunk)
+	return w
+}
+
+func (w *wireCount) url() string { return "redis://" + w.Addr() }
+
+func (w *wireCount) counts() (trips int, commands []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.trips, slices.Clone(w.commands)
+}
+
+func (w *wireCount) chunk(link int, up bool, chunk []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.links[link]
+	if l == nil {
+		l = &wireLink{}
+		w.links[link] = l
 	}
-}
-
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.mu.Lock()
-		h.pipelines++
-		for _, c := range cmds {
-			h.commands = append(h.commands, c.Name())
+	if !up {
+		l.replies = append(l.replies, chunk...)
+		for n := skipReply(l.replies); n > 0; n = skipReply(l.replies) {
+			l.replies = l.replies[n:]
+			l.answered++
 		}
-		h.mu.Unlock()
-		return next(ctx, cmds)
+		return
+	}
+	if l.sent == l.answered && len(l.cmds) == 0 {
+		w.trips++
+	}
+	l.cmds = append(l.cmds, chunk...)
+	for {
+		name, n := parseCommand(l.cmds)
+		if n == 0 {
+			return
+		}
+		l.cmds = l.cmds[n:]
+		l.sent++
+		w.commands = append(w.commands, name)
 	}
 }
 
-func (h *roundTrips) counts() (pipelines, singles int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.pipelines, h.singles
+// parseCommand reads one command (an array of bulk strings) at the start
+// of b: its name and length, or 0 when b holds less than a command.
+func parseCommand(b []byte) (name string, n int) {
+	count, n := respLine(b, '*')
+	if n == 0 {
+		return "", 0
+	}
+	for i := 0; i < count; i++ {
+		size, m := respLine(b[n:], '$')
+		if m == 0 || len(b) < n+m+size+2 {
+			return "", 0
+		}
+		if i == 0 {
+			name = strings.ToLower(string(b[n+m : n+m+size]))
+		}
+		n += m + size + 2
+	}
+	return name, n
+}
+
+// skipReply measures one reply (RESP2 or RESP3: the tests' own go-redis
+// clients speak RESP3) at the start of b (0 when incomplete).
+func skipReply(b []byte) int {
+	if len(b) == 0 {
+		return 0
+	}
+	switch b[0] {
+	case '+', '-', ':', '_', ',', '#', '(':
+		if i := bytes.Index(b, []byte("\r\n")); i >= 0 {
+			return i + 2
+		}
+		return 0
+	case '$', '=', '!':
+		size, n := respLine(b, b[0])
+		if n == 0 || size < 0 {
+			return n
+		}
+		if len(b) < n+size+2 {
+			return 0
+		}
+		return n + size + 2
+	case '*', '~', '>', '%', '|':
+		count, n := respLine(b, b[0])
+		if n == 0 {
+			return 0
+		}
+		if b[0] == '%' || b[0] == '|' { // maps, attributes: pairs
+			count *= 2
+		}
+		for range max(count, 0) {
+			m := skipReply(b[n:])
+			if m == 0 {
+				return 0
+			}
+			n += m
+		}
+		return n
+	}
+	panic(fmt.Sprintf("proxy: unknown reply %q", b[:min(len(b), 32)]))
+}
+
+// respLine reads a line kind‖integer‖CRLF: the integer and the line's
+// length, or 0 when incomplete.
+func respLine(b []byte, kind byte) (v, n int) {
+	i := bytes.Index(b, []byte("\r\n"))
+	if i < 0 {
+		return 0, 0
+	}
+	if b[0] != kind {
+		panic(fmt.Sprintf("proxy: want %c, got %q", kind, b[:i]))
+	}
+	v, err := strconv.Atoi(string(b[1:i]))
+	if err != nil {
+		panic(err)
+	}
+	return v, i + 2
 }
 
 // newRedisStore opens a Redis store on url under a prefix of its own, and
@@ -147,13 +256,10 @@ func TestRedisClaimSetsWindow(t *testing.T) {
 }
 
 // TestRedisOneRoundTrip: a Claim of 256 keys is one pipeline of 256 SETs
-// and nothing else (once connected: a new connection's handshake, HELLO,
-// is one more, once per connection).
+// and nothing else, as seen on the wire by a proxy.
 func TestRedisOneRoundTrip(t *testing.T) {
-	r := newRedisStore(t, sharedRedisURL(t), time.Minute)
-	claimAll(t, r, claimOf("warm-up", 1))
-	h := &roundTrips{}
-	r.client.AddHook(h)
+	p := startWireCount(t, testenv.Redis(t))
+	r := newRedisStore(t, p.url(), time.Minute) // dials and PINGs: one trip
 	claims := make([]Claim, 256)
 	for i := range claims {
 		claims[i] = claimOf(fmt.Sprint(i), i)
@@ -164,15 +270,21 @@ func TestRedisOneRoundTrip(t *testing.T) {
 				t.Fatalf("round %d claim %d: %v, want %v", round, i, a, want)
 			}
 		}
-		if p, s := h.counts(); p != round+1 || s != 0 {
-			t.Fatalf("after %d claims: %d pipelines, %d single commands; want %d, 0 (%v)", round+1, p, s, round+1, h.commands[len(h.commands)-3:])
+		trips, cmds := p.counts()
+		if trips != round+2 || r.roundTrips.Load() != int64(round+1) {
+			t.Fatalf("after %d claims: %d round trips on the wire (PING's included), %d counted; want %d, %d",
+				round+1, trips, r.roundTrips.Load(), round+2, round+1)
+		}
+		if want := 1 + (round+1)*len(claims); len(cmds) != want {
+			t.Fatalf("after %d claims: %d commands, want %d", round+1, len(cmds), want)
 		}
 	}
-	if len(h.commands) != 2*len(claims) {
-		t.Fatalf("pipelined %d commands, want %d", len(h.commands), 2*len(claims))
+	_, cmds := p.counts()
+	if cmds[0] != "ping" {
+		t.Fatalf("first command %q, want ping", cmds[0])
 	}
-	for _, name := range h.commands {
-		if !strings.EqualFold(name, "set") {
+	for _, name := range cmds[1:] {
+		if name != "set" {
 			t.Fatalf("pipelined %q besides SET", name)
 		}
 	}
@@ -220,5 +332,141 @@ func TestRecentCount(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := c.sum(); n != 0 {
 		t.Fatalf("sum a window later = %d, want 0", n)
+	}
+}
+
+// TestRedisAuthSelect: a URL's user, password and database reach the
+// server (AUTH user password, SELECT), and a wrong password is a failing
+// Claim, not a failing NewRedis.
+func TestRedisAuthSelect(t *testing.T) {
+	addr := testenv.Redis(t)
+	admin := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	ctx := context.Background()
+	user, pass := "weir-test-"+testenv.Suffix(), testenv.Suffix()
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">"+pass, "~weir:test:dedup:*", "+@all").Err(); err != nil {
+		_ = admin.Close()
+		t.Skipf("ACL SETUSER: %v", err)
+	}
+	t.Cleanup(func() { // after newRedisStore's clean-up, which needs the user
+		defer admin.Close()
+		if err := admin.Do(context.Background(), "ACL", "DELUSER", user).Err(); err != nil {
+			t.Errorf("ACL DELUSER %s: %v", user, err)
+		}
+	})
+	url := fmt.Sprintf("redis://%s:%s@%s/3", user, pass, addr)
+	r := newRedisStore(t, url, time.Minute)
+	if got := claimAll(t, r, claimOf("a", 1)); got[0] != Claimed {
+		t.Fatalf("claim: %v", got[0])
+	}
+	k := key("a")
+	name := r.prefix + string(k[:])
+	for db, want := range map[int]int64{3: 1, 0: 0} {
+		c := redis.NewClient(&redis.Options{Addr: addr, DB: db, DisableIdentity: true})
+		n, err := c.Exists(ctx, name).Result()
+		_ = c.Close()
+		if err != nil || n != want {
+			t.Fatalf("EXISTS in db %d = %d, %v; want %d", db, n, err, want)
+		}
+	}
+	bad, err := NewRedis(ctx, RedisOptions{URL: fmt.Sprintf("redis://%s:wrong@%s/3", user, addr), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if err := bad.Claim(ctx, []Claim{claimOf("b", 1)}, make([]Answer, 1)); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("Claim with a wrong password: %v, want WRONGPASS", err)
+	}
+}
+
+// TestRedisErrorReply: an error reply fails the call with the server's
+// words and leaves the connection in step: the next call uses it.
+func TestRedisErrorReply(t *testing.T) {
+	p := startWireCount(t, testenv.Redis(t))
+	r := newRedisStore(t, p.url(), time.Minute)
+	k := key("list")
+	name := r.prefix + string(k[:])
+	opt, _ := redis.ParseURL(sharedRedisURL(t))
+	c := redis.NewClient(opt)
+	defer c.Close()
+	if err := c.RPush(context.Background(), name, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]Answer, 3)
+	err := r.Claim(context.Background(), []Claim{claimOf("x", 1), claimOf("list", 1), claimOf("y", 1)}, out)
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("Claim over a list: %v, want WRONGTYPE", err)
+	}
+	if got := claimAll(t, r, claimOf("x", 1), claimOf("y", 2)); got[0] != Redelivery || got[1] != Duplicate {
+		t.Fatalf("after the error: %v, want [redelivery duplicate]", got)
+	}
+	if n := p.Accepted(); n != 1 {
+		t.Fatalf("%d connections, want 1", n)
+	}
+}
+
+// TestRedisReconnect: connections broken by a server restart are dropped
+// and the claim sent again on a new one, within the one call.
+func TestRedisReconnect(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	r, err := NewRedis(context.Background(), RedisOptions{URL: srv.URL(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	claimAll(t, r, claimOf("a", 1))
+	srv.Stop()
+	srv.Start() // empty: a restart without persistence
+	if got := claimAll(t, r, claimOf("a", 1)); got[0] != Claimed {
+		t.Fatalf("after restart: %v", got[0])
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Claim(context.Background(), []Claim{claimOf("b", 1)}, make([]Answer, 1)); err == nil {
+		t.Fatal("Claim after Close succeeded")
+	}
+}
+
+// TestRedisSilentServer: a server that never answers costs one Timeout,
+// or less when the caller gives up first; the connection is dropped.
+func TestRedisSilentServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Add(1)
+	go func() { // accepts, reads, never answers
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, c); _ = c.Close() }()
+		}
+	}()
+	r, err := NewRedis(context.Background(), RedisOptions{URL: "redis://" + ln.Addr().String(), Timeout: 300 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	out := make([]Answer, 1)
+	start := time.Now()
+	if err := r.Claim(context.Background(), []Claim{claimOf("a", 1)}, out); err == nil || time.Since(start) < 250*time.Millisecond || time.Since(start) > 2*time.Second {
+		t.Fatalf("Claim on a silent server: %v after %v, want a timeout after ~300ms", err, time.Since(start))
+	}
+	r.timeout = 10 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start = time.Now()
+	if err := r.Claim(ctx, []Claim{claimOf("a", 1)}, out); !errors.Is(err, context.Canceled) || time.Since(start) > 2*time.Second {
+		t.Fatalf("cancelled Claim: %v after %v, want context.Canceled soon after 100ms", err, time.Since(start))
+	}
+	if n := len(r.idle); n != 0 {
+		t.Fatalf("%d connections kept after failures, want 0", n)
 	}
 }

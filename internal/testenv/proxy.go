@@ -28,12 +28,15 @@ type Proxy struct {
 	wg       sync.WaitGroup
 	closed   bool
 	accepted int
+	tap      func(link int, up bool, chunk []byte)
 
 	forwarded atomic.Int64
 }
 
 // link is one proxied connection: the client's side and the server's.
 type link struct {
+	id   int // accept order, from 1
+	tap  func(link int, up bool, chunk []byte)
 	c, s net.Conn
 	done chan struct{} // closed when the link is closed
 	once sync.Once
@@ -116,21 +119,23 @@ func (p *Proxy) accept(ln net.Listener) {
 			continue
 		}
 		p.accepted++
+		id := p.accepted
 		p.mu.Unlock()
 		p.wg.Add(1)
-		go p.serve(c)
+		go p.serve(c, id)
 	}
 }
 
-func (p *Proxy) serve(c net.Conn) {
+func (p *Proxy) serve(c net.Conn, id int) {
 	defer p.wg.Done()
 	s, err := net.Dial("tcp", p.target)
 	if err != nil {
 		c.Close()
 		return
 	}
-	l := &link{c: c, s: s, done: make(chan struct{})}
+	l := &link{id: id, c: c, s: s, done: make(chan struct{})}
 	p.mu.Lock()
+	l.tap = p.tap
 	if p.cut || p.closed {
 		p.mu.Unlock()
 		l.close()
@@ -165,6 +170,9 @@ func (p *Proxy) pipe(wg *sync.WaitGroup, l *link, dst, src net.Conn) {
 					return
 				}
 			}
+			if l.tap != nil {
+				l.tap(l.id, dst == l.s, buf[:n])
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -174,6 +182,17 @@ func (p *Proxy) pipe(wg *sync.WaitGroup, l *link, dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// Tap shows tap every chunk of the connections accepted after it, before
+// the chunk is forwarded: link numbers the connection (1 for the first
+// accepted), up is true from client to server. It runs on the link's
+// copying goroutine, one call at a time per direction; the chunk is valid
+// only during the call.
+func (p *Proxy) Tap(tap func(link int, up bool, chunk []byte)) {
+	p.mu.Lock()
+	p.tap = tap
+	p.mu.Unlock()
 }
 
 // gate is nil, or while stalled a channel closed on Resume.
