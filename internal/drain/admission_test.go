@@ -127,6 +127,10 @@ func TestOversizeDuringWarmupDeadLettered(t *testing.T) {
 	if want := append(payloads("a", 5), payloads("b", 5)...); !reflect.DeepEqual(got, want) {
 		t.Errorf("sink got %v, want %v", got, want)
 	}
+	// Every successful commit told how fresh its records were.
+	if o := obs.snapshot(); len(o.fresh) == 0 || o.fresh[0] <= 0 {
+		t.Errorf("freshness observed %v, want an age for the delivered records", o.fresh)
+	}
 	files, err := ListDeadLetters(vfs.OS, dir)
 	if err != nil || len(files) != 1 || files[0].Records != 1 {
 		t.Fatalf("dead-letter files %+v, %v", files, err)

@@ -155,6 +155,9 @@ type Observer interface {
 	// records the sink rejected, how long the call took and its error (nil
 	// on success).
 	Commit(records, rejected int, d time.Duration, err error)
+	// Fresh is called after a Sink.Commit that succeeded, with its records
+	// and the time it returned (weir_freshness_seconds).
+	Fresh(recs []sink.Record, at time.Time)
 	// Retry is called before each backoff after a transient error; attempt
 	// counts from 1.
 	Retry(attempt int, delay time.Duration, err error)
@@ -188,6 +191,7 @@ type NopObserver struct{}
 
 func (NopObserver) State(State)                             {}
 func (NopObserver) Commit(int, int, time.Duration, error)   {}
+func (NopObserver) Fresh([]sink.Record, time.Time)          {}
 func (NopObserver) Retry(int, time.Duration, error)         {}
 func (NopObserver) DeadLettered(record.Code, int)           {}
 func (NopObserver) DeadLetterTotals(int, int64)             {}
@@ -891,7 +895,8 @@ func (d *Drain) commitOnce(ctx context.Context, ref wab.SegmentRef, start uint64
 	d.markIdle()
 	res, err := d.sink.Commit(ctx, batch)
 	d.markBusy()
-	elapsed := d.now().Sub(t0)
+	done := d.now()
+	elapsed := done.Sub(t0)
 	d.wrote(ctx, err)
 	switch {
 	case ctx.Err() != nil:
@@ -902,6 +907,7 @@ func (d *Drain) commitOnce(ctx context.Context, ref wab.SegmentRef, start uint64
 	case err == nil:
 		rejected := d.checkRejections(res.Rejected, n)
 		d.obs.Commit(n, len(rejected), elapsed, nil)
+		d.obs.Fresh(batch.Records, done)
 		return rejected, nil
 	case sink.IsTransient(err):
 		d.obs.Commit(n, 0, elapsed, err)

@@ -171,6 +171,7 @@ type recObserver struct {
 	mu        sync.Mutex
 	states    []State
 	commits   int
+	fresh     []time.Duration // one per distinct receive time of a committed record
 	retries   []time.Duration
 	dlRecords int
 	dlByCode  map[record.Code]int
@@ -192,6 +193,18 @@ func (o *recObserver) Commit(int, int, time.Duration, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.commits++
+}
+
+func (o *recObserver) Fresh(recs []sink.Record, at time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var last time.Time
+	for _, r := range recs {
+		if !r.Received.Equal(last) {
+			last = r.Received
+			o.fresh = append(o.fresh, at.Sub(r.Received))
+		}
+	}
 }
 
 func (o *recObserver) Retry(_ int, d time.Duration, _ error) {
@@ -252,6 +265,7 @@ func (o *recObserver) snapshot() recObserver {
 	return recObserver{
 		states:    append([]State(nil), o.states...),
 		commits:   o.commits,
+		fresh:     append([]time.Duration(nil), o.fresh...),
 		retries:   append([]time.Duration(nil), o.retries...),
 		dlRecords: o.dlRecords,
 		dlByCode:  maps.Clone(o.dlByCode),

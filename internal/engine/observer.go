@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
@@ -13,6 +15,8 @@ type Observer interface {
 	LiveDropped(sinkName string, records int)
 	// Delivered: records durably committed (or rejected) by the sink.
 	Delivered(sinkName string, records int, recovery bool)
+	// Fresh: a live commit to the sink succeeded at at, with recs.
+	Fresh(sinkName string, recs []sink.Record, at time.Time)
 	// CommitFailed: a commit to the sink failed and will be retried.
 	CommitFailed(sinkName string, err error, recovery bool)
 	// Quarantined: rejected records handed to the sink's quarantine lane,
@@ -53,6 +57,7 @@ type NopObserver struct{}
 
 func (NopObserver) LiveDropped(string, int)                    {}
 func (NopObserver) Delivered(string, int, bool)                {}
+func (NopObserver) Fresh(string, []sink.Record, time.Time)     {}
 func (NopObserver) CommitFailed(string, error, bool)           {}
 func (NopObserver) Quarantined(string, record.Code, int, bool) {}
 func (NopObserver) QuarantineShed(string, int)                 {}

@@ -215,6 +215,9 @@ func (s *secondary) commitChunk(ctx context.Context, chunk []sink.Positioned, re
 		cancel()
 		s.f.wrote(ctx, err)
 		if err == nil {
+			if !recovery {
+				s.f.obs.Fresh(s.name, recs, time.Now())
+			}
 			s.accounted(chunk, res.Rejected, recovery, attempts)
 			return nil
 		}

@@ -570,3 +570,31 @@ func TestListenFailure(t *testing.T) {
 		t.Errorf("Listen on a taken port: %v", err)
 	}
 }
+
+// TestFreshness: one observation per distinct receive time of a committed
+// batch, for the drain's sink and for a secondary; a record without a
+// receive time is not observed.
+func TestFreshness(t *testing.T) {
+	m, reg := New(Config{Shards: 1, Sink: "postgres"})
+	t0 := time.Unix(1_700_000_000, 0)
+	recs := []sink.Record{{Received: t0}, {Received: t0}, {Received: t0.Add(time.Millisecond)}, {}}
+	m.Fresh(recs, t0.Add(20*time.Millisecond))
+	m.Topology().Fresh("warehouse", recs[:2], t0.Add(time.Second))
+	got := series(t, reg, "weir_freshness_seconds")
+	if got["sink=postgres"] != 2 || got["sink=warehouse"] != 1 {
+		t.Fatalf("observations %v, want 2 for the drain's sink and 1 for the secondary", got)
+	}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "weir_freshness_seconds" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			if s.GetLabel()[0].GetValue() == "postgres" {
+				if sum := s.GetHistogram().GetSampleSum(); sum < 0.0389 || sum > 0.0391 { // 20 ms + 19 ms
+					t.Errorf("sum %v s, want 0.039", sum)
+				}
+			}
+		}
+	}
+}

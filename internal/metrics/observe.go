@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/server"
@@ -218,6 +220,25 @@ func (m *Metrics) Commit(records, rejected int, d time.Duration, err error) {
 	m.commitDuration[r].Observe(d.Seconds())
 	if rejected > 0 {
 		m.rejectedRecords.Add(float64(rejected))
+	}
+}
+
+// Fresh implements drain.Observer: weir_freshness_seconds of the drain's
+// sink.
+func (m *Metrics) Fresh(recs []sink.Record, at time.Time) { observeFreshness(m.freshDrain, recs, at) }
+
+// observeFreshness observes, once per distinct receive time (the records of
+// one request or frame share it; a batch holds them in order), how long
+// before at the records of recs were received.
+func observeFreshness(o prometheus.Observer, recs []sink.Record, at time.Time) {
+	var last time.Time
+	for i := range recs {
+		r := recs[i].Received
+		if r.IsZero() || r.Equal(last) {
+			continue
+		}
+		last = r
+		o.Observe(max(0, at.Sub(r).Seconds()))
 	}
 }
 

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weir-io/weir/internal/engine"
@@ -126,6 +128,12 @@ func (t *Topology) LiveDropped(sinkName string, records int) {
 // Delivered implements engine.Observer.
 func (t *Topology) Delivered(sinkName string, records int, recovery bool) {
 	t.delivered.WithLabelValues(sinkName, pathLabel(recovery)).Add(float64(records))
+}
+
+// Fresh implements engine.Observer: weir_freshness_seconds of a
+// secondary fed live.
+func (t *Topology) Fresh(sinkName string, recs []sink.Record, at time.Time) {
+	observeFreshness(t.node.fresh.WithLabelValues(sinkName), recs, at)
 }
 
 // CommitFailed implements engine.Observer.
