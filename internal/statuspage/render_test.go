@@ -243,6 +243,9 @@ func TestRoutes(t *testing.T) {
 		}
 	}
 	resp, body := get("/status.json")
+	if strings.Contains(body, "null") {
+		t.Errorf("status.json holds a null (a list must be [] for the script): %s", body)
+	}
 	var s Snapshot
 	if err := json.Unmarshal([]byte(body), &s); err != nil || resp.Header.Get("Content-Type") != "application/json" || s.Flow.State != "normal" {
 		t.Errorf("GET /status.json: %v %v %+v", err, resp.Header, s.Flow)

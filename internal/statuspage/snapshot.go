@@ -510,7 +510,7 @@ func healthLevel(state string) string {
 }
 
 func sinkViews(in inputs, m readout.Set, w, recent window, buf BufferView) []SinkView {
-	var out []SinkView
+	out := []SinkView{}
 	secondaries := m.Values("weir_secondary_durable", "sink")
 	for _, name := range m.Values("weir_sink_health", "sink") {
 		by := map[string]string{"sink": name}
@@ -677,6 +677,9 @@ func logsView(l *LogRing) LogsView {
 		return LogsView{Entries: []LogEntry{}}
 	}
 	es := l.Entries()
+	if es == nil {
+		es = []LogEntry{} // [] in JSON, not null
+	}
 	slices.Reverse(es)
 	w, e := l.Counts()
 	return LogsView{Warnings: float64(w), Errors: float64(e), Entries: es}
