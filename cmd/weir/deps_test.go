@@ -15,6 +15,7 @@ var testSupport = []string{
 	"go.uber.org/goleak",
 	"pgregory.net/rapid",
 	"github.com/twmb/franz-go/pkg/kfake",
+	"github.com/chromedp/chromedp",
 }
 
 // TestDaemonBuildHasNoTestSupport: the weir binary's build graph holds no

@@ -10,13 +10,10 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/weir-io/weir/internal/readout"
 )
 
 // status reads a running daemon's /metrics, /live and /ready and prints a
@@ -52,13 +49,11 @@ func status(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "weir status: %s/metrics answered %d\n", *addr, code)
 		return 1
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	m, err := readout.Parse(strings.NewReader(body))
 	if err != nil {
-		fmt.Fprintf(stderr, "weir status: parse metrics: %v\n", err)
+		fmt.Fprintf(stderr, "weir status: %v\n", err)
 		return 1
 	}
-	m := metricSet(fams)
 	liveCode, liveBody, _ := get("/live")
 	readyCode, readyBody, _ := get("/ready")
 
@@ -66,15 +61,15 @@ func status(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "weir at %s\n", *addr)
 	fmt.Fprintf(stdout, "  health:       %s, %s\n", verdict("ready", readyCode, readyBody), verdict("live", liveCode, liveBody))
 	fmt.Fprintf(stdout, "  connections:  %s open, %s accepted, %s refused\n",
-		num(m.sum("weir_connections_open", nil)), num(m.sum("weir_connections_total", nil)), num(m.sum("weir_connections_rejected_total", nil)))
+		readout.Num(m.Sum("weir_connections_open", nil)), readout.Num(m.Sum("weir_connections_total", nil)), readout.Num(m.Sum("weir_connections_rejected_total", nil)))
 	fmt.Fprintf(stdout, "  records:      %s received, %s acked (durable %s, buffered %s), %s nacked%s\n",
-		num(m.sum("weir_records_received_total", nil)), num(m.sum("weir_records_acked_total", nil)),
-		num(m.sum("weir_records_acked_total", map[string]string{"durability": "durable"})),
-		num(m.sum("weir_records_acked_total", map[string]string{"durability": "buffered"})),
-		num(m.sum("weir_records_nacked_total", nil)), m.breakdown("weir_records_nacked_total", "code"))
+		readout.Num(m.Sum("weir_records_received_total", nil)), readout.Num(m.Sum("weir_records_acked_total", nil)),
+		readout.Num(m.Sum("weir_records_acked_total", map[string]string{"durability": "durable"})),
+		readout.Num(m.Sum("weir_records_acked_total", map[string]string{"durability": "buffered"})),
+		readout.Num(m.Sum("weir_records_nacked_total", nil)), m.Breakdown("weir_records_nacked_total", "code"))
 	printHTTP(stdout, m)
-	failed := m.labelsWhere("weir_shard_failed", "shard", func(v float64) bool { return v > 0 })
-	shards := len(m.series("weir_shard_failed"))
+	failed := m.LabelsWhere("weir_shard_failed", "shard", func(v float64) bool { return v > 0 })
+	shards := len(m.Series("weir_shard_failed"))
 	fs2 := "none failed"
 	if len(failed) > 0 {
 		ok = false
@@ -82,17 +77,17 @@ func status(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "  shards:       %d, %s\n", shards, fs2)
 	fmt.Fprintf(stdout, "  backlog:      %s sealed segments, %s in the write-ahead buffer\n",
-		num(m.sum("weir_wab_segments", nil)), bytesH(m.sum("weir_wab_bytes", nil)))
-	if n := m.sum("weir_segments_damaged", nil); n > 0 {
+		readout.Num(m.Sum("weir_wab_segments", nil)), readout.Bytes(m.Sum("weir_wab_bytes", nil)))
+	if n := m.Sum("weir_segments_damaged", nil); n > 0 {
 		// Records from the damage on wait for an operator: say what to do.
 		ok = false
 		fmt.Fprintf(stdout, "  DAMAGED:      %s sealed segments set aside by the drain, kept on disk; records from the damage on are not delivered.\n"+
-			"                Stop the daemon, look with `weir verify`, then `weir repair --salvage` (docs/operations/alerts.md#weirsegmentdamaged)\n", num(n))
+			"                Stop the daemon, look with `weir verify`, then `weir repair --salvage` (docs/operations/alerts.md#weirsegmentdamaged)\n", readout.Num(n))
 	}
-	state := strings.Join(m.labelsWhere("weir_drain_state", "state", func(v float64) bool { return v == 1 }), ",")
+	state := strings.Join(m.LabelsWhere("weir_drain_state", "state", func(v float64) bool { return v == 1 }), ",")
 	fmt.Fprintf(stdout, "  drain:        %s; %s records delivered, %s retries\n", orDash(state),
-		num(m.sum("weir_records_delivered_total", nil)), num(m.sum("weir_drain_retries_total", nil)))
-	if !printSinks(stdout, m, fams) || state == "blocked_dead_letter_full" {
+		readout.Num(m.Sum("weir_records_delivered_total", nil)), readout.Num(m.Sum("weir_drain_retries_total", nil)))
+	if !printSinks(stdout, m) || state == "blocked_dead_letter_full" {
 		ok = false
 	}
 	printSecondaries(stdout, m)
@@ -106,49 +101,43 @@ func status(args []string, stdout, stderr io.Writer) int {
 
 // printSinks prints the [sink]'s health, its commits and the dead-letter
 // lane; it reports false when the sink is not healthy.
-func printSinks(stdout io.Writer, m metrics, fams map[string]*dto.MetricFamily) bool {
+func printSinks(stdout io.Writer, m readout.Set) bool {
 	ok := true
-	for _, s := range m.series("weir_sink_health") {
-		if s.value == 1 {
-			fmt.Fprintf(stdout, "  sink %-8s %s\n", s.labels["sink"]+":", s.labels["state"])
-			if s.labels["state"] != "healthy" {
+	for _, s := range m.Series("weir_sink_health") {
+		if s.Value == 1 {
+			fmt.Fprintf(stdout, "  sink %-8s %s\n", s.Labels["sink"]+":", s.Labels["state"])
+			if s.Labels["state"] != "healthy" {
 				ok = false
 			}
 		}
 	}
-	recs := m.sum("weir_sink_commit_records_total", nil)
-	var commits float64
-	for _, f := range fams {
-		if f.GetName() == "weir_sink_commit_duration_seconds" {
-			for _, mm := range f.GetMetric() {
-				commits += float64(mm.GetHistogram().GetSampleCount())
-			}
-		}
-	}
+	recs := m.Sum("weir_sink_commit_records_total", nil)
+	h, _ := m.Histogram("weir_sink_commit_duration_seconds", nil)
+	commits := h.Count
 	if commits > 0 {
-		fmt.Fprintf(stdout, "  commits:      %s, %.1f records per commit\n", num(commits), recs/commits)
+		fmt.Fprintf(stdout, "  commits:      %s, %.1f records per commit\n", readout.Num(commits), recs/commits)
 	}
-	dl := m.sum("weir_dead_letter_bytes", nil)
+	dl := m.Sum("weir_dead_letter_bytes", nil)
 	usage := ""
-	if cap := m.sum("weir_dead_letter_max_bytes", nil); cap > 0 {
-		usage = fmt.Sprintf(" of %s (%.1f%%)", bytesH(cap), 100*dl/cap)
+	if cap := m.Sum("weir_dead_letter_max_bytes", nil); cap > 0 {
+		usage = fmt.Sprintf(" of %s (%.1f%%)", readout.Bytes(cap), 100*dl/cap)
 	}
 	fmt.Fprintf(stdout, "  dead letter:  %s files, %s%s; blocked %s times\n",
-		num(m.sum("weir_dead_letter_files", nil)), bytesH(dl), usage, num(m.sum("weir_dead_letter_full_total", nil)))
+		readout.Num(m.Sum("weir_dead_letter_files", nil)), readout.Bytes(dl), usage, readout.Num(m.Sum("weir_dead_letter_full_total", nil)))
 	return ok
 }
 
 // printHTTP prints the HTTP door's listener and its counts, when it
 // listens.
-func printHTTP(stdout io.Writer, m metrics) {
-	for _, s := range m.series("weir_http_listener") {
-		if s.value != 1 {
+func printHTTP(stdout io.Writer, m readout.Set) {
+	for _, s := range m.Series("weir_http_listener") {
+		if s.Value != 1 {
 			continue
 		}
 		fmt.Fprintf(stdout, "  http:         %s://%s (stream %s); %s requests, %s records accepted, %s refused%s\n",
-			s.labels["scheme"], s.labels["addr"], s.labels["stream"],
-			num(m.sum("weir_http_requests_total", nil)), num(m.sum("weir_http_received_records_total", nil)),
-			num(m.sum("weir_http_refused_total", nil)), m.breakdown("weir_http_refused_total", "reason"))
+			s.Labels["scheme"], s.Labels["addr"], s.Labels["stream"],
+			readout.Num(m.Sum("weir_http_requests_total", nil)), readout.Num(m.Sum("weir_http_received_records_total", nil)),
+			readout.Num(m.Sum("weir_http_refused_total", nil)), m.Breakdown("weir_http_refused_total", "reason"))
 	}
 }
 
@@ -156,24 +145,24 @@ func printHTTP(stdout io.Writer, m metrics) {
 // durable (durable = false is shown loudly: what it acknowledged may not
 // survive a power loss of its host, and recovery will not resend it), its
 // coverage, its lag and its health at the last poll.
-func printSecondaries(stdout io.Writer, m metrics) {
-	secs := slices.Clone(m.series("weir_secondary_durable"))
-	sort.Slice(secs, func(i, j int) bool { return secs[i].labels["sink"] < secs[j].labels["sink"] })
+func printSecondaries(stdout io.Writer, m readout.Set) {
+	secs := slices.Clone(m.Series("weir_secondary_durable"))
+	sort.Slice(secs, func(i, j int) bool { return secs[i].Labels["sink"] < secs[j].Labels["sink"] })
 	for _, s := range secs {
-		name := s.labels["sink"]
+		name := s.Labels["sink"]
 		durable := "durable"
-		if s.value != 1 {
+		if s.Value != 1 {
 			durable = "NOT durable (durable = false: acknowledged records may be lost with its host, and are not resent)"
 		}
 		by := map[string]string{"sink": name}
 		health := ""
-		for _, h := range m.series("weir_secondary_health") {
-			if h.labels["sink"] == name && h.value == 1 {
-				health = "; " + h.labels["state"]
+		for _, h := range m.Series("weir_secondary_health") {
+			if h.Labels["sink"] == name && h.Value == 1 {
+				health = "; " + h.Labels["state"]
 			}
 		}
 		fmt.Fprintf(stdout, "  secondary %s: %s; coverage %s, lag %s positions%s\n", name, durable,
-			num(m.sum("weir_secondary_coverage_end", by)), num(m.sum("weir_secondary_lag_positions", by)), health)
+			readout.Num(m.Sum("weir_secondary_coverage_end", by)), readout.Num(m.Sum("weir_secondary_lag_positions", by)), health)
 	}
 }
 
@@ -204,55 +193,33 @@ func orDash(s string) string {
 	return s
 }
 
-func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-
-func bytesH(v float64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	i := 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
-	}
-	if i == 0 {
-		return fmt.Sprintf("%.0f B", v)
-	}
-	return fmt.Sprintf("%.1f %s", v, units[i])
-}
-
-type sample struct {
-	labels map[string]string
-	value  float64
-}
-
-type metrics map[string][]sample
-
 // printContracts prints one line per stream with a [[contract]]: its
 // records by outcome, the reject ratio over its window, the breaker, and
 // its dedup (dropped, and whether the store answers).
-func printContracts(stdout io.Writer, m metrics) {
+func printContracts(stdout io.Writer, m readout.Set) {
 	var streams []string
-	for _, s := range m.series("weir_contract_reject_ratio") {
-		streams = append(streams, s.labels["source"])
+	for _, s := range m.Series("weir_contract_reject_ratio") {
+		streams = append(streams, s.Labels["source"])
 	}
 	sort.Strings(streams)
 	for _, name := range streams {
 		by := map[string]string{"source": name}
 		outcome := func(o string) string {
-			return num(m.sum("weir_contract_records_total", map[string]string{"source": name, "outcome": o}))
+			return readout.Num(m.Sum("weir_contract_records_total", map[string]string{"source": name, "outcome": o}))
 		}
 		ratio := "-"
-		if r := m.sum("weir_contract_reject_ratio", by); r >= 0 {
+		if r := m.Sum("weir_contract_reject_ratio", by); r >= 0 {
 			ratio = fmt.Sprintf("%.1f%%", 100*r)
 		}
 		line := fmt.Sprintf("  contract %s: pass %s, warn %s, reject %s, duplicate %s; rejects over window %s",
 			name, outcome("pass"), outcome("warn"), outcome("reject"), outcome("duplicate"), ratio)
-		if m.sum("weir_contract_breaker_open", by) == 1 {
+		if m.Sum("weir_contract_breaker_open", by) == 1 {
 			line += "; BREAKER OPEN: source paused"
 		}
-		for _, s := range m.series("weir_dedup_degraded") { // present only for a stream with dedup
-			if s.labels["source"] == name {
-				line += fmt.Sprintf("; dedup dropped %s", num(m.sum("weir_dedup_dropped_total", by)))
-				if s.value == 1 {
+		for _, s := range m.Series("weir_dedup_degraded") { // present only for a stream with dedup
+			if s.Labels["source"] == name {
+				line += fmt.Sprintf("; dedup dropped %s", readout.Num(m.Sum("weir_dedup_dropped_total", by)))
+				if s.Value == 1 {
 					line += " (STORE UNREACHABLE: duplicates pass)"
 				}
 			}
@@ -264,101 +231,24 @@ func printContracts(stdout io.Writer, m metrics) {
 // printCoordination prints the node's coordination role, the members as
 // it last saw them (leader, learners, departed) and its recovery leases;
 // nothing when coordination is off.
-func printCoordination(stdout io.Writer, m metrics) {
-	if len(m.series("weir_coordination_members")) == 0 {
+func printCoordination(stdout io.Writer, m readout.Set) {
+	if len(m.Series("weir_coordination_members")) == 0 {
 		return
 	}
-	role := strings.Join(m.labelsWhere("weir_coordination_role", "role", func(v float64) bool { return v == 1 }), ",")
+	role := strings.Join(m.LabelsWhere("weir_coordination_role", "role", func(v float64) bool { return v == 1 }), ",")
 	var members []string
-	for _, s := range m.series("weir_coordination_member") {
-		if s.value != 1 {
+	for _, s := range m.Series("weir_coordination_member") {
+		if s.Value != 1 {
 			continue
 		}
-		name := s.labels["member"]
-		if st := s.labels["state"]; st != "voter" {
+		name := s.Labels["member"]
+		if st := s.Labels["state"]; st != "voter" {
 			name += " (" + st + ")"
 		}
 		members = append(members, name)
 	}
 	sort.Strings(members)
 	fmt.Fprintf(stdout, "  coordination: role %s; %s voting members: %s; recovery leases held %s, windows unclaimed %s\n",
-		orDash(role), num(m.sum("weir_coordination_members", nil)), orDash(strings.Join(members, ", ")),
-		num(m.sum("weir_recovery_leases_held", nil)), num(m.sum("weir_recovery_windows_unclaimed", nil)))
-}
-
-func metricSet(fams map[string]*dto.MetricFamily) metrics {
-	out := metrics{}
-	for name, f := range fams {
-		for _, m := range f.GetMetric() {
-			s := sample{labels: map[string]string{}}
-			for _, lp := range m.GetLabel() {
-				s.labels[lp.GetName()] = lp.GetValue()
-			}
-			switch {
-			case m.Counter != nil:
-				s.value = m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				s.value = m.GetGauge().GetValue()
-			case m.Untyped != nil:
-				s.value = m.GetUntyped().GetValue()
-			default:
-				continue
-			}
-			out[name] = append(out[name], s)
-		}
-	}
-	return out
-}
-
-func (m metrics) series(name string) []sample { return m[name] }
-
-// sum adds the series of name whose labels include match.
-func (m metrics) sum(name string, match map[string]string) float64 {
-	var t float64
-	for _, s := range m[name] {
-		ok := true
-		for k, v := range match {
-			if s.labels[k] != v {
-				ok = false
-			}
-		}
-		if ok {
-			t += s.value
-		}
-	}
-	return t
-}
-
-func (m metrics) labelsWhere(name, label string, pred func(float64) bool) []string {
-	var out []string
-	for _, s := range m[name] {
-		if pred(s.value) {
-			out = append(out, s.labels[label])
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// breakdown renders " (Code n, …)" of the non-zero series by label.
-func (m metrics) breakdown(name, label string) string {
-	by := map[string]float64{}
-	for _, s := range m[name] {
-		if s.value > 0 {
-			by[s.labels[label]] += s.value
-		}
-	}
-	if len(by) == 0 {
-		return ""
-	}
-	keys := make([]string, 0, len(by))
-	for k := range by {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s %s", k, num(by[k]))
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
+		orDash(role), readout.Num(m.Sum("weir_coordination_members", nil)), orDash(strings.Join(members, ", ")),
+		readout.Num(m.Sum("weir_recovery_leases_held", nil)), readout.Num(m.Sum("weir_recovery_windows_unclaimed", nil)))
 }

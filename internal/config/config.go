@@ -101,6 +101,12 @@ type Config struct {
 	MetricsPort      int           // metrics_port; 0 turns the endpoint off
 	LiveStallTimeout time.Duration // live_stall_timeout
 	DebugPprof       bool          // debug_pprof
+	// MetricsTLS (metrics_tls) serves the metrics endpoint over HTTPS
+	// with [http]'s certificate material, a client certificate optional.
+	MetricsTLS bool
+	// MetricsAllowUnauthenticated (metrics_allow_unauthenticated) lets
+	// the admin routes be served beyond loopback without authentication.
+	MetricsAllowUnauthenticated bool
 
 	Flow FlowConfig // memory_budget, record_size_estimate, [flow]
 
@@ -120,6 +126,10 @@ type Config struct {
 	// read and checked against; the daemon opens its sinks and sources
 	// through them.
 	Components *component.Registry
+
+	// File is the TOML file read (--config or WEIR_CONFIG), absolute; ""
+	// when none was.
+	File string
 }
 
 // SinkConfig chooses and configures a sink: the [sink], or a
@@ -247,7 +257,7 @@ func loadWith(reg *component.Registry, args, environ []string, logger *slog.Logg
 			ks[i].merge(merged, layer)
 		}
 	}
-	c := &Config{Components: reg}
+	c := &Config{Components: reg, File: path}
 	for i := range ks {
 		ks[i].apply(c, merged)
 	}
@@ -347,6 +357,7 @@ func validate(ks []knob, c *Config, wd string) []error {
 	errs = append(errs, validateFlow(ks, c)...)
 	errs = append(errs, validateCoordination(ks, c)...)
 	errs = append(errs, validateHTTP(ks, c, wd)...)
+	errs = append(errs, validateAdmin(ks, c)...)
 	if c.DrainRetryMax < c.DrainRetryBase {
 		k := knobByKey(ks, "drain_retry_max")
 		errs = append(errs, invalid(k, formatDuration(c.DrainRetryMax),

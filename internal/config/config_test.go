@@ -245,6 +245,8 @@ var samples = map[string][2]string{
 	"sink.kafka.compression":         {"zstd", "lz4"},
 	"metrics_bind":                   {"0.0.0.0", "metrics.internal"},
 	"metrics_port":                   {"0", "19185"},
+	"metrics_tls":                    {"true", "false"},
+	"metrics_allow_unauthenticated":  {"true", "false"},
 	"live_stall_timeout":             {"30s", "5m"},
 	"memory_budget":                  {"64MiB", "1GiB"},
 	"record_size_estimate":           {"512B", "4KiB"},
@@ -348,8 +350,11 @@ func companionFlags(key string) []string {
 	if key == "sink.type" {
 		return []string{"--sink-postgres-dsn=postgres://a@h/db", "--sink-mysql-dsn=root@tcp(h:3306)/db"}
 	}
+	if key == "metrics_bind" { // beyond loopback, the admin routes need a word
+		return []string{"--metrics-allow-unauthenticated=true"}
+	}
 	companions := tlsCompanions
-	if _, ok := httpTLSCompanions[key]; ok || key == "http.tls_allowed_identities" {
+	if _, ok := httpTLSCompanions[key]; ok || key == "http.tls_allowed_identities" || key == "metrics_tls" {
 		companions = httpTLSCompanions
 	} else if _, ok := tlsCompanions[key]; !ok && key != "tls_allowed_identities" {
 		return nil
@@ -440,6 +445,7 @@ func TestEveryKnobThroughEveryLayer(t *testing.T) {
 					t.Errorf("%s: %v", tc.name, err)
 					continue
 				}
+				got.File = "" // where it came from, not what it says
 				if !reflect.DeepEqual(got, tc.want) {
 					t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
 				}
@@ -734,6 +740,10 @@ func TestExampleFile(t *testing.T) {
 	if w := h.warnings(); len(w) > 0 {
 		t.Errorf("warnings: %q", w)
 	}
+	if c.File != path {
+		t.Errorf("File %q, want %q", c.File, path)
+	}
+	c.File = ""
 	// The example sets every key to its default.
 	if def := mustLoad(t, nil, nil); !reflect.DeepEqual(c, def) {
 		t.Errorf("example differs from defaults:\n got %+v\nwant %+v", c, def)

@@ -405,14 +405,18 @@ func scalarKnobs(reg *component.Registry) []knob {
 	ks = append(ks, coordKnobs()...)
 	ks = append(ks, httpKnobs()...)
 	return append(ks,
-		hostKnob("metrics_bind", DefaultMetricsBind, "Address the metrics and health endpoint listens on: an IP address or a host name. The endpoint is unauthenticated; keep it on loopback or a private network.",
+		hostKnob("metrics_bind", DefaultMetricsBind, "Address the metrics and health endpoint listens on: an IP address or a host name. /metrics, /live and /ready are unauthenticated; keep them on loopback or a private network. Beyond loopback its admin routes (the status page, weir tap, /debug/pprof/) need the HTTP door's authentication (an admin-scope token of http.token_file, or metrics_tls with client certificates) or metrics_allow_unauthenticated = true; the daemon refuses to start otherwise.",
 			func(p *partial) **string { return &p.MetricsBind }, func(c *Config) *string { return &c.MetricsBind }),
 		intKnob("metrics_port", DefaultMetricsPort, 0, 65535, "TCP port of the metrics and health endpoint (/metrics, /live, /ready); 0 turns the endpoint off.",
 			func(p *partial) **int { return &p.MetricsPort }, func(c *Config) *int { return &c.MetricsPort }),
 		durationKnob("live_stall_timeout", DefaultLiveStallTimeout, time.Second, time.Hour, "/live fails once a shard flusher or the drain has been busy this long without progress (a sink that is slow or down never counts).",
 			func(p *partial) **time.Duration { return &p.LiveStallTimeout }, func(c *Config) *time.Duration { return &c.LiveStallTimeout }),
-		boolKnob("debug_pprof", false, "Also serve Go's profiler at /debug/pprof/ on the metrics endpoint (for diagnosis; unauthenticated like /metrics).",
+		boolKnob("debug_pprof", false, "Also serve Go's profiler at /debug/pprof/ on the metrics endpoint (for diagnosis): an admin route, authenticated as the status page.",
 			func(p *partial) **bool { return &p.DebugPprof }, func(c *Config) *bool { return &c.DebugPprof }),
+		boolKnob("metrics_tls", false, "Serve the metrics endpoint over HTTPS (TLS 1.3) with the HTTP door's material (http.tls_cert_file, http.tls_key_file; reloaded with it). With http.tls_client_ca_file a client certificate is asked for, not required: /metrics, /live and /ready answer without one, and one verified as the door verifies it (http.tls_allowed_identities) opens the admin routes like an admin token.",
+			func(p *partial) **bool { return &p.MetricsTLS }, func(c *Config) *bool { return &c.MetricsTLS }),
+		boolKnob("metrics_allow_unauthenticated", false, "Let metrics_bind be an address beyond loopback while the admin routes (the status page and /status.json, weir tap, /debug/pprof/) have no authentication (no http.token_file, no metrics_tls): anyone who reaches the endpoint may read them, and weir tap shows records' payloads.",
+			func(p *partial) **bool { return &p.MetricsAllowUnauthenticated }, func(c *Config) *bool { return &c.MetricsAllowUnauthenticated }),
 
 		enumKnob("log_level", DefaultLogLevel, []string{"debug", "info", "warn", "error"}, "Least severe log level written.",
 			func(p *partial) **string { return &p.LogLevel }, func(c *Config) *string { return &c.LogLevel }),
@@ -462,6 +466,8 @@ type partial struct {
 	MetricsPort      *int
 	LiveStallTimeout *time.Duration
 	DebugPprof       *bool
+
+	MetricsTLS, MetricsAllowUnauthenticated *bool
 
 	Role, RecoveryMode    *string
 	Gate                  *string

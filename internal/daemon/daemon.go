@@ -18,6 +18,7 @@ import (
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/lifecycle"
+	"github.com/weir-io/weir/internal/statuspage"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
@@ -42,6 +43,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ctx = context.WithValue(ctx, stuckKey{}, func() { cancel(flow.ErrStuck) })
+	// The status page shows the last warnings and errors: every record
+	// passes through its ring on the way to the configured handler.
+	ring := statuspage.NewLogRing(logRingSize)
+	log = slog.New(ring.Handler(log.Handler()))
+	ctx = context.WithValue(ctx, logRingKey{}, ring)
 	err := run(ctx, cfg, log)
 	if cause := context.Cause(ctx); errors.Is(cause, flow.ErrStuck) {
 		return errors.Join(fmt.Errorf("daemon stopped by the stuck detector: %w", cause), err)
@@ -60,6 +66,13 @@ func stuckFrom(ctx context.Context) func() {
 	}
 	return func() {}
 }
+
+// logRingSize is how many warnings and errors the status page keeps.
+const logRingSize = 50
+
+// logRingKey carries, in Run's context, the ring of the log's last
+// warnings and errors (nil outside Run).
+type logRingKey struct{}
 
 // node is a started node: its telemetry and what it logs once ready.
 type node struct {
@@ -208,7 +221,7 @@ func startDrain(cfg *config.Config, fs vfs.FS, wlog *wab.Log, dl *delivery, tel 
 		WABDir:                  cfg.WABDir,
 		Source:                  wlog,
 		Sink:                    dl.snk,
-		Logger:                  log.With("component", "drain"),
+		Logger:                  log, // the drain adds its component and sink
 		RetryBase:               cfg.DrainRetryBase,
 		RetryMax:                cfg.DrainRetryMax,
 		MaxRetries:              drainRetries(cfg.DrainMaxRetries),

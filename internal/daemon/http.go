@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -24,29 +23,31 @@ import (
 	"github.com/weir-io/weir/source"
 )
 
-// startHTTP binds the HTTP door ([http]) beside the producer socket,
-// writing through gate (the write-ahead buffer), and pushes its close on
-// st: at shutdown it stops before the buffer, answering the requests it
-// is serving. Its token file and TLS material are re-read on SIGHUP (and
-// the TLS material every tls_reload_interval). It returns nil when
-// http.enabled is false.
-func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *telemetry, log *slog.Logger) (*httpin.Ingress, error) {
+// doorAuth is the HTTP door's credentials ([http]'s token file and TLS
+// material), loaded once and shared by the door and the metrics
+// endpoint's admin routes (the status page, tap, pprof). Both are re-read
+// on SIGHUP, the TLS material also every tls_reload_interval.
+type doorAuth struct {
+	tokens *httpin.Tokens   // nil without http.token_file
+	tls    *tlsconf.Manager // nil without the http.tls_* files
+}
+
+// loadDoorAuth loads what the door or the admin routes will use, and
+// pushes the end of its reloading on st: both re-read on SIGHUP from
+// here on, before any listener serves.
+func loadDoorAuth(st *lifecycle.Stack, cfg *config.Config, log *slog.Logger) (doorAuth, error) {
 	hc := &cfg.HTTP
-	if !hc.Enabled || hc.Listen == "" {
-		return nil, nil
-	}
+	door := hc.Enabled && hc.Listen != ""
 	hlog := log.With("component", "http")
-	var tokens *httpin.Tokens
-	if hc.TokenFile != "" {
+	var a doorAuth
+	if hc.TokenFile != "" && (door || cfg.AdminNeedsAuth()) {
 		t, err := httpin.LoadTokens(hc.TokenFile, hlog)
 		if err != nil {
-			return nil, err
+			return doorAuth{}, err
 		}
-		tokens = t
+		a.tokens = t
 	}
-	var tlsMgr *tlsconf.Manager
-	var tlsCfg *tls.Config
-	if hc.TLS() {
+	if hc.TLS() && (door || (cfg.MetricsTLS && cfg.MetricsPort != 0)) {
 		m, err := tlsconf.New(tlsconf.Options{
 			CertFile:          hc.TLSCertFile,
 			KeyFile:           hc.TLSKeyFile,
@@ -56,9 +57,29 @@ func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *t
 			Logger:            hlog,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("http.tls_*: %w", err)
+			return doorAuth{}, fmt.Errorf("http.tls_*: %w", err)
 		}
-		tlsMgr, tlsCfg = m, m.ServerConfig()
+		a.tls = m
+	}
+	st.PushClose("http reloads", reloadOnHUP(a.tokens, a.tls, cfg))
+	return a, nil
+}
+
+// startHTTP binds the HTTP door ([http]) beside the producer socket,
+// writing through gate (the write-ahead buffer), and pushes its close on
+// st: at shutdown it stops before the buffer, answering the requests it
+// is serving. Its credentials are tel.door's. It returns nil when
+// http.enabled is false.
+func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *telemetry, log *slog.Logger) (*httpin.Ingress, error) {
+	hc := &cfg.HTTP
+	if !hc.Enabled || hc.Listen == "" {
+		return nil, nil
+	}
+	hlog := log.With("component", "http")
+	tokens := tel.door.tokens
+	var tlsCfg *tls.Config
+	if tel.door.tls != nil {
+		tlsCfg = tel.door.tls.ServerConfig()
 	}
 	written, commits := tel.m.Topology().SourceCounters(hc.Stream)
 	obs := httpObserver{HTTP: tel.m.HTTP(httpRoutes(), httpCodes(), httpReasons()), written: written, commits: commits, ctl: tel.fc.ctl}
@@ -92,11 +113,8 @@ func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *t
 		opts.Budget = tel.fc.budget
 	}
 	in := httpin.New(opts)
-	// SIGHUP is caught before the listener serves: a client may send one
-	// as soon as it sees the port (uncaught, it would end the process).
-	stopReloads := reloadOnHUP(tokens, tlsMgr, cfg)
 	if err := in.Listen(gate); err != nil {
-		return nil, errors.Join(fmt.Errorf("http.listen: %w", err), stopReloads())
+		return nil, fmt.Errorf("http.listen: %w", err)
 	}
 	scheme := "http"
 	if tlsCfg != nil {
@@ -104,7 +122,6 @@ func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *t
 	}
 	unlist := obs.Listening(in.Addr().String(), scheme, hc.Stream)
 	st.PushClose("http listener", func() error { defer unlist(); return in.Shutdown() })
-	st.PushClose("http reloads", stopReloads)
 	return in, nil
 }
 

@@ -2,17 +2,23 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"os"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/drain"
+	"github.com/weir-io/weir/internal/httpin"
 	"github.com/weir-io/weir/internal/lifecycle"
 	"github.com/weir-io/weir/internal/metrics"
+	"github.com/weir-io/weir/internal/statuspage"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
@@ -26,9 +32,12 @@ type telemetry struct {
 	h   *metrics.Health
 	srv *metrics.Server
 	log *slog.Logger
-	fc  *flowControl  // the memory budget and the flow controller
-	dq  *quality      // the data contracts; nil without [[contract]]
-	co  *coordination // the coordination cluster; nil with coordination.mode = 0
+	// door is the HTTP door's credentials, for the door and the admin
+	// routes of the metrics endpoint.
+	door doorAuth
+	fc   *flowControl  // the memory budget and the flow controller
+	dq   *quality      // the data contracts; nil without [[contract]]
+	co   *coordination // the coordination cluster; nil with coordination.mode = 0
 }
 
 // startTelemetry makes the metrics and, unless metrics_port is 0, binds
@@ -43,26 +52,20 @@ func startTelemetry(ctx context.Context, st *lifecycle.Stack, cfg *config.Config
 	m, reg := metrics.New(metrics.Config{Shards: cfg.Shards, Sink: cfg.Sink.Type, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes})
 	t := &telemetry{m: m, reg: reg, h: metrics.NewHealth(cfg.LiveStallTimeout, log), log: log}
 	t.h.NotReady(notReady)
+	door, err := loadDoorAuth(st, cfg, base)
+	if err != nil {
+		return nil, err
+	}
+	t.door = door
 	if cfg.MetricsPort == 0 {
 		log.Info("metrics endpoint disabled (metrics_port = 0)")
-	} else {
-		srv, err := metrics.Listen(ctx, metrics.ServerOptions{
-			Addr:     net.JoinHostPort(cfg.MetricsBind, strconv.Itoa(cfg.MetricsPort)),
-			Registry: reg,
-			Health:   t.h,
-			Logger:   log,
-			Pprof:    cfg.DebugPprof,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("metrics endpoint (metrics_bind, metrics_port): %w", err)
-		}
-		t.srv = srv
-		st.Push("metrics endpoint", srv.Shutdown)
+	} else if err := t.listen(ctx, st, cfg, reg); err != nil {
+		return nil, err
 	}
 	t.fc = startFlow(cfg, m, base, stuckFrom(ctx))
 	st.PushClose("flow control", func() error { t.fc.close(); return nil })
 	t.h.WatchStuck(t.fc.ctl)
-	err := st.Start("coordination", func() (lifecycle.StopFunc, error) {
+	err = st.Start("coordination", func() (lifecycle.StopFunc, error) {
 		co, err := startCoordination(ctx, cfg, t.fc, reg, base)
 		t.co = co
 		// A claim or check-in that cannot be revoked (no quorum left)
@@ -79,6 +82,59 @@ func startTelemetry(ctx context.Context, st *lifecycle.Stack, cfg *config.Config
 		// every outcome a commit covered is already durable in the trail.
 		return logOnly(dq.close, base, "closing the data contracts (dq-audit trail, dedup stores)"), err
 	})
+}
+
+// listen starts the status page's sampler and binds the metrics
+// endpoint with its admin routes (the page; pprof with debug_pprof),
+// authenticated beyond loopback by the HTTP door's credentials. The
+// sampler stops after the endpoint, so the page stays right to the end.
+func (t *telemetry) listen(ctx context.Context, st *lifecycle.Stack, cfg *config.Config, reg *prometheus.Registry) error {
+	host, _ := os.Hostname()
+	ring, _ := ctx.Value(logRingKey{}).(*statuspage.LogRing)
+	page, err := statuspage.New(statuspage.Options{
+		Info:     statuspage.Info{Host: host, ConfigFile: cfg.File, Started: time.Now(), SinkLogName: primaryLogName(cfg)},
+		Gatherer: reg,
+		Health:   t.h,
+		Logs:     ring,
+		Logger:   t.log,
+	})
+	if err != nil {
+		return err
+	}
+	pctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); page.Run(pctx) }()
+	st.PushClose("status page", func() error { stop(); <-done; return nil })
+
+	opts := metrics.ServerOptions{
+		Addr:                      net.JoinHostPort(cfg.MetricsBind, strconv.Itoa(cfg.MetricsPort)),
+		Registry:                  reg,
+		Health:                    t.h,
+		Logger:                    t.log,
+		Pprof:                     cfg.DebugPprof,
+		Admin:                     page.Routes(),
+		AllowUnauthenticatedAdmin: cfg.MetricsAllowUnauthenticated,
+	}
+	if cfg.AdminAuthenticated() {
+		auth := httpin.AdminAuth(t.door.tokens)
+		opts.AdminAuth = func(r *http.Request) error {
+			err := auth(r)
+			if errors.Is(err, httpin.ErrScope) { // a push token: known, not allowed
+				return fmt.Errorf("%w: %w", metrics.ErrForbidden, err)
+			}
+			return err
+		}
+	}
+	if cfg.MetricsTLS {
+		opts.TLS = t.door.tls.OptionalClientConfig()
+	}
+	srv, err := metrics.Listen(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("metrics endpoint (metrics_bind, metrics_port): %w", err)
+	}
+	t.srv = srv
+	st.Push("metrics endpoint", srv.Shutdown)
+	return nil
 }
 
 // logOnly is stop whose error is logged, not returned: for parts whose

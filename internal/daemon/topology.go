@@ -40,6 +40,15 @@ type delivery struct {
 	offsets *engine.OffsetStore
 }
 
+// primaryLogName is the name the [sink] goes by in the log (its sink
+// attribute): its kind, or "raw" as the primary raw of secondaries.
+func primaryLogName(cfg *config.Config) string {
+	if len(cfg.Secondaries) > 0 {
+		return "raw"
+	}
+	return cfg.Sink.Type
+}
+
 // openDelivery opens, in the background (pendingSink), what the node
 // delivers to, and pushes its close on st. Without secondaries it is the
 // [sink], exactly as configured. With secondaries the [sink] is primary
@@ -47,12 +56,11 @@ type delivery struct {
 // behind a fan-out that feeds the secondaries after raw's durable ack.
 func openDelivery(ctx context.Context, st *lifecycle.Stack, cfg *config.Config, k kinds, log *slog.Logger, tel *telemetry) *delivery {
 	d := &delivery{}
-	name := cfg.Sink.Type
+	name := primaryLogName(cfg)
 	open := func(ctx context.Context) (sink.Sink, error) {
 		return k.openSink(ctx, cfg.Sink, name, log.With("component", "sink", "sink", name))
 	}
 	if len(cfg.Secondaries) > 0 {
-		name = "raw"
 		open = func(ctx context.Context) (sink.Sink, error) {
 			raw, err := k.openRaw(ctx, log.With("component", "sink", "sink", "raw"))
 			if err != nil {

@@ -182,6 +182,35 @@ func readTokenFile(path string) ([]tokenEntry, error) {
 	return out, nil
 }
 
+// errNoCertificate refuses an admin request without a client
+// certificate where there are no tokens to show instead.
+var errNoCertificate = errors.New("a verified client certificate is required")
+
+// AdminAuth is the admin routes' authentication (the status page, weir
+// tap, pprof on the metrics endpoint): the HTTP door's credentials — a
+// client certificate verified on the connection (tlsconf's
+// OptionalClientConfig: signed by http.tls_client_ca_file, allowed by
+// http.tls_allowed_identities), or a token of http.token_file with the
+// admin scope, as a bearer token or as the password of HTTP Basic
+// authentication (any user name: what a browser sends once it has asked
+// for it). It returns ErrUnknownToken, ErrScope (a known token without
+// the admin scope) or another error. tokens may be nil (certificates
+// only).
+func AdminAuth(tokens *Tokens) func(*http.Request) error {
+	return func(r *http.Request) error {
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+			return nil
+		}
+		if tokens == nil {
+			return errNoCertificate
+		}
+		if _, pass, ok := r.BasicAuth(); ok {
+			return tokens.Authorize(pass, ScopeAdmin)
+		}
+		return tokens.AuthorizeRequest(r, ScopeAdmin)
+	}
+}
+
 // bearer returns the token of an Authorization: Bearer header.
 func bearer(h string) (string, bool) {
 	scheme, tok, ok := strings.Cut(h, " ")

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -126,6 +127,7 @@ type Metrics struct {
 	segMu    sync.Mutex
 	segs     map[segKey]int64 // sealed segments on disk and their sizes
 	segBytes int64
+	sealedAt map[segKey]time.Time // when each was sealed (its mtime, found at start)
 
 	// Drain and sink.
 	state           atomic.Int32 // drain.State
@@ -166,7 +168,7 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 	}
 	reg := prometheus.NewRegistry()
 	f := factory{reg}
-	m := &Metrics{cfg: cfg, reg: reg, segs: make(map[segKey]int64)}
+	m := &Metrics{cfg: cfg, reg: reg, segs: make(map[segKey]int64), sealedAt: make(map[segKey]time.Time)}
 	m.health.Store(-1)
 	m.state.Store(int32(drain.Idle))
 
@@ -203,6 +205,9 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 	m.writtenBytes = f.counter("weir_wab_written_bytes_total", "Bytes written to write-ahead buffer segments by batches (record framing included).")
 	m.wabSegments = f.gauge("weir_wab_segments", "Sealed write-ahead buffer segments on disk, waiting for the drain.")
 	m.wabBytes = f.gauge("weir_wab_bytes", "Size in bytes of the sealed write-ahead buffer segments on disk.")
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "weir_wab_oldest_segment_timestamp_seconds",
+		Help: "When the oldest sealed segment waiting for the drain was sealed (from disk: its modification time), in Unix seconds; 0 when none waits. time() minus it is how far behind the drain is."},
+		m.oldestSealed))
 	m.sealedSegs = f.counter("weir_wab_sealed_segments_total", "Segments sealed by the flushers.")
 	m.sealedBytes = f.counter("weir_wab_sealed_bytes_total", "Bytes of the segments sealed by the flushers.")
 	m.deliveredBytes = f.counter("weir_wab_delivered_bytes_total", "Bytes of sealed segments fully delivered and removed by the drain.")

@@ -598,3 +598,29 @@ func TestFreshness(t *testing.T) {
 		}
 	}
 }
+
+// TestOldestSegment: weir_wab_oldest_segment_timestamp_seconds is the
+// seal time of the oldest segment still waiting, 0 once none waits.
+func TestOldestSegment(t *testing.T) {
+	m, reg := New(Config{Shards: 2, Sink: "file"})
+	oldest := func() float64 { return series(t, reg, "weir_wab_oldest_segment_timestamp_seconds")[""] }
+	if got := oldest(); got != 0 {
+		t.Errorf("with nothing sealed: %v, want 0", got)
+	}
+	before := float64(time.Now().UnixNano()) / 1e9
+	m.Sealed(wab.SegmentRef{Shard: 0, Seq: 1}, 10, 1100)
+	first := oldest()
+	time.Sleep(10 * time.Millisecond)
+	m.Sealed(wab.SegmentRef{Shard: 1, Seq: 1}, 3, 400)
+	if first < before || first > float64(time.Now().UnixNano())/1e9 || oldest() != first {
+		t.Errorf("oldest %v (first %v, test began %v)", oldest(), first, before)
+	}
+	m.SegmentDelivered(wab.SegmentRef{Shard: 0, Seq: 1}, 10)
+	if got := oldest(); got <= first {
+		t.Errorf("after the oldest was delivered: %v, want the second's seal time (> %v)", got, first)
+	}
+	m.SegmentDelivered(wab.SegmentRef{Shard: 1, Seq: 1}, 3)
+	if got := oldest(); got != 0 {
+		t.Errorf("after every segment was delivered: %v, want 0", got)
+	}
+}

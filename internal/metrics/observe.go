@@ -108,7 +108,7 @@ func (m *Metrics) QueueDepth(shard int, n int) {
 func (m *Metrics) Sealed(ref wab.SegmentRef, records uint64, bytes int64) {
 	m.sealedSegs.Inc()
 	m.sealedBytes.Add(float64(bytes))
-	m.addSegment(segKey{ref.Shard, ref.Seq}, bytes)
+	m.addSegment(segKey{ref.Shard, ref.Seq}, bytes, time.Now())
 }
 
 // Preallocation implements wab.PreallocObserver.
@@ -127,9 +127,10 @@ func (m *Metrics) TailCut(_ int, _ int, validAfter int) {
 	m.tailCutDropped.Add(float64(validAfter))
 }
 
-func (m *Metrics) addSegment(k segKey, bytes int64) {
+func (m *Metrics) addSegment(k segKey, bytes int64, sealed time.Time) {
 	m.segMu.Lock()
 	defer m.segMu.Unlock()
+	m.sealedAt[k] = sealed
 	if old, ok := m.segs[k]; ok {
 		m.segBytes -= old
 	}
@@ -137,6 +138,23 @@ func (m *Metrics) addSegment(k segKey, bytes int64) {
 	m.segBytes += bytes
 	m.wabSegments.Set(float64(len(m.segs)))
 	m.wabBytes.Set(float64(m.segBytes))
+}
+
+// oldestSealed is the seal time of the oldest sealed segment on disk, in
+// Unix seconds; 0 when there is none.
+func (m *Metrics) oldestSealed() float64 {
+	m.segMu.Lock()
+	defer m.segMu.Unlock()
+	var oldest time.Time
+	for _, at := range m.sealedAt {
+		if oldest.IsZero() || at.Before(oldest) {
+			oldest = at
+		}
+	}
+	if oldest.IsZero() {
+		return 0
+	}
+	return float64(oldest.UnixNano()) / 1e9
 }
 
 // removeSegment forgets a delivered segment and returns its size (0 if it
@@ -149,6 +167,7 @@ func (m *Metrics) removeSegment(k segKey) int64 {
 		return 0
 	}
 	delete(m.segs, k)
+	delete(m.sealedAt, k)
 	m.segBytes -= bytes
 	m.wabSegments.Set(float64(len(m.segs)))
 	m.wabBytes.Set(float64(m.segBytes))
@@ -183,7 +202,7 @@ func (m *Metrics) WatchWAB(fsys vfs.FS, l WAB) error {
 		if err != nil {
 			return fmt.Errorf("metrics: size of sealed segment: %w", err)
 		}
-		m.addSegment(segKey{ref.Shard, ref.Seq}, fi.Size())
+		m.addSegment(segKey{ref.Shard, ref.Seq}, fi.Size(), fi.ModTime())
 	}
 	return nil
 }

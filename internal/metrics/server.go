@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -37,11 +38,36 @@ type ServerOptions struct {
 	Health *Health
 	// Logger; nil discards.
 	Logger *slog.Logger
-	// Pprof also serves net/http/pprof under /debug/pprof/.
+	// Pprof also serves net/http/pprof under /debug/pprof/, an admin
+	// route.
 	Pprof bool
+	// Admin are further routes, by http.ServeMux pattern ("GET /v1/tap",
+	// "GET /status"): the status page, weir tap. They and pprof are the
+	// admin routes: on a bind beyond loopback each request to them must
+	// pass AdminAuth. /metrics, /live and /ready never ask for it
+	// (scrapers and load balancers).
+	Admin map[string]http.Handler
+	// AdminAuth authenticates a request to an admin route on a bind
+	// beyond loopback: nil lets it through, an error wrapping
+	// ErrForbidden is answered 403, any other 401. On loopback the admin
+	// routes are open, like /metrics.
+	AdminAuth func(*http.Request) error
+	// AllowUnauthenticatedAdmin lets a bind beyond loopback serve admin
+	// routes without AdminAuth; without it Listen refuses to.
+	AllowUnauthenticatedAdmin bool
+	// TLS, when set, serves HTTPS (every route) with this configuration.
+	TLS *tls.Config
 }
 
-// Server serves /metrics, /live and /ready.
+// ErrForbidden, wrapped in an error of AdminAuth, answers 403 (known
+// credentials without the right to the admin routes) instead of 401.
+var ErrForbidden = errors.New("metrics: forbidden")
+
+// ErrAdminUnauthenticated is Listen's refusal to serve admin routes to
+// the network without authentication.
+var ErrAdminUnauthenticated = errors.New("metrics: admin routes (status page, pprof, tap) on an address beyond loopback need authentication")
+
+// Server serves /metrics, /live, /ready and the admin routes.
 type Server struct {
 	srv  *http.Server
 	ln   net.Listener
@@ -64,20 +90,25 @@ func Listen(ctx context.Context, opts ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", opts.Addr, err)
 	}
-	handler := Handler(opts.Registry, opts.Health, log)
-	if opts.Pprof {
-		mux := http.NewServeMux()
-		mux.Handle("/", handler)
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		handler = mux
+	admin := adminRoutes(opts)
+	var auth func(*http.Request) error
+	if len(admin) > 0 && !isLoopback(ln.Addr()) {
+		auth = opts.AdminAuth
+		if auth == nil && !opts.AllowUnauthenticatedAdmin {
+			return nil, errors.Join(fmt.Errorf("%w: %s", ErrAdminUnauthenticated, ln.Addr()), ln.Close())
+		}
+	}
+	if opts.TLS != nil {
+		ln = tls.NewListener(ln, opts.TLS)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", Handler(opts.Registry, opts.Health, log))
+	for pattern, h := range admin {
+		mux.Handle(pattern, requireAuth(auth, h, log))
 	}
 	s := &Server{
 		srv: &http.Server{
-			Handler:           handler,
+			Handler:           mux,
 			ReadHeaderTimeout: readHeaderTimeout,
 			ReadTimeout:       readTimeout,
 			WriteTimeout:      writeTimeout,
@@ -95,8 +126,56 @@ func Listen(ctx context.Context, opts ServerOptions) (*Server, error) {
 			log.Error("metrics endpoint stopped", "err", err)
 		}
 	}()
-	log.Info("metrics endpoint listening", "addr", ln.Addr().String())
+	log.Info("metrics endpoint listening", "addr", ln.Addr().String(), "tls", opts.TLS != nil,
+		"admin_routes", len(admin), "admin_auth", auth != nil)
 	return s, nil
+}
+
+// adminRoutes are opts.Admin with pprof's routes when asked for.
+func adminRoutes(opts ServerOptions) map[string]http.Handler {
+	routes := make(map[string]http.Handler, len(opts.Admin)+5)
+	for p, h := range opts.Admin {
+		routes[p] = h
+	}
+	if opts.Pprof {
+		routes["/debug/pprof/"] = http.HandlerFunc(pprof.Index)
+		routes["/debug/pprof/cmdline"] = http.HandlerFunc(pprof.Cmdline)
+		routes["/debug/pprof/profile"] = http.HandlerFunc(pprof.Profile)
+		routes["/debug/pprof/symbol"] = http.HandlerFunc(pprof.Symbol)
+		routes["/debug/pprof/trace"] = http.HandlerFunc(pprof.Trace)
+	}
+	return routes
+}
+
+// isLoopback reports whether a bound address is reachable only from this
+// machine.
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+// requireAuth answers 401 to a request auth refuses; a nil auth lets
+// every request through.
+func requireAuth(auth func(*http.Request) error, h http.Handler, log *slog.Logger) http.Handler {
+	if auth == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := auth(r); err != nil {
+			log.Debug("admin request refused", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+			if errors.Is(err, ErrForbidden) {
+				plain(w, http.StatusForbidden, "forbidden: "+err.Error())
+				return
+			}
+			// Bearer for tools; Basic so that a browser asks for the
+			// token (as the password) itself.
+			w.Header().Add("WWW-Authenticate", `Bearer realm="weir admin"`)
+			w.Header().Add("WWW-Authenticate", `Basic realm="weir admin", charset="UTF-8"`)
+			plain(w, http.StatusUnauthorized, "unauthorized: "+err.Error())
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Addr is the address the server listens on.

@@ -122,6 +122,43 @@ func (m *Manager) ServerConfig() *tls.Config {
 	return cfg
 }
 
+// OptionalClientConfig is ServerConfig for a listener where a client
+// certificate is asked for but not required (the metrics endpoint: its
+// scrapers have none). A certificate that is sent is verified against
+// the client CA and the allow-list exactly as ServerConfig's; a
+// connection without one is let through, and the handler judges it
+// (its tls.ConnectionState has no VerifiedChains). With NoClientCerts it
+// is ServerConfig: no certificate is asked for.
+func (m *Manager) OptionalClientConfig() *tls.Config {
+	if m.opts.NoClientCerts {
+		return m.ServerConfig()
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		ClientAuth: tls.VerifyClientCertIfGiven,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := m.cur.Load().cfg.Clone()
+			c.ClientAuth = tls.VerifyClientCertIfGiven
+			c.VerifyConnection = m.verifyIfGiven
+			return c, nil
+		},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return m.cur.Load().cert, nil
+		},
+		VerifyConnection:       m.verifyIfGiven,
+		SessionTicketsDisabled: true,
+	}
+}
+
+// verifyIfGiven authorises a client certificate's identity when there is
+// one.
+func (m *Manager) verifyIfGiven(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return nil
+	}
+	return m.allow.check(cs.PeerCertificates[0])
+}
+
 // Certificate returns the server certificate currently served.
 func (m *Manager) Certificate() *tls.Certificate { return m.cur.Load().cert }
 
