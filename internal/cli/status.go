@@ -115,7 +115,7 @@ func printSinks(stdout io.Writer, m readout.Set) bool {
 	h, _ := m.Histogram("weir_sink_commit_duration_seconds", nil)
 	commits := h.Count
 	if commits > 0 {
-		fmt.Fprintf(stdout, "  commits:      %s, %.1f records per commit\n", readout.Num(commits), recs/commits)
+		fmt.Fprintf(stdout, "  commits:      %s, %.1f records per commit%s\n", readout.Num(commits), recs/commits, freshness(m, nil))
 	}
 	dl := m.Sum("weir_dead_letter_bytes", nil)
 	usage := ""
@@ -125,6 +125,23 @@ func printSinks(stdout io.Writer, m readout.Set) bool {
 	fmt.Fprintf(stdout, "  dead letter:  %s files, %s%s; blocked %s times\n",
 		readout.Num(m.Sum("weir_dead_letter_files", nil)), readout.Bytes(dl), usage, readout.Num(m.Sum("weir_dead_letter_full_total", nil)))
 	return ok
+}
+
+// freshness says how stale records were when the sinks matching by held
+// them (weir_freshness_seconds since the start; nil: the drain's sink,
+// which is the one series without a secondary's name among them).
+func freshness(m readout.Set, by map[string]string) string {
+	if by == nil {
+		for _, s := range m.Series("weir_sink_health") {
+			by = map[string]string{"sink": s.Labels["sink"]}
+			break
+		}
+	}
+	h, ok := m.Histogram("weir_freshness_seconds", by)
+	if !ok || h.Count == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; fresh p50 %s, p99 %s", readout.Seconds(h.Quantile(0.5)), readout.Seconds(h.Quantile(0.99)))
 }
 
 // printHTTP prints the HTTP door's listener and its counts, when it
@@ -161,8 +178,9 @@ func printSecondaries(stdout io.Writer, m readout.Set) {
 				health = "; " + h.Labels["state"]
 			}
 		}
-		fmt.Fprintf(stdout, "  secondary %s: %s; coverage %s, lag %s positions%s\n", name, durable,
-			readout.Num(m.Sum("weir_secondary_coverage_end", by)), readout.Num(m.Sum("weir_secondary_lag_positions", by)), health)
+		fmt.Fprintf(stdout, "  secondary %s: %s; coverage %s, lag %s positions%s%s\n", name, durable,
+			readout.Num(m.Sum("weir_secondary_coverage_end", by)), readout.Num(m.Sum("weir_secondary_lag_positions", by)), health,
+			freshness(m, by))
 	}
 }
 

@@ -41,13 +41,30 @@ weir_secondary_health{sink="copy",state="degraded"} 1
 weir_secondary_health{sink="copy",state="down"} 0
 # TYPE weir_sink_health gauge
 weir_sink_health{sink="file",state="healthy"} 1
+# TYPE weir_sink_commit_duration_seconds histogram
+weir_sink_commit_duration_seconds_bucket{sink="file",result="ok",le="+Inf"} 4
+weir_sink_commit_duration_seconds_sum{sink="file",result="ok"} 0.1
+weir_sink_commit_duration_seconds_count{sink="file",result="ok"} 4
+# TYPE weir_sink_commit_records_total counter
+weir_sink_commit_records_total{sink="file",result="ok"} 400
+# TYPE weir_freshness_seconds histogram
+weir_freshness_seconds_bucket{sink="file",le="0.01"} 0
+weir_freshness_seconds_bucket{sink="file",le="1"} 100
+weir_freshness_seconds_bucket{sink="file",le="+Inf"} 100
+weir_freshness_seconds_sum{sink="file"} 50
+weir_freshness_seconds_count{sink="file"} 100
+weir_freshness_seconds_bucket{sink="copy",le="0.01"} 10
+weir_freshness_seconds_bucket{sink="copy",le="+Inf"} 10
+weir_freshness_seconds_sum{sink="copy"} 0.05
+weir_freshness_seconds_count{sink="copy"} 10
 `
 	got, errOut, code := runStatus(t, body)
 	if code != 0 {
 		t.Fatalf("exit %d: %s%s", code, got, errOut)
 	}
 	for _, w := range []string{
-		"secondary copy: durable; coverage 120, lag 0 positions; degraded",
+		"commits:      4, 100.0 records per commit; fresh p50 ",
+		"secondary copy: durable; coverage 120, lag 0 positions; degraded; fresh p50 ",
 		"secondary fast: NOT durable (durable = false",
 		"coverage 100, lag 20 positions",
 	} {
