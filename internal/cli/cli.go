@@ -29,6 +29,10 @@ Usage:
                        every valid record around it, --cut cuts it (offline, locks DIR)
   weir deadletter list|show|replay|purge   manage the dead-letter lane
   weir status          summary of a running daemon (reads its /metrics, /live, /ready)
+  weir validate --config FILE [--connect]   check a configuration as weir serve would,
+                       without starting anything; --connect dials every server it names
+  weir tap --at POINT  live records at a point of a running daemon's pipeline, as NDJSON
+                       (weir tap --help)
   weir dq [flags]      summary of the dq-audit trail (weir dq --help)
   weir kinds [KIND]    the sink and source kinds and their capabilities, or one kind's keys
   weir version         print the version
@@ -58,6 +62,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return repair(args[1:], stdout, stderr)
 	case "status":
 		return status(args[1:], stdout, stderr)
+	case "validate":
+		return validate(args[1:], stdout, stderr)
 	case "deadletter":
 		return deadletter(args[1:], stdout, stderr)
 	case "dq":

@@ -36,28 +36,17 @@ func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *t
 		return nil, nil
 	}
 	hlog := log.With("component", "http")
-	var tokens *httpin.Tokens
-	if hc.TokenFile != "" {
-		t, err := httpin.LoadTokens(hc.TokenFile, hlog)
-		if err != nil {
-			return nil, err
-		}
-		tokens = t
+	tokens, err := httpTokens(cfg, hlog)
+	if err != nil {
+		return nil, err
 	}
-	var tlsMgr *tlsconf.Manager
+	tlsMgr, err := httpTLS(cfg, hlog)
+	if err != nil {
+		return nil, err
+	}
 	var tlsCfg *tls.Config
-	if hc.TLS() {
-		m, err := tlsconf.New(tlsconf.Options{
-			CertFile:          hc.TLSCertFile,
-			KeyFile:           hc.TLSKeyFile,
-			ClientCAFile:      hc.TLSClientCAFile,
-			AllowedIdentities: hc.TLSAllowedIdentities,
-			Logger:            hlog,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("http.tls_*: %w", err)
-		}
-		tlsMgr, tlsCfg = m, m.ServerConfig()
+	if tlsMgr != nil {
+		tlsCfg = tlsMgr.ServerConfig()
 	}
 	written, commits := tel.m.Topology().SourceCounters(hc.Stream)
 	obs := httpObserver{HTTP: tel.m.HTTP(httpRoutes(), httpCodes(), httpReasons()), written: written, commits: commits, ctl: tel.fc.ctl}
@@ -105,6 +94,28 @@ func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *t
 	st.PushClose("http listener", func() error { defer unlist(); return in.Shutdown() })
 	st.PushClose("http reloads", stopReloads)
 	return in, nil
+}
+
+// httpTokens reads http.token_file; nil without one.
+func httpTokens(cfg *config.Config, log *slog.Logger) (*httpin.Tokens, error) {
+	if cfg.HTTP.TokenFile == "" {
+		return nil, nil
+	}
+	return httpin.LoadTokens(cfg.HTTP.TokenFile, log)
+}
+
+// httpTLS reads the HTTP door's TLS material; nil when it serves plain
+// HTTP.
+func httpTLS(cfg *config.Config, log *slog.Logger) (*tlsconf.Manager, error) {
+	hc := &cfg.HTTP
+	if !hc.TLS() {
+		return nil, nil
+	}
+	m, err := tlsManager(hc.TLSCertFile, hc.TLSKeyFile, hc.TLSClientCAFile, hc.TLSAllowedIdentities, log)
+	if err != nil {
+		return nil, fmt.Errorf("http.tls_*: %w", err)
+	}
+	return m, nil
 }
 
 // reloadOnHUP re-reads the token file on SIGHUP, and keeps the TLS

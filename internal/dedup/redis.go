@@ -68,16 +68,10 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	opt, err := redis.ParseURL(o.URL)
+	opt, err := redisOptions(o)
 	if err != nil {
-		return nil, fmt.Errorf("dedup: redis url: %w", err)
+		return nil, err
 	}
-	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
-	opt.ContextTimeoutEnabled = true
-	opt.DialerRetries = 1 // a refused dial fails now; the next batch tries again
-	opt.MaxRetries = 1    // within the one Timeout
-	opt.DisableIdentity = true
-	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	r := &Redis{
 		client:  redis.NewClient(opt),
 		prefix:  o.Prefix,
@@ -94,6 +88,43 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		o.Logger.Info("dedup: redis reachable", "addr", opt.Addr, "prefix", o.Prefix, "window", o.Window)
 	}
 	return r, nil
+}
+
+// redisOptions are the client options of o (its Timeout set).
+func redisOptions(o RedisOptions) (*redis.Options, error) {
+	opt, err := redis.ParseURL(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("dedup: redis url: %w", err)
+	}
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
+	opt.ContextTimeoutEnabled = true
+	opt.DialerRetries = 1 // a refused dial fails now; the next batch tries again
+	opt.MaxRetries = 1    // within the one Timeout
+	opt.DisableIdentity = true
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return opt, nil
+}
+
+// PingRedis connects to the server at o.URL with the store's client
+// options — authenticating as the URL says — and sends PING, bounded by
+// o.Timeout (DefaultRedisTimeout when 0) and ctx; it reads and writes no
+// key (weir validate --connect).
+func PingRedis(ctx context.Context, o RedisOptions) error {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultRedisTimeout
+	}
+	opt, err := redisOptions(o)
+	if err != nil {
+		return err
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("dedup: redis %s: %w", opt.Addr, err)
+	}
+	return nil
 }
 
 // Claim sends every claim in one pipeline, bounded by the store's Timeout.
