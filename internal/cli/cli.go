@@ -64,6 +64,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return status(args[1:], stdout, stderr)
 	case "validate":
 		return validate(args[1:], stdout, stderr)
+	case "tap":
+		return tapCmd(args[1:], stdout, stderr)
 	case "deadletter":
 		return deadletter(args[1:], stdout, stderr)
 	case "dq":

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 	"github.com/weir-io/weir/internal/drain"
 	"github.com/weir-io/weir/internal/lifecycle"
 	"github.com/weir-io/weir/internal/metrics"
+	"github.com/weir-io/weir/internal/tap"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
@@ -29,6 +31,7 @@ type telemetry struct {
 	fc  *flowControl  // the memory budget and the flow controller
 	dq  *quality      // the data contracts; nil without [[contract]]
 	co  *coordination // the coordination cluster; nil with coordination.mode = 0
+	tap *tap.Hub      // the tap points (weir tap), served on the metrics endpoint
 }
 
 // startTelemetry makes the metrics and, unless metrics_port is 0, binds
@@ -43,6 +46,7 @@ func startTelemetry(ctx context.Context, st *lifecycle.Stack, cfg *config.Config
 	m, reg := metrics.New(metrics.Config{Shards: cfg.Shards, Sink: cfg.Sink.Type, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes})
 	t := &telemetry{m: m, reg: reg, h: metrics.NewHealth(cfg.LiveStallTimeout, log), log: log}
 	t.h.NotReady(notReady)
+	t.tap = tap.NewHub(m.Tap())
 	if cfg.MetricsPort == 0 {
 		log.Info("metrics endpoint disabled (metrics_port = 0)")
 	} else {
@@ -52,6 +56,7 @@ func startTelemetry(ctx context.Context, st *lifecycle.Stack, cfg *config.Config
 			Health:   t.h,
 			Logger:   log,
 			Pprof:    cfg.DebugPprof,
+			Admin:    map[string]http.Handler{tap.Route: tap.Handler(t.tap, base.With("component", "tap"))},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("metrics endpoint (metrics_bind, metrics_port): %w", err)

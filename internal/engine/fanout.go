@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/flow"
+	"github.com/weir-io/weir/internal/tap"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -57,6 +58,10 @@ type SecondaryConfig struct {
 	// StartAtEnd: a sink the offset store has never seen starts covered up
 	// to raw's current end instead of being recovered from position 0.
 	StartAtEnd bool
+	// Tap is shown the records the sink acknowledged (live and recovered,
+	// not those it refused), QuarantineTap those it refused, with their
+	// reason code (weir tap; nil: none).
+	Tap, QuarantineTap *tap.Point
 }
 
 // FanoutOptions configure NewFanout. Zero fields take their defaults.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/weir-io/weir/internal/tap"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
@@ -41,6 +42,16 @@ type QuarantinedRecord struct {
 // nil answer must mean the records are durable.
 type Quarantine interface {
 	Quarantine(ctx context.Context, recs []QuarantinedRecord) error
+}
+
+// offerQuarantined shows quarantined records at p, with their reason.
+func offerQuarantined(p *tap.Point, qs []QuarantinedRecord) {
+	p.Offer(len(qs), func(i int) tap.Record {
+		q := &qs[i]
+		r := tap.FromSink(&q.Record)
+		r.Code, r.Rule, r.Error = q.Reject.Code.String(), q.Reject.Rule, q.Reject.Error
+		return r
+	})
 }
 
 // QuarantineFunc adapts a function to Quarantine.

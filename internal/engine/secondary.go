@@ -3,11 +3,13 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/weir-io/weir/internal/backoff"
+	"github.com/weir-io/weir/internal/tap"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
@@ -114,6 +116,21 @@ func (s *secondary) offer(lb *liveBatch) {
 		lb.done() // the offerer still holds it: never the last
 		s.drop(len(lb.recs))
 	}
+}
+
+// offerDelivered shows at p the records of chunk the sink acknowledged:
+// all but those rej names.
+func offerDelivered(p *tap.Point, chunk []sink.Positioned, rej []sink.Rejection) {
+	keep := chunk
+	if len(rej) > 0 {
+		keep = make([]sink.Positioned, 0, len(chunk))
+		for i := range chunk {
+			if !slices.ContainsFunc(rej, func(r sink.Rejection) bool { return r.Index == i }) {
+				keep = append(keep, chunk[i])
+			}
+		}
+	}
+	p.Offer(len(keep), func(i int) tap.Record { return tap.FromSink(&keep[i].Record) })
 }
 
 // drop counts n records of a live batch left to recovery.
@@ -253,6 +270,9 @@ func (s *secondary) accounted(chunk []sink.Positioned, rej []sink.Rejection, rec
 		s.delivered.Add(int64(len(chunk)))
 	}
 	s.f.obs.Delivered(s.name, len(chunk), recovery)
+	if s.cfg.Tap.Active() {
+		offerDelivered(s.cfg.Tap, chunk, rej)
+	}
 	if len(rej) == 0 {
 		return
 	}
@@ -264,6 +284,9 @@ func (s *secondary) accounted(chunk []sink.Positioned, rej []sink.Rejection, rec
 	qs, _ := quarantined(rej, len(chunk), func(i int) (sink.Record, uint64) { return chunk[i].Record, chunk[i].Pos },
 		QuarantinedRecord{Sink: s.name, Recovery: recovery, Reject: record.Rejection{
 			Stage: record.StageSecondary, Component: s.name, Attempts: attempts, FirstSeen: time.Now().UnixNano()}})
+	if s.cfg.QuarantineTap.Active() {
+		offerQuarantined(s.cfg.QuarantineTap, qs)
+	}
 	s.quarantined.Add(int64(len(qs)))
 	countByCode(qs, func(code record.Code, n int) { s.f.obs.Quarantined(s.name, code, n, recovery) })
 	shed := 0

@@ -186,6 +186,7 @@ func TestMonitoringDocListsEveryMetric(t *testing.T) {
 	tp.SourceCommitted("s")
 	tp.SourceRestarted("s")
 	m.HTTP([]string{"/v1/records"}, []int{200}, []string{"decode"}).Listening("127.0.0.1:9186", "http", "http")
+	m.Tap().Point("gate")
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

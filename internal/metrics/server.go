@@ -39,14 +39,19 @@ type ServerOptions struct {
 	Logger *slog.Logger
 	// Pprof also serves net/http/pprof under /debug/pprof/.
 	Pprof bool
+	// Admin are more handlers served beside /metrics, by route pattern
+	// (net/http.ServeMux syntax, such as "GET /v1/tap"). A streamed
+	// answer ends when its request's context does: Shutdown cancels it.
+	Admin map[string]http.Handler
 }
 
-// Server serves /metrics, /live and /ready.
+// Server serves /metrics, /live and /ready, and the Admin handlers.
 type Server struct {
-	srv  *http.Server
-	ln   net.Listener
-	log  *slog.Logger
-	done chan struct{}
+	srv    *http.Server
+	ln     net.Listener
+	log    *slog.Logger
+	done   chan struct{}
+	cancel context.CancelFunc // ends the requests' context: streams stop at Shutdown
 }
 
 // Listen binds opts.Addr and serves in the background until Shutdown. A
@@ -65,16 +70,22 @@ func Listen(ctx context.Context, opts ServerOptions) (*Server, error) {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", opts.Addr, err)
 	}
 	handler := Handler(opts.Registry, opts.Health, log)
-	if opts.Pprof {
+	if opts.Pprof || len(opts.Admin) > 0 {
 		mux := http.NewServeMux()
 		mux.Handle("/", handler)
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		if opts.Pprof {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
+		for pattern, h := range opts.Admin {
+			mux.Handle(pattern, h)
+		}
 		handler = mux
 	}
+	base, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		srv: &http.Server{
 			Handler:           handler,
@@ -84,10 +95,12 @@ func Listen(ctx context.Context, opts ServerOptions) (*Server, error) {
 			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    maxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+			BaseContext:       func(net.Listener) context.Context { return base },
 		},
-		ln:   ln,
-		log:  log,
-		done: make(chan struct{}),
+		ln:     ln,
+		log:    log,
+		done:   make(chan struct{}),
+		cancel: cancel,
 	}
 	go func() {
 		defer close(s.done)
@@ -104,7 +117,11 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Shutdown stops the server, waiting for requests in progress until ctx
 // ends, and then for the serving goroutine to exit.
+//
+// Streamed answers (an Admin handler's) see their request's context end
+// at once, so that they finish instead of holding the shutdown.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.cancel()
 	err := s.srv.Shutdown(ctx)
 	if err != nil {
 		err = errors.Join(fmt.Errorf("metrics: shutdown: %w", err), s.srv.Close())
