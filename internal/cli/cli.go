@@ -30,6 +30,10 @@ Usage:
   weir deadletter list|show|replay|purge   manage the dead-letter lane
   weir quarantine list|show|replay   inspect and replay quarantined records (ids kept)
   weir status          summary of a running daemon (reads its /metrics, /live, /ready)
+  weir validate --config FILE [--connect]   check a configuration as weir serve would,
+                       without starting anything; --connect dials every server it names
+  weir tap --at POINT  live records at a point of a running daemon's pipeline, as NDJSON
+                       (weir tap --help)
   weir dq [flags]      summary of the dq-audit trail (weir dq --help)
   weir kinds [KIND]    the sink and source kinds and their capabilities, or one kind's keys
   weir version         print the version
@@ -59,6 +63,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return repair(args[1:], stdout, stderr)
 	case "status":
 		return status(args[1:], stdout, stderr)
+	case "validate":
+		return validate(args[1:], stdout, stderr)
+	case "tap":
+		return tapCmd(args[1:], stdout, stderr)
 	case "deadletter":
 		return deadletter(args[1:], stdout, stderr)
 	case "quarantine":

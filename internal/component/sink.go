@@ -129,6 +129,12 @@ type Sink[C any] struct {
 	Check func(c *C) []Problem
 	// Raw is the raw mode; nil for a kind that cannot be primary raw.
 	Raw *RawMode[C]
+	// Probe dials the server the settings name and authenticates, with
+	// the connection code Open uses, and checks by reading only what Open
+	// would refuse (a Kafka topic that does not exist); it creates,
+	// writes and keeps nothing (`weir validate --connect`). ctx bounds
+	// it. Nil: the kind has no server (it writes files).
+	Probe func(ctx context.Context, c *C) error
 }
 
 // SinkDef is a sink kind's definition as the registration list holds it:
@@ -156,6 +162,9 @@ func (d Sink[C]) sinkKind() (*SinkKind, error) {
 		open:     func(ctx context.Context, env Env, cfg any) (sink.Sink, error) { return d.Open(ctx, params(env, cfg)) },
 		maxBatch: func(cfg any) int { s.mustOwn(cfg); return d.MaxBatch(cfg.(*C)) },
 		check:    problems(d.Check),
+	}
+	if d.Probe != nil {
+		k.probe = func(ctx context.Context, cfg any) error { s.mustOwn(cfg); return d.Probe(ctx, cfg.(*C)) }
 	}
 	if r := d.Raw; r != nil {
 		// Raw is always durable: its factories never see NonDurable.
@@ -192,6 +201,7 @@ type SinkKind struct {
 	maxBatch func(any) int
 	check    func(any) []Problem
 	raw      *rawKind
+	probe    func(context.Context, any) error // nil: no server
 }
 
 type rawKind struct {
@@ -206,8 +216,24 @@ type rawKind struct {
 // primary raw.
 var ErrNoRawMode = errors.New("component: the sink kind has no raw mode")
 
+// ErrNoServer is returned by Probe for a kind that has no server to dial.
+var ErrNoServer = errors.New("component: the kind has no server")
+
 // Caps are the kind's static capabilities.
 func (k *SinkKind) Caps() SinkCaps { return k.caps }
+
+// HasServer reports whether the kind has a server to Probe.
+func (k *SinkKind) HasServer() bool { return k.probe != nil }
+
+// Probe dials and authenticates the server of a sink of the kind with
+// settings cfg, changing nothing there (Sink.Probe); ErrNoServer for a
+// kind without one.
+func (k *SinkKind) Probe(ctx context.Context, cfg any) error {
+	if k.probe == nil {
+		return fmt.Errorf("%w: %q", ErrNoServer, k.kind)
+	}
+	return k.probe(ctx, cfg)
+}
 
 // PrimaryRaw reports whether the kind has a raw mode, so may be primary
 // raw.

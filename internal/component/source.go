@@ -109,6 +109,11 @@ type Source[C any] struct {
 	// Origin is set for a replayable origin (files), which may be its own
 	// primary raw; nil otherwise.
 	Origin *OriginMode[C]
+	// Probe dials the server the settings name (a broker) and
+	// authenticates, with the connection code the source runs with; it
+	// joins no group, creates and acknowledges nothing (`weir validate
+	// --connect`). ctx bounds it. Nil: the kind has no server (files).
+	Probe func(ctx context.Context, c *C) error
 }
 
 // SourceDef is a source kind's definition as the registration list holds
@@ -134,6 +139,9 @@ func (d Source[C]) sourceKind() (*SourceKind, error) {
 		return SourceParams[C]{Env: in.Env.withDefaults(), Config: in.Config.(*C), OnCommit: onCommit, Flow: in.Flow}
 	}
 	k := &SourceKind{spec: s, caps: d.Caps, check: problems(d.Check)}
+	if d.Probe != nil {
+		k.probe = func(ctx context.Context, cfg any) error { s.mustOwn(cfg); return d.Probe(ctx, cfg.(*C)) }
+	}
 	k.open = func(ctx context.Context, in SourceInstance) (Opened, error) {
 		src, err := d.Open(ctx, params(in))
 		if err != nil {
@@ -186,6 +194,7 @@ type SourceKind struct {
 	check  func(any) []Problem
 	open   func(context.Context, SourceInstance) (Opened, error)
 	origin func(context.Context, SourceInstance) (OwnRaw, error)
+	probe  func(context.Context, any) error // nil: no server
 }
 
 // SourceInstance is one configured source as the daemon opens it.
@@ -206,6 +215,19 @@ type SourceInstance struct {
 
 // Caps are the kind's static capabilities.
 func (k *SourceKind) Caps() SourceCaps { return k.caps }
+
+// HasServer reports whether the kind has a server to Probe.
+func (k *SourceKind) HasServer() bool { return k.probe != nil }
+
+// Probe dials and authenticates the server of a source of the kind with
+// settings cfg, changing nothing there (Source.Probe); ErrNoServer for a
+// kind without one.
+func (k *SourceKind) Probe(ctx context.Context, cfg any) error {
+	if k.probe == nil {
+		return fmt.Errorf("%w: %q", ErrNoServer, k.kind)
+	}
+	return k.probe(ctx, cfg)
+}
 
 // Replayable reports whether the kind's origin can be read again by
 // position, so may be its own primary raw.

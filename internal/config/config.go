@@ -221,6 +221,43 @@ func load(args, environ []string, logger *slog.Logger, wd string) (*Config, erro
 }
 
 func loadWith(reg *component.Registry, args, environ []string, logger *slog.Logger, wd string) (*Config, error) {
+	c, err := check(reg, args, environ, logger, wd, false)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Validate checks the configuration file at path as Load does for weir
+// serve — every knob, table and rule over them, against the built-in
+// kinds — with environ's WEIR_* variables over the file (nil: none; the
+// --config and WEIR_CONFIG names are not read, path is the file), and
+// refuses what Load only warns about: a key in the file that no setting
+// has, and an unknown WEIR_ variable. Relative paths are taken against
+// the working directory, as weir serve takes them.
+//
+// The error joins one error per problem, each a *Problem (Problems
+// lists them). The Config is returned even then, whenever the file could
+// be read, for the checks made after loading (internal/daemon's Check):
+// with problems it may be only partly filled in and must not be run.
+func Validate(path string, environ []string) (*Config, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("config: working directory: %w", err)
+	}
+	var env []string
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, ConfigEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	return check(components.Registry(), []string{"--" + ConfigFlag, path}, env, nil, wd, true)
+}
+
+// check reads and validates a configuration for loadWith, and with
+// strict for Validate: then unknown keys and variables are problems,
+// and the Config is returned with the problems.
+func check(reg *component.Registry, args, environ []string, logger *slog.Logger, wd string, strict bool) (*Config, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -234,7 +271,18 @@ func loadWith(reg *component.Registry, args, environ []string, logger *slog.Logg
 		}
 		errs = append(errs, err)
 	}
-	env, envFile, envErrs := parseEnv(ks, environ, logger)
+	var unknown func(file, key string)
+	if strict {
+		unknown = func(file, key string) {
+			p := &Problem{File: file, Key: key, Why: unknownKeyWhy, msg: fmt.Sprintf("config: file %s: %s: %s", file, key, unknownKeyWhy)}
+			if file == "" {
+				p.Why = "unknown WEIR_ environment variable: weir serve ignores it with a warning"
+				p.msg = "config: env " + key + ": " + p.Why
+			}
+			errs = append(errs, p)
+		}
+	}
+	env, envFile, envErrs := parseEnv(ks, environ, logger, unknown)
 	errs = append(errs, envErrs...)
 
 	file := &partial{}
@@ -247,7 +295,7 @@ func loadWith(reg *component.Registry, args, environ []string, logger *slog.Logg
 			path = filepath.Join(wd, path)
 		}
 		var ferrs []error
-		file, ferrs = parseFile(reg, ks, path, logger)
+		file, ferrs = parseFile(reg, ks, path, logger, unknown)
 		errs = append(errs, ferrs...)
 	}
 
@@ -269,7 +317,7 @@ func loadWith(reg *component.Registry, args, environ []string, logger *slog.Logg
 	errs = append(errs, buildTopology(ks, c, topo, wd)...)
 	errs = append(errs, checkHTTPStream(ks, c)...)
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return c, errors.Join(errs...)
 	}
 	logger.Debug("configuration loaded", "file", path, "data_dir", c.DataDir)
 	return c, nil
@@ -285,7 +333,8 @@ func knobByKey(ks []knob, key string) *knob {
 }
 
 func invalid(k *knob, value, why string) error {
-	return fmt.Errorf("config: %s = %s: %s (flag --%s, env %s)", k.Key, value, why, k.Flag(), k.Env())
+	return &Problem{Key: k.Key, Value: value, Why: why,
+		msg: fmt.Sprintf("config: %s = %s: %s (flag --%s, env %s)", k.Key, value, why, k.Flag(), k.Env())}
 }
 
 // AutoShards is the shard count of shards = 0: one per CPU the process
@@ -506,7 +555,10 @@ func parseFlags(ks []knob, args []string) (*partial, *string, error) {
 // parseEnv reads WEIR_* variables into a partial. The second result is
 // WEIR_CONFIG. Empty variables are treated as unset; for repeated ones the
 // last wins.
-func parseEnv(ks []knob, environ []string, logger *slog.Logger) (*partial, string, []error) {
+//
+// unknown, when not nil, is told of each unknown WEIR_ variable (with
+// file ""), which is then not logged.
+func parseEnv(ks []knob, environ []string, logger *slog.Logger, unknown func(file, key string)) (*partial, string, []error) {
 	p := &partial{}
 	byEnv := make(map[string]*knob, len(ks))
 	for i := range ks {
@@ -533,6 +585,10 @@ func parseEnv(ks []knob, environ []string, logger *slog.Logger) (*partial, strin
 			continue
 		}
 		k, ok := byEnv[name]
+		if !ok && unknown != nil {
+			unknown("", name)
+			continue
+		}
 		if !ok {
 			logger.Warn("config: unknown WEIR_ environment variable ignored", "env", name)
 			continue
@@ -606,11 +662,13 @@ type tomlLeaf struct {
 
 func (l *tomlLeaf) UnmarshalTOML(v any) error { return l.k.parseTOML(l.p, v) }
 
-func parseFile(reg *component.Registry, ks []knob, path string, logger *slog.Logger) (*partial, []error) {
+// parseFile reads the file at path into a partial. unknown, when not
+// nil, is told of each key no setting has, which is then not logged.
+func parseFile(reg *component.Registry, ks []knob, path string, logger *slog.Logger, unknown func(file, key string)) (*partial, []error) {
 	p := &partial{}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return p, []error{fmt.Errorf("config: file %s: %w", path, err)}
+		return p, []error{&Problem{File: path, Why: err.Error(), cause: err, msg: fmt.Sprintf("config: file %s: %v", path, err)}}
 	}
 	root := tomlTree(ks)
 	doc := reflect.New(withTopology(root.structType()))
@@ -639,6 +697,10 @@ func parseFile(reg *component.Registry, ks []knob, path string, logger *slog.Log
 	walk(root, doc.Elem())
 	errs = append(errs, decodeTopology(reg, root, md, doc.Elem(), p, path)...)
 	for _, key := range md.Undecoded() {
+		if unknown != nil {
+			unknown(path, key.String())
+			continue
+		}
 		logger.Warn("config: unknown key in configuration file ignored", "file", path, "key", key.String())
 	}
 	return p, errs
@@ -654,12 +716,15 @@ func fileError(path, key string, err error) error {
 		if pe.Position.Line > 0 {
 			loc = fmt.Sprintf("%s:%d", path, pe.Position.Line)
 		}
+		p := &Problem{File: path, Line: pe.Position.Line, Key: key, Why: pe.Message}
 		if key != "" {
-			return fmt.Errorf("config: file %s: %s: %s", loc, key, pe.Message)
+			p.msg = fmt.Sprintf("config: file %s: %s: %s", loc, key, pe.Message)
+		} else {
+			p.msg = fmt.Sprintf("config: file %s: %s", loc, pe.Message)
 		}
-		return fmt.Errorf("config: file %s: %s", loc, pe.Message)
+		return p
 	}
-	return fmt.Errorf("config: file %s: %w", path, err)
+	return &Problem{File: path, Key: key, Why: err.Error(), cause: err, msg: fmt.Sprintf("config: file %s: %v", path, err)}
 }
 
 // Usage is the help text for `weir serve`: every flag with its default.

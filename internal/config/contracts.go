@@ -273,7 +273,8 @@ func buildContracts(c *Config, topo *topologyTOML, wd string) []error {
 		seen[key] = where
 		if cc.Source != "" && (cc.SchemaFile == "" || cc.Schema != nil) {
 			if _, err := contract.Compile(cc.Spec()); err != nil {
-				errs = append(errs, fmt.Errorf("config: %s: %s: %w", topo.path, where, err))
+				errs = append(errs, &Problem{File: topo.path, Table: where, Why: err.Error(),
+					msg: fmt.Sprintf("config: %s: %s: %v", topo.path, where, err)})
 			}
 		}
 		c.Contracts = append(c.Contracts, cc)

@@ -452,10 +452,13 @@ func topoErr(path, where, key, value, why string) error {
 	if path != "" {
 		loc = "file " + path + ": "
 	}
+	p := &Problem{File: path, Table: where, Key: key, Value: value, Why: why}
 	if value != "" {
-		return fmt.Errorf("config: %s%s: %s = %s: %s (TOML only: no flag or environment form)", loc, where, key, value, why)
+		p.msg = fmt.Sprintf("config: %s%s: %s = %s: %s (TOML only: no flag or environment form)", loc, where, key, value, why)
+	} else {
+		p.msg = fmt.Sprintf("config: %s%s: %s %s (TOML only: no flag or environment form)", loc, where, key, why)
 	}
-	return fmt.Errorf("config: %s%s: %s %s (TOML only: no flag or environment form)", loc, where, key, why)
+	return p
 }
 
 // buildTopology applies defaults to the topology tables, validates them

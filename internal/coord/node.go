@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -117,17 +118,7 @@ func (n *Node) open(ctx context.Context) error {
 const autoSync = 30 * time.Second
 
 func (n *Node) newClient(eps []string, sync bool) (*clientv3.Client, error) {
-	cc := clientv3.Config{
-		Endpoints:   eps,
-		DialTimeout: 5 * time.Second,
-		// A member that is up but does not answer (paused, cut off)
-		// keeps its connection open: keepalive pings find it within
-		// a few seconds so requests move to another endpoint. 5 s is
-		// the least etcd's server accepts (GRPCKeepAliveMinTime).
-		DialKeepAliveTime:    5 * time.Second,
-		DialKeepAliveTimeout: 2 * time.Second,
-		Logger:               zap.New(newSlogCore(n.log, zap.ErrorLevel)),
-	}
+	cc := clientConfig(eps, n.log)
 	if sync {
 		cc.AutoSyncInterval = autoSync
 	}
@@ -136,6 +127,50 @@ func (n *Node) newClient(eps []string, sync bool) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("coord: client for %v: %w", eps, err)
 	}
 	return cli, nil
+}
+
+// clientConfig is the etcd client configuration of every client weir
+// makes, for endpoints eps (URLs), logging to log at error.
+func clientConfig(eps []string, log *slog.Logger) clientv3.Config {
+	return clientv3.Config{
+		Endpoints:   eps,
+		DialTimeout: 5 * time.Second,
+		// A member that is up but does not answer (paused, cut off)
+		// keeps its connection open: keepalive pings find it within
+		// a few seconds so requests move to another endpoint. 5 s is
+		// the least etcd's server accepts (GRPCKeepAliveMinTime).
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		Logger:               zap.New(newSlogCore(log, zap.ErrorLevel)),
+	}
+}
+
+// Ping connects to each of the etcd client addresses addrs (host:port)
+// with the client configuration a node uses and asks it for its status,
+// within ctx; it writes nothing (weir validate --connect). The error
+// names every address that did not answer.
+func Ping(ctx context.Context, addrs []string, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	eps := toURLs(addrs)
+	cc := clientConfig(eps, log)
+	if dl, ok := ctx.Deadline(); ok {
+		cc.DialTimeout = max(time.Until(dl), time.Millisecond)
+	}
+	cc.Context = ctx
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return fmt.Errorf("coord: client for %v: %w", addrs, err)
+	}
+	defer cli.Close()
+	var errs []error
+	for i, ep := range eps {
+		if _, err := cli.Status(ctx, ep); err != nil {
+			errs = append(errs, fmt.Errorf("etcd %s: %w", addrs[i], err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Client is the node's etcd client (voting members' endpoints).

@@ -20,7 +20,6 @@ import (
 	"github.com/weir-io/weir/internal/lifecycle"
 	"github.com/weir-io/weir/internal/statuspage"
 	"github.com/weir-io/weir/internal/vfs"
-	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
 )
 
@@ -142,25 +141,30 @@ func buildBufferNode(ctx context.Context, st *lifecycle.Stack, cfg *config.Confi
 	if err := st.Start("drain", func() (lifecycle.StopFunc, error) { return startDrain(cfg, fs, wlog, dl, tel, log) }); err != nil {
 		return node{}, err
 	}
-	gate, err := engine.NewWABGate(wlog, bufferGateOptions(cfg, fs, tel.m))
+	gate, err := engine.NewWABGate(wlog, bufferGateOptions(cfg, fs, tel.m, tel.tap))
 	if err != nil {
 		return node{}, fmt.Errorf("source gate: %w", err)
 	}
 	// The producer listeners are the first source. They bind here, so a
 	// socket in use fails the start instead of a restart loop.
 	ingress := newIngress(cfg, tlsMgr, tel.m, tel.fc, log)
-	if err := ingress.Listen(gate); err != nil {
+	sockGate := tappedBackend{gate, tel.tap.Point(sourceTap(ingressName))}
+	if err := ingress.Listen(sockGate); err != nil {
 		return node{}, err
 	}
 	st.PushClose("producer listeners", ingress.Shutdown)
-	ingresses := []source.Source{ingress}
+	ingresses := []listener{{ingress, sockGate}}
 	// The HTTP door beside it, through the same buffer.
-	web, err := startHTTP(st, cfg, gate, tel, log)
+	webGate := tappedBackend{WABGate: gate}
+	if cfg.HTTP.Enabled && cfg.HTTP.Listen != "" {
+		webGate.p = tel.tap.Point(sourceTap(cfg.HTTP.Stream))
+	}
+	web, err := startHTTP(st, cfg, webGate, tel, log)
 	if err != nil {
 		return node{}, err
 	}
 	if web != nil {
-		ingresses = append(ingresses, web)
+		ingresses = append(ingresses, listener{web, webGate})
 	}
 	// Sources — the producer listeners among them — stop before the
 	// drain and the buffer: requests already read are answered, a

@@ -40,24 +40,17 @@ func loadDoorAuth(st *lifecycle.Stack, cfg *config.Config, log *slog.Logger) (do
 	door := hc.Enabled && hc.Listen != ""
 	hlog := log.With("component", "http")
 	var a doorAuth
-	if hc.TokenFile != "" && (door || cfg.AdminNeedsAuth()) {
-		t, err := httpin.LoadTokens(hc.TokenFile, hlog)
+	if door || cfg.AdminNeedsAuth() {
+		t, err := httpTokens(cfg, hlog)
 		if err != nil {
 			return doorAuth{}, err
 		}
 		a.tokens = t
 	}
-	if hc.TLS() && (door || (cfg.MetricsTLS && cfg.MetricsPort != 0)) {
-		m, err := tlsconf.New(tlsconf.Options{
-			CertFile:          hc.TLSCertFile,
-			KeyFile:           hc.TLSKeyFile,
-			ClientCAFile:      hc.TLSClientCAFile,
-			NoClientCerts:     hc.TLSClientCAFile == "",
-			AllowedIdentities: hc.TLSAllowedIdentities,
-			Logger:            hlog,
-		})
+	if door || (cfg.MetricsTLS && cfg.MetricsPort != 0) {
+		m, err := httpTLS(cfg, hlog)
 		if err != nil {
-			return doorAuth{}, fmt.Errorf("http.tls_*: %w", err)
+			return doorAuth{}, err
 		}
 		a.tls = m
 	}
@@ -123,6 +116,36 @@ func startHTTP(st *lifecycle.Stack, cfg *config.Config, gate source.Gate, tel *t
 	unlist := obs.Listening(in.Addr().String(), scheme, hc.Stream)
 	st.PushClose("http listener", func() error { defer unlist(); return in.Shutdown() })
 	return in, nil
+}
+
+// httpTokens reads http.token_file; nil without one.
+func httpTokens(cfg *config.Config, log *slog.Logger) (*httpin.Tokens, error) {
+	if cfg.HTTP.TokenFile == "" {
+		return nil, nil
+	}
+	return httpin.LoadTokens(cfg.HTTP.TokenFile, log)
+}
+
+// httpTLS reads the HTTP door's TLS material; nil when it serves plain
+// HTTP. Without http.tls_client_ca_file it asks for no client certificate
+// (a bearer token authenticates).
+func httpTLS(cfg *config.Config, log *slog.Logger) (*tlsconf.Manager, error) {
+	hc := &cfg.HTTP
+	if !hc.TLS() {
+		return nil, nil
+	}
+	m, err := tlsconf.New(tlsconf.Options{
+		CertFile:          hc.TLSCertFile,
+		KeyFile:           hc.TLSKeyFile,
+		ClientCAFile:      hc.TLSClientCAFile,
+		NoClientCerts:     hc.TLSClientCAFile == "",
+		AllowedIdentities: hc.TLSAllowedIdentities,
+		Logger:            log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("http.tls_*: %w", err)
+	}
+	return m, nil
 }
 
 // reloadOnHUP re-reads the token file on SIGHUP, and keeps the TLS

@@ -11,6 +11,7 @@ import (
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/metrics"
+	"github.com/weir-io/weir/internal/tap"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
@@ -27,10 +28,11 @@ type kinds struct {
 	fc      *flowControl  // the node's flow control; nil in tests without telemetry
 	dq      *quality      // the data contracts; nil without [[contract]]
 	co      *coordination // the coordination cluster; nil with coordination.mode = 0
+	tap     *tap.Hub      // the tap points; nil in tests without telemetry
 }
 
 func newKinds(cfg *config.Config, fs vfs.FS, tel *telemetry) kinds {
-	return kinds{cfg: cfg, fs: fs, metrics: tel.reg, fc: tel.fc, dq: tel.dq, co: tel.co}
+	return kinds{cfg: cfg, fs: fs, metrics: tel.reg, fc: tel.fc, dq: tel.dq, co: tel.co, tap: tel.tap}
 }
 
 func (k kinds) env(name string, log *slog.Logger) component.Env {

@@ -43,7 +43,8 @@ func buildRawGateNode(ctx context.Context, st *lifecycle.Stack, cfg *config.Conf
 		return node{}, fmt.Errorf("open the gate's quarantine %s: %w", qdir, err)
 	}
 	st.PushClose("the gate's quarantine", q.Close)
-	gate := engine.NewSinkGate(dl.snk, engine.SinkGateOptions{Name: rawGateQuarantine, Quarantine: q, Observer: tel.m})
+	gate := engine.NewSinkGate(dl.snk, engine.SinkGateOptions{Name: rawGateQuarantine, Quarantine: q, Observer: tel.m,
+		Tap: tel.tap.Point(gateTap), QuarantineTap: tel.tap.Point(quarantineTap(rawGateQuarantine))})
 	// The sources stop first: each still commits what its last durable
 	// write covered; then nothing more reaches the sink.
 	// No producer socket or HTTP door: they need the write-ahead buffer.

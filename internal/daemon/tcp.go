@@ -16,17 +16,18 @@ func loadTLS(cfg *config.Config, log *slog.Logger) (*tlsconf.Manager, error) {
 	if cfg.TCPListen == "" {
 		return nil, nil
 	}
-	m, err := tlsconf.New(tlsconf.Options{
-		CertFile:          cfg.TLSCertFile,
-		KeyFile:           cfg.TLSKeyFile,
-		ClientCAFile:      cfg.TLSClientCAFile,
-		AllowedIdentities: cfg.TLSAllowedIdentities,
-		Logger:            log.With("component", "tls"),
-	})
+	m, err := tlsManager(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile, cfg.TLSAllowedIdentities, log.With("component", "tls"))
 	if err != nil {
 		return nil, fmt.Errorf("tcp_listen %s: %w", cfg.TCPListen, err)
 	}
 	return m, nil
+}
+
+// tlsManager reads a listener's TLS material: its certificate and key,
+// the CA bundle client certificates must chain to, the identities
+// allowed (none: any verified client).
+func tlsManager(cert, key, ca string, ids []string, log *slog.Logger) (*tlsconf.Manager, error) {
+	return tlsconf.New(tlsconf.Options{CertFile: cert, KeyFile: key, ClientCAFile: ca, AllowedIdentities: ids, Logger: log})
 }
 
 // serveTCP binds tcp_listen with mutual TLS and keeps the TLS material

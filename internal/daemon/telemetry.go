@@ -19,6 +19,7 @@ import (
 	"github.com/weir-io/weir/internal/lifecycle"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/statuspage"
+	"github.com/weir-io/weir/internal/tap"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
@@ -38,6 +39,7 @@ type telemetry struct {
 	fc   *flowControl  // the memory budget and the flow controller
 	dq   *quality      // the data contracts; nil without [[contract]]
 	co   *coordination // the coordination cluster; nil with coordination.mode = 0
+	tap  *tap.Hub      // the tap points (weir tap), served on the metrics endpoint
 }
 
 // startTelemetry makes the metrics and, unless metrics_port is 0, binds
@@ -57,6 +59,7 @@ func startTelemetry(ctx context.Context, st *lifecycle.Stack, cfg *config.Config
 		return nil, err
 	}
 	t.door = door
+	t.tap = tap.NewHub(m.Tap())
 	if cfg.MetricsPort == 0 {
 		log.Info("metrics endpoint disabled (metrics_port = 0)")
 	} else if err := t.listen(ctx, st, cfg, reg); err != nil {
@@ -88,6 +91,14 @@ func startTelemetry(ctx context.Context, st *lifecycle.Stack, cfg *config.Config
 // endpoint with its admin routes (the page; pprof with debug_pprof),
 // authenticated beyond loopback by the HTTP door's credentials. The
 // sampler stops after the endpoint, so the page stays right to the end.
+// adminRoutes are the metrics endpoint's admin routes: the status page's
+// and the taps'.
+func (t *telemetry) adminRoutes(page *statuspage.Page) map[string]http.Handler {
+	routes := page.Routes()
+	routes[tap.Route] = tap.Handler(t.tap, t.log.With("component", "tap"))
+	return routes
+}
+
 func (t *telemetry) listen(ctx context.Context, st *lifecycle.Stack, cfg *config.Config, reg *prometheus.Registry) error {
 	host, _ := os.Hostname()
 	ring, _ := ctx.Value(logRingKey{}).(*statuspage.LogRing)
@@ -112,7 +123,7 @@ func (t *telemetry) listen(ctx context.Context, st *lifecycle.Stack, cfg *config
 		Health:                    t.h,
 		Logger:                    t.log,
 		Pprof:                     cfg.DebugPprof,
-		Admin:                     page.Routes(),
+		Admin:                     t.adminRoutes(page),
 		AllowUnauthenticatedAdmin: cfg.MetricsAllowUnauthenticated,
 	}
 	if cfg.AdminAuthenticated() {

@@ -17,6 +17,7 @@ import (
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/quarantine"
 	"github.com/weir-io/weir/internal/quarantine/pgquarantine"
+	"github.com/weir-io/weir/internal/tap"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
 )
@@ -144,7 +145,8 @@ func openSecondaries(ctx context.Context, cfg *config.Config, k kinds, log *slog
 			return k.openSink(ctx, sc.Sink, sc.Name, secLog)
 		}, secLog)
 		secCfg := engine.SecondaryConfig{Sink: k.dq.wrap(s, sc.Name), Name: sc.Name, QueueBatches: sc.QueueBatches, QueueBytes: sc.QueueMaxBytes,
-			QuarantineBuffer: sc.QuarantineBuffer, QuarantineBytes: sc.QuarantineBufferBytes, StartAtEnd: sc.StartAtEnd, MaxAttempts: sc.MaxAttempts}
+			QuarantineBuffer: sc.QuarantineBuffer, QuarantineBytes: sc.QuarantineBufferBytes, StartAtEnd: sc.StartAtEnd, MaxAttempts: sc.MaxAttempts,
+			Tap: k.tap.Point(secondaryTap(sc.Name)), QuarantineTap: k.tap.Point(quarantineTap(sc.Name))}
 		q, err := openQuarantine(ctx, k, sc, secLog)
 		if err != nil {
 			secs = append(secs, secCfg)
@@ -190,14 +192,19 @@ func closeSecondaries(secs []engine.SecondaryConfig) error {
 	return errors.Join(errs...)
 }
 
-// countingGate counts what a source made durable.
+// countingGate counts what a source made durable, and shows what it
+// writes at its tap point.
 type countingGate struct {
 	name string
 	g    source.Gate
 	topo *metrics.Topology
+	tap  *tap.Point
 }
 
 func (c *countingGate) Write(ctx context.Context, recs []source.Record) error {
+	if c.tap.Active() {
+		c.tap.Offer(len(recs), func(i int) tap.Record { return tap.FromSource(&recs[i]) })
+	}
 	if err := c.g.Write(ctx, recs); err != nil {
 		return err
 	}
@@ -220,7 +227,14 @@ func (c *countingGate) Write(ctx context.Context, recs []source.Record) error {
 // durable — all within the node's shutdown deadline. With gate = "raw"
 // the [[source]]s start reading once the [sink] has opened: until then
 // there is nowhere to make a record durable.
-func startSources(st *lifecycle.Stack, cfg *config.Config, k kinds, gate admittingGate, ingresses []source.Source, d *delivery, tel *telemetry, log *slog.Logger) error {
+// listener is a producer listener (the socket, the HTTP door) and the
+// gate it writes through.
+type listener struct {
+	src  source.Source
+	gate source.Gate
+}
+
+func startSources(st *lifecycle.Stack, cfg *config.Config, k kinds, gate admittingGate, ingresses []listener, d *delivery, tel *telemetry, log *slog.Logger) error {
 	topo := tel.m.Topology()
 	type run struct {
 		src   source.Source
@@ -229,7 +243,7 @@ func startSources(st *lifecycle.Stack, cfg *config.Config, k kinds, gate admitti
 	}
 	var runs []run
 	for _, in := range ingresses {
-		runs = append(runs, run{src: in, gate: gate}) // an ingress counts per answer itself
+		runs = append(runs, run{src: in.src, gate: in.gate}) // an ingress counts per answer itself
 	}
 	var stored []string // store-managed sources
 	for _, sc := range cfg.Sources {
@@ -241,7 +255,7 @@ func startSources(st *lifecycle.Stack, cfg *config.Config, k kinds, gate admitti
 		if o.Source.Regime() == source.StoreManaged {
 			stored = append(stored, o.Source.Name())
 		}
-		g := &countingGate{name: o.Source.Name(), g: tel.fc.gateFor(gate, sf.Estimator), topo: topo}
+		g := &countingGate{name: o.Source.Name(), g: tel.fc.gateFor(gate, sf.Estimator), topo: topo, tap: tel.tap.Point(sourceTap(sc.Name))}
 		runs = append(runs, run{src: o.Source, gate: g, pause: o.Pausable})
 	}
 	var cursors source.CursorStore

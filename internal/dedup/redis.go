@@ -154,6 +154,23 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	return r, nil
 }
 
+// PingRedis connects to the server at o.URL as the store does —
+// authenticating and selecting the database as the URL says — and sends
+// PING, bounded by o.Timeout (DefaultRedisTimeout when 0) and ctx; it
+// reads and writes no key (weir validate --connect).
+func PingRedis(ctx context.Context, o RedisOptions) error {
+	o.Logger = slog.New(slog.DiscardHandler)
+	r, err := NewRedis(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if err := r.ping(ctx); err != nil {
+		return fmt.Errorf("dedup: redis %s: %w", r.addr, err)
+	}
+	return nil
+}
+
 // ping dials (or reuses) a connection and sends PING, bounded by Timeout.
 func (r *Redis) ping(ctx context.Context) error {
 	deadline := r.deadline(ctx)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/lane"
+	"github.com/weir-io/weir/internal/tap"
 	"github.com/weir-io/weir/source"
 )
 
@@ -29,14 +30,14 @@ type Admission struct {
 // rejection lane (GateOptions.Quarantine) with reason code oversize, or
 // fails the Write when g has none.
 func (g *WABGate) WithAdmission(a Admission) source.Gate {
-	return &admitGate{inner: g, a: a, into: g.opts.Quarantine, name: g.opts.Name, obs: g.opts.Observer}
+	return &admitGate{inner: g, a: a, into: g.opts.Quarantine, name: g.opts.Name, obs: g.opts.Observer, qtap: g.opts.QuarantineTap}
 }
 
 // WithAdmission returns a gate that writes through g under a, as
 // WABGate.WithAdmission does; oversize records go to
 // SinkGateOptions.Quarantine.
 func (g *SinkGate) WithAdmission(a Admission) source.Gate {
-	return &admitGate{inner: g, a: a, into: g.opts.Quarantine, name: g.opts.Name, obs: g.opts.Observer}
+	return &admitGate{inner: g, a: a, into: g.opts.Quarantine, name: g.opts.Name, obs: g.opts.Observer, qtap: g.opts.QuarantineTap}
 }
 
 // admitGate is one source's admission in front of a gate. Before it
@@ -60,6 +61,7 @@ type admitGate struct {
 	into  lane.Lane // nil: an oversize record fails the Write
 	name  string
 	obs   GateObserver
+	qtap  *tap.Point // the lane's tap point
 }
 
 // Write implements source.Gate.
@@ -122,7 +124,7 @@ func (g *admitGate) refuseOversize(ctx context.Context, recs []source.Record, si
 		o := over[0]
 		return nil, nil, fmt.Errorf("%w: record %d of %q: %w: %s", ErrGate, o.index, recs[o.index].Source, flow.ErrOversize, o.why)
 	}
-	if err := rejectOversize(ctx, g.into, g.name, g.obs, recs, over, "larger than the memory budget grants"); err != nil {
+	if err := rejectOversize(ctx, g.into, g.name, g.obs, g.qtap, recs, over, "larger than the memory budget grants"); err != nil {
 		return nil, nil, err
 	}
 	if g.a.OnOversize != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/lane"
+	"github.com/weir-io/weir/internal/tap"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -64,6 +65,10 @@ type SecondaryConfig struct {
 	// code retry-exhausted (raw still holds them). Zero retries until the
 	// sink answers.
 	MaxAttempts int
+	// Tap is shown the records the sink acknowledged (live and recovered,
+	// not those it refused), QuarantineTap those it refused, with their
+	// reason code (weir tap; nil: none).
+	Tap, QuarantineTap *tap.Point
 }
 
 // FanoutOptions configure NewFanout. Zero fields take their defaults.

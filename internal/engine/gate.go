@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/weir-io/weir/internal/lane"
+	"github.com/weir-io/weir/internal/tap"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/source"
 	"github.com/weir-io/weir/wab"
@@ -59,6 +61,13 @@ type GateOptions struct {
 	Observer GateObserver
 	// QueueWait: see DefaultGateQueueWait.
 	QueueWait time.Duration
+	// Tap is shown every record as it enters the gate — a Write's
+	// records (those the buffer can hold) before they are submitted, a
+	// producer's request (Submit, SubmitInline, SubmitBatch) before it is
+	// queued — and QuarantineTap the records the rejection lane took
+	// (weir tap; nil: none). Each costs a batch one atomic load while
+	// nobody watches.
+	Tap, QuarantineTap *tap.Point
 }
 
 // GateObserver sees the records a gate quarantines, for metrics.
@@ -133,18 +142,29 @@ func (g *WABGate) ShardErr(shard int) error { return g.log.ShardErr(shard) }
 
 // Submit queues one request on a shard, waiting at most wait for room.
 func (g *WABGate) Submit(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
+	if g.opts.Tap.Active() {
+		g.opts.Tap.OfferBuffered(req.Payloads, req.Metas)
+	}
 	return g.log.Submit(ctx, shard, req, wait)
 }
 
 // SubmitInline is Submit, or, on an idle shard, writes the request at once
 // on the caller's goroutine (wab.Log.SubmitInline).
 func (g *WABGate) SubmitInline(ctx context.Context, shard int, req *wab.Request, wait time.Duration) error {
+	if g.opts.Tap.Active() {
+		g.opts.Tap.OfferBuffered(req.Payloads, req.Metas)
+	}
 	return g.log.SubmitInline(ctx, shard, req, wait)
 }
 
 // SubmitBatch queues several requests on a shard in one hand-off
 // (wab.Log.SubmitBatch; server.BatchBackend).
 func (g *WABGate) SubmitBatch(ctx context.Context, shard int, reqs []*wab.Request, wait time.Duration) error {
+	if g.opts.Tap.Active() {
+		for _, req := range reqs {
+			g.opts.Tap.OfferBuffered(req.Payloads, req.Metas)
+		}
+	}
 	return g.log.SubmitBatch(ctx, shard, reqs, wait)
 }
 
@@ -181,7 +201,24 @@ func (g *WABGate) Write(ctx context.Context, recs []source.Record) error {
 		putMetaArena(arena)
 		return err
 	}
+	if g.opts.Tap.Active() {
+		offerRecords(g.opts.Tap, recs, over)
+	}
 	return g.submit(ctx, reqs, arena)
+}
+
+// offerRecords shows a Write's records at p but those over names.
+func offerRecords(p *tap.Point, recs []source.Record, over []oversized) {
+	keep := recs
+	if len(over) > 0 {
+		keep = make([]source.Record, 0, len(recs)-len(over))
+		for i := range recs {
+			if !slices.ContainsFunc(over, func(o oversized) bool { return o.index == i }) {
+				keep = append(keep, recs[i])
+			}
+		}
+	}
+	p.Offer(len(keep), func(i int) tap.Record { return tap.FromSource(&keep[i]) })
 }
 
 // submit submits the requests and waits for their answers; the arena goes
@@ -269,14 +306,15 @@ func (g *WABGate) tooLarge(r *source.Record, metaLen int) string {
 // reject stores the records the buffer cannot hold in the rejection lane,
 // durably, before anything of the Write is submitted.
 func (g *WABGate) reject(ctx context.Context, recs []source.Record, over []oversized) error {
-	return rejectOversize(ctx, g.opts.Quarantine, g.opts.Name, g.opts.Observer, recs, over, "too large for the buffer")
+	return rejectOversize(ctx, g.opts.Quarantine, g.opts.Name, g.opts.Observer, g.opts.QuarantineTap, recs, over, "too large for the buffer")
 }
 
 // rejectOversize stores the records of recs that over names in lane —
 // reason code oversize, stage gate, component name, one attempt — and
-// counts them with obs (if not nil). A nil error means the lane has them
-// durably; what says why they are refused, for the error.
-func rejectOversize(ctx context.Context, into lane.Lane, name string, obs GateObserver, recs []source.Record, over []oversized, what string) error {
+// counts them with obs (if not nil) and shows them at qtap. A nil error
+// means the lane has them durably; what says why they are refused, for
+// the error.
+func rejectOversize(ctx context.Context, into lane.Lane, name string, obs GateObserver, qtap *tap.Point, recs []source.Record, over []oversized, what string) error {
 	now := time.Now()
 	qs := make([]lane.Rejected, len(over))
 	for i, o := range over {
@@ -291,6 +329,9 @@ func rejectOversize(ctx context.Context, into lane.Lane, name string, obs GateOb
 	}
 	if obs != nil {
 		obs.GateQuarantined(record.CodeOversize, len(qs))
+	}
+	if qtap.Active() {
+		offerQuarantined(qtap, qs)
 	}
 	return nil
 }

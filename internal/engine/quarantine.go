@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/lane"
+	"github.com/weir-io/weir/internal/tap"
 )
 
 // quarantineBatch bounds the records of one write to a quarantine lane;
@@ -21,6 +22,16 @@ const (
 // itself. For a gate (SinkGate, WABGate) it is where the refused records
 // live, since raw never got them: Write calls it before it returns, and a
 // nil answer must mean the records are durable.
+
+// offerQuarantined shows quarantined records at p, with their reason.
+func offerQuarantined(p *tap.Point, qs []lane.Rejected) {
+	p.Offer(len(qs), func(i int) tap.Record {
+		q := &qs[i]
+		r := tap.FromSink(&q.Record)
+		r.Code, r.Rule, r.Error = q.Reject.Code.String(), q.Reject.Rule, q.Reject.Error
+		return r
+	})
+}
 
 func (s *secondary) shedQuarantine(n int, why string) {
 	s.shed.Add(int64(n))

@@ -3,12 +3,14 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/weir-io/weir/internal/backoff"
 	"github.com/weir-io/weir/internal/lane"
+	"github.com/weir-io/weir/internal/tap"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 )
@@ -115,6 +117,21 @@ func (s *secondary) offer(lb *liveBatch) {
 		lb.done() // the offerer still holds it: never the last
 		s.drop(len(lb.recs))
 	}
+}
+
+// offerDelivered shows at p the records of chunk the sink acknowledged:
+// all but those rej names.
+func offerDelivered(p *tap.Point, chunk []sink.Positioned, rej []sink.Rejection) {
+	keep := chunk
+	if len(rej) > 0 {
+		keep = make([]sink.Positioned, 0, len(chunk))
+		for i := range chunk {
+			if !slices.ContainsFunc(rej, func(r sink.Rejection) bool { return r.Index == i }) {
+				keep = append(keep, chunk[i])
+			}
+		}
+	}
+	p.Offer(len(keep), func(i int) tap.Record { return tap.FromSink(&keep[i].Record) })
 }
 
 // drop counts n records of a live batch left to recovery.
@@ -274,6 +291,9 @@ func (s *secondary) accounted(chunk []sink.Positioned, rej []sink.Rejection, rec
 		s.delivered.Add(int64(len(chunk)))
 	}
 	s.f.obs.Delivered(s.name, len(chunk), recovery)
+	if s.cfg.Tap.Active() {
+		offerDelivered(s.cfg.Tap, chunk, rej)
+	}
 	if len(rej) == 0 {
 		return
 	}
@@ -285,6 +305,9 @@ func (s *secondary) accounted(chunk []sink.Positioned, rej []sink.Rejection, rec
 	qs, _ := quarantined(rej, len(chunk), func(i int) (sink.Record, uint64) { return chunk[i].Record, chunk[i].Pos },
 		lane.Rejected{Sink: s.name, Recovery: recovery, Reject: record.Rejection{
 			Stage: record.StageSecondary, Component: s.name, Attempts: attempts, FirstSeen: time.Now().UnixNano()}})
+	if s.cfg.QuarantineTap.Active() {
+		offerQuarantined(s.cfg.QuarantineTap, qs)
+	}
 	s.quarantined.Add(int64(len(qs)))
 	lane.CountByCode(qs, func(code record.Code, n int) { s.f.obs.Quarantined(s.name, code, n, recovery) })
 	shed := 0

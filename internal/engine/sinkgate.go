@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weir-io/weir/internal/lane"
+	"github.com/weir-io/weir/internal/tap"
 	"github.com/weir-io/weir/record"
 	"github.com/weir-io/weir/sink"
 	"github.com/weir-io/weir/source"
@@ -34,6 +35,9 @@ type SinkGateOptions struct {
 	Quarantine lane.Lane
 	// Observer sees every commit; nil discards.
 	Observer SinkGateObserver
+	// Tap is shown the records of every Write before they are committed,
+	// QuarantineTap those the quarantine took (weir tap; nil: none).
+	Tap, QuarantineTap *tap.Point
 }
 
 // SinkGate is the gate of a pipeline without a write-ahead buffer
@@ -76,6 +80,9 @@ func (g *SinkGate) Write(ctx context.Context, recs []source.Record) error {
 	for i := range recs {
 		records[i] = SinkRecord(&recs[i], now)
 	}
+	if g.opts.Tap.Active() {
+		g.opts.Tap.Offer(len(records), func(i int) tap.Record { return tap.FromSink(&records[i]) })
+	}
 	step := g.snk.MaxBatchSize()
 	if step <= 0 {
 		step = len(records)
@@ -116,6 +123,9 @@ func (g *SinkGate) commit(ctx context.Context, records []sink.Record) error {
 	}
 	if g.opts.Observer != nil {
 		lane.CountByCode(qs, g.opts.Observer.GateQuarantined)
+	}
+	if g.opts.QuarantineTap.Active() {
+		offerQuarantined(g.opts.QuarantineTap, qs)
 	}
 	return nil
 }

@@ -88,6 +88,8 @@ type Metrics struct {
 	flow        *Flow
 	qualityOnce sync.Once
 	quality     *Quality
+	tapOnce     sync.Once
+	tap         *Tap
 
 	// Server.
 	connOpen      prometheus.Gauge

@@ -69,10 +69,11 @@ var ErrAdminUnauthenticated = errors.New("metrics: admin routes (status page, pp
 
 // Server serves /metrics, /live, /ready and the admin routes.
 type Server struct {
-	srv  *http.Server
-	ln   net.Listener
-	log  *slog.Logger
-	done chan struct{}
+	srv    *http.Server
+	ln     net.Listener
+	log    *slog.Logger
+	done   chan struct{}
+	cancel context.CancelFunc // ends the requests' context: streams stop at Shutdown
 }
 
 // Listen binds opts.Addr and serves in the background until Shutdown. A
@@ -106,6 +107,7 @@ func Listen(ctx context.Context, opts ServerOptions) (*Server, error) {
 	for pattern, h := range admin {
 		mux.Handle(pattern, requireAuth(auth, h, log))
 	}
+	base, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		srv: &http.Server{
 			Handler:           mux,
@@ -115,10 +117,12 @@ func Listen(ctx context.Context, opts ServerOptions) (*Server, error) {
 			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    maxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+			BaseContext:       func(net.Listener) context.Context { return base },
 		},
-		ln:   ln,
-		log:  log,
-		done: make(chan struct{}),
+		ln:     ln,
+		log:    log,
+		done:   make(chan struct{}),
+		cancel: cancel,
 	}
 	go func() {
 		defer close(s.done)
@@ -183,7 +187,11 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Shutdown stops the server, waiting for requests in progress until ctx
 // ends, and then for the serving goroutine to exit.
+//
+// Streamed answers (an Admin handler's) see their request's context end
+// at once, so that they finish instead of holding the shutdown.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.cancel()
 	err := s.srv.Shutdown(ctx)
 	if err != nil {
 		err = errors.Join(fmt.Errorf("metrics: shutdown: %w", err), s.srv.Close())

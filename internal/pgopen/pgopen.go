@@ -85,6 +85,27 @@ func Open(ctx context.Context, dsn string, maxConns int32, timeout time.Duration
 	return pool, nil
 }
 
+// Ping connects to dsn as Open does (Config), within timeout, and pings
+// the server; it runs no statement of its own (weir validate
+// --connect).
+func Ping(ctx context.Context, dsn string, timeout time.Duration) error {
+	cfg, err := Config(dsn, 1, timeout)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pool, err := NewPool(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	return nil
+}
+
 // NewPool connects a pool of cfg whose Close is bounded (Pool): every
 // socket it dials is tracked. The PostgreSQL sink opens its pools here
 // too, with its own configuration.

@@ -32,20 +32,11 @@ func BenchmarkAdmission(b *testing.B) {
 		{client.Buffered, 64, 16},
 		{client.Durable, 1, 64},
 	} {
-		frames := "single"
-		if c.batch > 1 {
-			frames = fmt.Sprintf("batch%d", c.batch)
-		}
-		setting := fmt.Sprintf("%s/%s/p%d", c.tier, frames, c.producers)
+		setting := settingName(c.tier, c.batch, c.producers)
 		b.Run(setting, func(b *testing.B) {
 			for range b.N {
-				order := []bool{false, true}
-				if admissionPairs%2 == 1 {
-					order = []bool{true, false}
-				}
-				admissionPairs++
 				r := map[bool]ingestResult{}
-				for _, on := range order {
+				for _, on := range pairOrder(&admissionPairs) {
 					name := fmt.Sprintf("admission/%s/admission=%v", setting, on)
 					r[on] = ingestDaemon(b, []string{fmt.Sprintf("--flow-admission=%v", on)}, name, c.tier, c.batch, c.producers, records, false)
 				}

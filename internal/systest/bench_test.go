@@ -84,11 +84,7 @@ func BenchmarkIngest(b *testing.B) {
 	for _, tier := range []client.Durability{client.Durable, client.Buffered} {
 		for _, batch := range []int{1, 64} {
 			for _, producers := range []int{1, 16, 64} {
-				frames := "single"
-				if batch > 1 {
-					frames = fmt.Sprintf("batch%d", batch)
-				}
-				name := fmt.Sprintf("%s/%s/p%d", tier, frames, producers)
+				name := settingName(tier, batch, producers)
 				b.Run(name, func(b *testing.B) {
 					for range b.N {
 						r := ingestOnce(b, name, tier, batch, producers, records, false)
@@ -128,10 +124,20 @@ func ingestOnce(b *testing.B, name string, tier client.Durability, batch, produc
 // ingestDaemon is ingestOnce against a daemon started with daemonArgs
 // added to its command line.
 func ingestDaemon(b *testing.B, daemonArgs []string, name string, tier client.Durability, batch, producers, records int, untilDrained bool, opts ...client.Option) ingestResult {
+	return ingestDaemonWith(b, daemonArgs, nil, name, tier, batch, producers, records, untilDrained, opts...)
+}
+
+// ingestDaemonWith is ingestDaemon with attach, when not nil, called on
+// the started daemon before the producers start; what it returns is
+// called once they are done and the result is measured.
+func ingestDaemonWith(b *testing.B, daemonArgs []string, attach func(d *daemon) (detach func()), name string, tier client.Durability, batch, producers, records int, untilDrained bool, opts ...client.Option) ingestResult {
 	b.StopTimer()
 	d := newDaemon(b, append([]string{"--log-level", "warn"}, daemonArgs...)...)
 	d.start()
 	defer d.stop(30 * time.Second)
+	if attach != nil {
+		defer attach(d)()
+	}
 	window := 256
 	if batch > 1 {
 		window = 4 * batch
@@ -153,7 +159,9 @@ func ingestDaemon(b *testing.B, daemonArgs []string, name string, tier client.Du
 	lat := make([][]time.Duration, producers)
 	var failed atomic.Int64
 	var wg sync.WaitGroup
-	daemonCPU0, clientCPU0 := d.scrape()["process_cpu_seconds_total"], cpuSeconds()
+	m0 := d.scrape()
+	daemonCPU0, clientCPU0 := m0["process_cpu_seconds_total"], cpuSeconds()
+	delivered0 := sum(m0, "weir_records_delivered_total") // what attach pushed, delivered
 	b.StartTimer()
 	start := time.Now()
 	for p := range producers {
@@ -186,7 +194,7 @@ func ingestDaemon(b *testing.B, daemonArgs []string, name string, tier client.Du
 		"daemon_cpu_us_per_record": r.daemonCPU, "producer_cpu_us_per_record": r.clientCPU}
 	if untilDrained {
 		m := d.waitScrape(fmt.Sprintf("%d records delivered", total), 2*time.Minute, func(m map[string]float64) bool {
-			return sum(m, "weir_records_delivered_total") >= float64(total)
+			return sum(m, "weir_records_delivered_total") >= delivered0+float64(total)
 		})
 		r.drainedCPU = (m["process_cpu_seconds_total"] - daemonCPU0) * 1e6 / float64(total)
 		line["daemon_cpu_us_per_record_drained"] = r.drainedCPU
@@ -215,20 +223,16 @@ func BenchmarkWireVersions(b *testing.B) {
 		fmt.Sscan(s, &records)
 	}
 	for _, batch := range []int{1, 64} {
-		frames := "single"
-		if batch > 1 {
-			frames = fmt.Sprintf("batch%d", batch)
-		}
-		b.Run(fmt.Sprintf("Durable/%s/p64", frames), func(b *testing.B) {
+		setting := settingName(client.Durable, batch, 64)
+		b.Run(setting, func(b *testing.B) {
 			for range b.N {
-				order := []uint8{1, 2}
-				if wirePairs%2 == 1 {
-					order = []uint8{2, 1}
-				}
-				wirePairs++
 				rate := map[uint8]float64{}
-				for _, v := range order {
-					name := fmt.Sprintf("Durable/%s/p64/v%d", frames, v)
+				for _, second := range pairOrder(&wirePairs) {
+					v := uint8(1)
+					if second {
+						v = 2
+					}
+					name := fmt.Sprintf("%s/v%d", setting, v)
 					r := ingestOnce(b, "wire/"+name, client.Durable, batch, 64, records, true, client.WithProtocolVersion(v))
 					rate[v] = r.rate
 				}
@@ -242,6 +246,28 @@ func BenchmarkWireVersions(b *testing.B) {
 
 // wirePairs counts BenchmarkWireVersions' pairs, to alternate their order.
 var wirePairs int
+
+// settingName names an ingest setting: its tier, its frames ("single" or
+// "batchN") and its producers ("pN").
+func settingName(tier client.Durability, batch, producers int) string {
+	frames := "single"
+	if batch > 1 {
+		frames = fmt.Sprintf("batch%d", batch)
+	}
+	return fmt.Sprintf("%s/%s/p%d", tier, frames, producers)
+}
+
+// pairOrder is the order of a same-run pair's two runs — the baseline
+// (false) and the other (true) — alternating from one pair to the next
+// with the count *n: on this machine the second run of a pair is
+// measurably faster than the first, whatever it measures.
+func pairOrder(n *int) []bool {
+	*n++
+	if *n%2 == 0 {
+		return []bool{true, false}
+	}
+	return []bool{false, true}
+}
 
 func sortDurations(s []time.Duration) { slices.Sort(s) }
 

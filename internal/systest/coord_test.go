@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -632,16 +629,8 @@ func TestCoordinationBackupRestoreMode1(t *testing.T) {
 // test's duration, and returns its URL and the environment a daemon needs
 // to sign its requests without looking for real credentials.
 func fakeS3(t *testing.T) (string, []string) {
-	backend := s3mem.New()
-	if err := backend.CreateBucket("weir"); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gofakes3.New(backend).Server())
-	t.Cleanup(srv.Close)
-	none := filepath.Join(t.TempDir(), "none")
-	env := []string{"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true",
-		"AWS_CONFIG_FILE=" + none, "AWS_SHARED_CREDENTIALS_FILE=" + none}
-	return fmt.Sprintf("s3://weir/coord?region=us-east-1&endpoint=%s&use_path_style=true", srv.URL), env
+	s3 := testenv.FakeS3(t, "weir", nil)
+	return s3.URL("coord"), s3.Env
 }
 
 func testBackupRestoreMode1(t *testing.T, bucketURL string, env []string) {

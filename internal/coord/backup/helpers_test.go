@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,13 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/weir-io/weir/internal/coord/etcdtest"
+	"github.com/weir-io/weir/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -59,20 +57,10 @@ func fileURL(t *testing.T) string {
 // upload under snapshots/ after its first KiB by dropping the connection.
 func fakeS3(t *testing.T, prefix string) (rawURL string, gate *atomic.Bool) {
 	t.Helper()
-	backend := s3mem.New()
-	if err := backend.CreateBucket("weir"); err != nil {
-		t.Fatal(err)
-	}
-	faker := gofakes3.New(backend)
 	gate = new(atomic.Bool)
-	srv := httptest.NewServer(breakUploads(faker.Server(), gate))
-	t.Cleanup(srv.Close)
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
-	return fmt.Sprintf("s3://weir/%s?region=us-east-1&endpoint=%s&use_path_style=true", prefix, srv.URL), gate
+	s3 := testenv.FakeS3(t, "weir", func(h http.Handler) http.Handler { return breakUploads(h, gate) })
+	s3.SetEnv(t)
+	return s3.URL(prefix), gate
 }
 
 func breakUploads(h http.Handler, armed *atomic.Bool) http.Handler {

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -79,9 +81,59 @@ type Store struct {
 // both. Metrics are registered on reg (nil: not registered). Open checks that
 // the location can be listed.
 func Open(ctx context.Context, rawURL string, log *slog.Logger, reg prometheus.Registerer) (*Store, error) {
+	b, localDir, err := openBucket(ctx, rawURL, true)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return &Store{Keep: 5, RevisionBump: 1e9, ClusterToken: "weir", SaveTimeout: 10 * time.Minute,
+		bucket: b, localDir: localDir, log: log.With("component", "coord.backup"), m: m}, nil
+}
+
+// Probe checks the backup location at rawURL as Open does — the URL, the
+// credentials, that the bucket can be listed — but writes nothing and
+// creates no directory: a file:// directory that does not exist yet
+// passes when the nearest existing directory above it could hold it
+// (Open creates it). For weir validate --connect.
+func Probe(ctx context.Context, rawURL string) error {
+	if u, err := url.Parse(rawURL); err == nil && u.Scheme == fileblob.Scheme {
+		dir := localPath(u)
+		if p := u.Query().Get("prefix"); p != "" {
+			dir = joinLocal(dir, strings.Trim(p, "/"))
+		}
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+			for up := filepath.Dir(dir); ; up = filepath.Dir(up) {
+				fi, err := os.Stat(up)
+				if err == nil {
+					if !fi.IsDir() {
+						return fmt.Errorf("backup: %s: %s is not a directory", u.Redacted(), up)
+					}
+					return nil
+				}
+				if !errors.Is(err, fs.ErrNotExist) || up == filepath.Dir(up) {
+					return fmt.Errorf("backup: %s: %w", u.Redacted(), err)
+				}
+			}
+		}
+	}
+	b, _, err := openBucket(ctx, rawURL, false)
+	if err != nil {
+		return err
+	}
+	return b.Close()
+}
+
+// openBucket opens the bucket of rawURL (see Open) and checks that it can
+// be listed; with create, a file:// directory is created when missing.
+// The second result is the directory behind a file:// bucket.
+func openBucket(ctx context.Context, rawURL string, create bool) (*blob.Bucket, string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("backup: parse URL: %w", err)
+		return nil, "", fmt.Errorf("backup: parse URL: %w", err)
 	}
 	q := u.Query()
 	prefix := q.Get("prefix")
@@ -92,18 +144,18 @@ func Open(ctx context.Context, rawURL string, log *slog.Logger, reg prometheus.R
 	case fileblob.Scheme:
 		if u.Host != "" && u.Host != "." && u.Host != "localhost" {
 			// file://var/lib/x would quietly mean /lib/x
-			return nil, fmt.Errorf("backup: file URL %q names host %q: want file:///absolute/dir or file://./relative/dir",
+			return nil, "", fmt.Errorf("backup: file URL %q names host %q: want file:///absolute/dir or file://./relative/dir",
 				u.Redacted(), u.Host)
 		}
-		b, localDir, err = openFile(ctx, u, q)
+		b, localDir, err = openFile(ctx, u, q, create)
 	case s3blob.Scheme:
 		prefix = strings.Trim(u.Path, "/") + "/" + prefix
 		b, err = openS3(ctx, u, q)
 	default:
-		return nil, fmt.Errorf("%w %q in %q: want file:// or s3://", ErrScheme, u.Scheme, u.Redacted())
+		return nil, "", fmt.Errorf("%w %q in %q: want file:// or s3://", ErrScheme, u.Scheme, u.Redacted())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("backup: open %s: %w", u.Redacted(), err)
+		return nil, "", fmt.Errorf("backup: open %s: %w", u.Redacted(), err)
 	}
 	if prefix = strings.TrimLeft(prefix, "/"); prefix != "" {
 		if !strings.HasSuffix(prefix, "/") {
@@ -117,23 +169,21 @@ func Open(ctx context.Context, rawURL string, log *slog.Logger, reg prometheus.R
 		if err == nil {
 			err = errors.New("bucket does not exist")
 		}
-		return nil, fmt.Errorf("backup: %s not accessible: %w", u.Redacted(), err)
+		return nil, "", fmt.Errorf("backup: %s not accessible: %w", u.Redacted(), err)
 	}
-	m, err := newMetrics(reg)
-	if err != nil {
-		b.Close()
-		return nil, err
-	}
-	return &Store{Keep: 5, RevisionBump: 1e9, ClusterToken: "weir", SaveTimeout: 10 * time.Minute,
-		bucket: b, localDir: localDir, log: log.With("component", "coord.backup"), m: m}, nil
+	return b, localDir, nil
 }
 
 // openFile opens a directory bucket, creating the directory, writing its
 // temporary files beside their targets (a rename from os.TempDir would fail
 // across file systems) and without metadata sidecar files, unless the URL
 // says otherwise.
-func openFile(ctx context.Context, u *url.URL, q url.Values) (*blob.Bucket, string, error) {
-	for k, v := range map[string]string{"create_dir": "1", "no_tmp_dir": "1", "metadata": "skip"} {
+func openFile(ctx context.Context, u *url.URL, q url.Values, create bool) (*blob.Bucket, string, error) {
+	defaults := map[string]string{"no_tmp_dir": "1", "metadata": "skip"}
+	if create {
+		defaults["create_dir"] = "1"
+	}
+	for k, v := range defaults {
 		if !q.Has(k) {
 			q.Set(k, v)
 		}
@@ -141,11 +191,16 @@ func openFile(ctx context.Context, u *url.URL, q url.Values) (*blob.Bucket, stri
 	v := *u
 	v.RawQuery = q.Encode()
 	b, err := (&fileblob.URLOpener{}).OpenBucketURL(ctx, &v)
+	return b, localPath(u), err
+}
+
+// localPath is the directory a file:// URL names.
+func localPath(u *url.URL) string {
 	dir := u.Path
 	if u.Host == "." { // file://./rel: a relative directory
 		dir = strings.TrimPrefix(dir, "/")
 	}
-	return b, filepath.Clean(filepath.FromSlash(dir)), err
+	return filepath.Clean(filepath.FromSlash(dir))
 }
 
 // openS3 opens an S3 bucket named by the URL's host; the path is the prefix.

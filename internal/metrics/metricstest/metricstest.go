@@ -71,7 +71,7 @@ func InCatalogue(cat map[string]bool, name string) bool {
 // Registry is the set of metric names the daemon can register, whatever
 // its configuration: those of metrics.New (with the Go runtime and process
 // collectors), of its on-demand parts — flow control, secondaries and
-// sources, the HTTP door, data contracts — and of the coordination tier
+// sources, the HTTP door, data contracts, the taps — and of the coordination tier
 // (coord, its backups, the member gauge). A name is in it once registered,
 // whether or not it has a series yet.
 func Registry(t testing.TB) map[string]bool {
@@ -81,6 +81,7 @@ func Registry(t testing.TB) map[string]bool {
 	m.Topology()
 	m.HTTP([]string{"/v1/records"}, []int{200}, []string{"decode"})
 	m.Quality()
+	m.Tap()
 	if err := coord.RegisterMetrics(reg); err != nil {
 		t.Fatal(err)
 	}

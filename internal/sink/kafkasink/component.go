@@ -61,6 +61,9 @@ func Component() component.SinkDef {
 				Compression: c.Compression, Logger: p.Logger})
 		},
 		MaxBatch: func(c *Config) int { return c.BatchRecords },
+		Probe: func(ctx context.Context, c *Config) error {
+			return Probe(ctx, Options{Brokers: c.Brokers, Topic: c.Topic, ClientID: c.ClientID, DeliveryTimeout: c.DeliveryTimeout})
+		},
 	}
 }
 

@@ -224,6 +224,31 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	return s, nil
 }
 
+// Probe dials the brokers of opts as the sink does (its client id and
+// client options) and checks that the topic exists, by reading its
+// metadata; it produces nothing (weir validate --connect). ctx bounds
+// it.
+func Probe(ctx context.Context, opts Options) error {
+	opts, _, err := withDefaults(opts)
+	if err != nil {
+		return err
+	}
+	s := &Sink{opts: opts, log: opts.Logger}
+	s.cl, err = kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(opts.Brokers...),
+		kgo.ClientID(opts.ClientID),
+		kgo.WithLogger(kgoLogger{s.log}),
+	}, opts.ClientOptions...)...)
+	if err != nil {
+		return fmt.Errorf("kafkasink: client: %w", err)
+	}
+	defer s.cl.Close()
+	if err := s.cl.Ping(ctx); err != nil {
+		return fmt.Errorf("kafkasink: no broker answers at %s: %w", strings.Join(opts.Brokers, ","), err)
+	}
+	return s.checkTopic(ctx)
+}
+
 func withDefaults(opts Options) (Options, kgo.CompressionCodec, error) {
 	if len(opts.Brokers) == 0 || opts.Topic == "" {
 		return opts, kgo.CompressionCodec{}, errors.New("kafkasink: Brokers and Topic are required")

@@ -54,5 +54,8 @@ func Component() component.SinkDef {
 				MaxBatchSize: c.BatchRecords, Timeout: c.Timeout, MetadataColumns: c.MetadataColumns, Logger: p.Logger})
 		},
 		MaxBatch: func(c *Config) int { return c.BatchRecords },
+		Probe: func(ctx context.Context, c *Config) error {
+			return Probe(ctx, Options{DSN: c.DSN, Timeout: c.Timeout})
+		},
 	}
 }

@@ -79,6 +79,7 @@ package mysqlsink
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -198,6 +199,47 @@ func parseTable(name string) (db, table string, err error) {
 	return "", parts[0], nil
 }
 
+// newConnector is the connector of opts.DSN with the session settings
+// every connection of the sink has (strict SQL mode, UTC), its dial
+// bounded by opts.Timeout.
+func newConnector(opts Options) (*mysql.Config, driver.Connector, error) {
+	cfg, err := mysql.ParseDSN(opts.DSN)
+	if err != nil {
+		return nil, nil, errors.New("mysqlsink: the DSN does not parse (want user:password@tcp(host:port)/database)")
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["sql_mode"] = "CONCAT(@@sql_mode, ',STRICT_ALL_TABLES')"
+	cfg.Params["time_zone"] = "'+00:00'"
+	cfg.Loc = time.UTC
+	cfg.InterpolateParams = true
+	if opts.Timeout > 0 && (cfg.Timeout == 0 || cfg.Timeout > opts.Timeout) {
+		cfg.Timeout = opts.Timeout // dial timeout
+	}
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mysqlsink: %w", err)
+	}
+	return cfg, connector, nil
+}
+
+// Probe connects to the server of opts.DSN as the sink does — the same
+// session settings — and pings it; it creates and checks no table (weir
+// validate --connect). ctx bounds it.
+func Probe(ctx context.Context, opts Options) error {
+	_, connector, err := newConnector(opts)
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		return fmt.Errorf("mysqlsink: connect: %w", err)
+	}
+	return nil
+}
+
 // New connects, reads max_allowed_packet, creates or checks the table and
 // returns the sink.
 func New(ctx context.Context, opts Options) (*Sink, error) {
@@ -229,23 +271,9 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := mysql.ParseDSN(opts.DSN)
+	cfg, connector, err := newConnector(opts)
 	if err != nil {
-		return nil, errors.New("mysqlsink: the DSN does not parse (want user:password@tcp(host:port)/database)")
-	}
-	if cfg.Params == nil {
-		cfg.Params = map[string]string{}
-	}
-	cfg.Params["sql_mode"] = "CONCAT(@@sql_mode, ',STRICT_ALL_TABLES')"
-	cfg.Params["time_zone"] = "'+00:00'"
-	cfg.Loc = time.UTC
-	cfg.InterpolateParams = true
-	if cfg.Timeout == 0 || cfg.Timeout > opts.Timeout {
-		cfg.Timeout = opts.Timeout // dial timeout
-	}
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("mysqlsink: %w", err)
+		return nil, err
 	}
 	db := sql.OpenDB(connector)
 	db.SetMaxOpenConns(2) // one commits; one answers Health

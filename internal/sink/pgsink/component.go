@@ -62,6 +62,9 @@ func Component() component.SinkDef {
 			return New(ctx, options(p, false))
 		},
 		MaxBatch: func(c *Config) int { return c.BatchRecords },
+		Probe: func(ctx context.Context, c *Config) error {
+			return Probe(ctx, options(component.SinkParams[Config]{Config: c}, false))
+		},
 		Raw: &component.RawMode[Config]{
 			Open: func(ctx context.Context, p component.SinkParams[Config]) (component.RawSink, error) {
 				s, store, err := openRaw(ctx, p)

@@ -287,6 +287,29 @@ type Sink struct {
 
 var _ sink.Sink = (*Sink)(nil)
 
+// Probe connects to the server of opts.DSN as the sink does — the same
+// pool settings, application name and timeout — and pings it; it
+// creates and checks no table (weir validate --connect). ctx bounds it.
+func Probe(ctx context.Context, opts Options) error {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return err
+	}
+	cfg, err := opts.poolConfig()
+	if err != nil {
+		return err
+	}
+	pool, err := pgopen.NewPool(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("pgsink: connect: %w", err)
+	}
+	defer pool.Close()
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("pgsink: connect: %w", err)
+	}
+	return nil
+}
+
 // New connects, creates or checks the table, and returns the sink.
 func New(ctx context.Context, opts Options) (*Sink, error) {
 	opts, err := opts.withDefaults()

@@ -71,5 +71,8 @@ func Component() component.SourceDef {
 				OnCommit: func(string, int32, int64) { p.OnCommit() },
 			})
 		},
+		Probe: func(ctx context.Context, c *Config) error {
+			return Probe(ctx, Options{Brokers: c.Brokers, Topics: c.Topics})
+		},
 	}
 }

@@ -742,3 +742,44 @@ func clusterID(ctx context.Context, cl *kgo.Client) (string, error) {
 func PartitionKey(topic string, partition int32) string {
 	return topic + "/" + strconv.Itoa(int(partition))
 }
+
+// Probe dials the brokers of opts and checks that every topic exists, by
+// reading their metadata; it joins no group and commits nothing (weir
+// validate --connect). ctx bounds it.
+func Probe(ctx context.Context, opts Options) error {
+	if len(opts.Brokers) == 0 || len(opts.Topics) == 0 {
+		return errors.New("kafkasrc: Brokers and Topics are required")
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(opts.Brokers...))
+	if err != nil {
+		return fmt.Errorf("kafkasrc: client: %w", err)
+	}
+	defer cl.Close()
+	if err := cl.Ping(ctx); err != nil {
+		return fmt.Errorf("kafkasrc: no broker answers: %w", err)
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range opts.Topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("kafkasrc: topic metadata: %w", err)
+	}
+	var errs []error
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			errs = append(errs, fmt.Errorf("kafkasrc: topic %q: %w", topicName(t.Topic), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func topicName(t *string) string {
+	if t == nil {
+		return ""
+	}
+	return *t
+}

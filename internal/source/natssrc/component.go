@@ -82,6 +82,9 @@ func Component() component.SourceDef {
 				OnAck:  func(string, uint64) { p.OnCommit() },
 			})
 		},
+		Probe: func(ctx context.Context, c *Config) error {
+			return Probe(ctx, Options{URL: c.URL, Stream: c.Stream})
+		},
 	}
 }
 

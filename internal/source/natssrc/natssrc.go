@@ -455,3 +455,35 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 	return nil
 }
+
+// Probe connects to opts.URL as the source does (NatsOptions), within
+// ctx's deadline, and checks that JetStream answers and opts.Stream
+// exists; it creates and acknowledges nothing (weir validate
+// --connect).
+func Probe(ctx context.Context, opts Options) error {
+	if opts.URL == "" {
+		opts.URL = nats.DefaultURL
+	}
+	nopts := opts.NatsOptions
+	if dl, ok := ctx.Deadline(); ok {
+		nopts = append(slices.Clip(nopts), nats.Timeout(max(time.Until(dl), time.Millisecond)))
+	}
+	nc, err := nats.Connect(opts.URL, nopts...)
+	if err != nil {
+		return fmt.Errorf("natssrc: connect %s: %w", opts.URL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("natssrc: %w", err)
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("natssrc: JetStream at %s: %w", opts.URL, err)
+	}
+	if opts.Stream != "" {
+		if _, err := js.Stream(ctx, opts.Stream); err != nil {
+			return fmt.Errorf("natssrc: stream %q: %w", opts.Stream, err)
+		}
+	}
+	return nil
+}
