@@ -341,8 +341,8 @@ func TestSendReplay(t *testing.T) {
 	dl.Key, dl.EventTime = []byte("k"), t0.UnixNano()
 	dl.Headers = []sink.Header{{Key: "h", Value: []byte("1")}, {Key: "h", Value: []byte("2")}}
 	dl.Producer, dl.Seq, dl.HasProducer = record.ProducerID{7}, 42, true // a version-2 producer's record
-	plain := &record.Meta{ID: sink.RecordID{2}, HasID: true, Source: drain.RecordSource,
-		Reject: &record.Rejection{Code: record.CodeSinkRefused}} // a version-1 producer's record
+	plain := &record.Meta{ID: sink.RecordID{}, HasID: true, Source: drain.RecordSource,
+		Reject: &record.Rejection{Code: record.CodeSinkRefused}} // a version-1 producer's record; an all-zero id is an id
 	dls := []drain.DeadLetterRecord{{Payload: []byte("p"), Meta: *dl}, {Payload: []byte("q"), Meta: *plain}}
 	recs := []lane.Rejected{dls[0].Rejected(0), dls[1].Rejected(0)}
 	done := make(chan error, len(recs))
@@ -360,6 +360,10 @@ func TestSendReplay(t *testing.T) {
 	if err := sendReplay(ctx, c, &bad, func(error) { t.Error("done called for a refused record") }); !errors.Is(err, errNoIdentity) {
 		t.Errorf("record with undecodable metadata: %v, want errNoIdentity", err)
 	}
+	noID := (&drain.DeadLetterRecord{Payload: []byte("y"), Meta: record.Meta{Reject: &record.Rejection{Code: record.CodeSinkRefused}}}).Rejected(0)
+	if err := sendReplay(ctx, c, &noID, func(error) { t.Error("done called for a refused record") }); !errors.Is(err, errNoIdentity) {
+		t.Errorf("record whose metadata holds no id: %v, want errNoIdentity", err)
+	}
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +375,7 @@ func TestSendReplay(t *testing.T) {
 	want := map[string][]record.Meta{
 		"p": {{ID: sink.RecordID{1}, HasID: true, Source: "kafka:orders", OriginPos: "orders/0@7",
 			Key: []byte("k"), Headers: dl.Headers, EventTime: t0.UnixNano()}},
-		"q": {{ID: sink.RecordID{2}, HasID: true, Source: drain.RecordSource}},
+		"q": {{ID: sink.RecordID{}, HasID: true, Source: drain.RecordSource}},
 	}
 	if !reflect.DeepEqual(srv.metas, want) {
 		t.Errorf("server got metadata\n%+v\nwant\n%+v", srv.metas, want)

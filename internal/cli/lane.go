@@ -16,7 +16,6 @@ import (
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/lane"
 	"github.com/weir-io/weir/record"
-	"github.com/weir-io/weir/sink"
 )
 
 // The parts `weir deadletter` and `weir quarantine` share: both read their
@@ -277,7 +276,7 @@ var errNoIdentity = errors.New("its original id is unknown (metadata does not de
 // The metadata is rebuilt from the fields: a dead letter's stored bytes
 // also hold the rejection and producer tags, which a producer may not send.
 func sendReplay(ctx context.Context, c *client.Client, r *lane.Rejected, done func(error)) error {
-	if r.Record.ID == (sink.RecordID{}) {
+	if r.IDUnknown {
 		return fmt.Errorf("record %s: %w (%s)", preview(r.Record.Payload, 40), errNoIdentity, r.Reject.Error)
 	}
 	rec := client.Record{

@@ -469,9 +469,11 @@ func (r *DeadLetterRecord) Rejected(created int64) lane.Rejected {
 	}
 	if r.MetaErr != nil {
 		out.Reject = record.Rejection{Error: fmt.Sprintf("undecodable metadata: %v", r.MetaErr), FirstSeen: created}
+		out.IDUnknown = true
 		return out
 	}
 	m := &r.Meta
+	out.IDUnknown = !m.HasID
 	out.Sink, out.OriginPos = m.Reject.Component, m.OriginPos
 	out.Record.ID, out.Record.Source, out.Record.Key, out.Record.Headers = m.ID, m.Source, m.Key, m.Headers
 	if m.EventTime != 0 {

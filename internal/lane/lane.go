@@ -49,6 +49,11 @@ type Rejected struct {
 	// A lane in the buffer's format (the dead letter) keeps it; the others
 	// keep what Record holds.
 	Meta []byte
+	// IDUnknown: Record.ID is not the record's id (a dead letter whose
+	// metadata did not decode, or that held none); such a record cannot
+	// be replayed under its id. Every other id, all zeros included, is
+	// the record's.
+	IDUnknown bool
 }
 
 // Lane receives rejected records. Reject stores recs and returns nil only
