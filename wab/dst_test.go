@@ -90,6 +90,10 @@ type dstSpec struct {
 	// the run must then report. Only pinned specs of the catch tests use it.
 	Broken string `json:"broken,omitempty"`
 	Expect string `json:"expect,omitempty"`
+	// InlinePct is the chance that a request is submitted with
+	// SubmitInline (written inline when its shard is idle) instead of
+	// Submit.
+	InlinePct int `json:"inline_pct,omitempty"`
 }
 
 func (s *dstSpec) seed() uint64 {
@@ -196,6 +200,9 @@ func genSpec(scenario string, seed uint64) *dstSpec {
 	default:
 		panic("dst: unknown scenario " + scenario)
 	}
+	// Drawn apart from rng, so that every other field of a seed's spec is
+	// what it was before inline writes were simulated.
+	s.InlinePct = []int{0, 25, 60, 100}[splitmix64(seed^0x1471e)%4]
 	return s
 }
 
@@ -288,6 +295,14 @@ func (g *dstGate) step(shard int) bool {
 	return g.exit[shard]
 }
 
+// inline implements dstInliner: a caller may write in a parked flusher's
+// place until the flushers run freely.
+func (g *dstGate) inline(int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.free
+}
+
 // release lets every flusher run freely from now on.
 func (g *dstGate) release() {
 	g.mu.Lock()
@@ -334,6 +349,7 @@ type foundRec struct {
 type dstStats struct {
 	Runs, Submitted, AckedDurable, AckedBuffered, Failed int
 	FaultsFired, MidRunCrashes, Images, Recovered        int
+	Inline                                               int // requests written inline
 }
 
 func (a *dstStats) add(b dstStats) {
@@ -346,11 +362,12 @@ func (a *dstStats) add(b dstStats) {
 	a.MidRunCrashes += b.MidRunCrashes
 	a.Images += b.Images
 	a.Recovered += b.Recovered
+	a.Inline += b.Inline
 }
 
 func (a dstStats) String() string {
-	return fmt.Sprintf("%d runs: %d records submitted, %d Durable and %d Buffered acks, %d failed; %d faults fired, %d mid-run power losses; %d crash images recovered (%d records read back)",
-		a.Runs, a.Submitted, a.AckedDurable, a.AckedBuffered, a.Failed, a.FaultsFired, a.MidRunCrashes, a.Images, a.Recovered)
+	return fmt.Sprintf("%d runs: %d records submitted (%d requests written inline), %d Durable and %d Buffered acks, %d failed; %d faults fired, %d mid-run power losses; %d crash images recovered (%d records read back)",
+		a.Runs, a.Submitted, a.Inline, a.AckedDurable, a.AckedBuffered, a.Failed, a.FaultsFired, a.MidRunCrashes, a.Images, a.Recovered)
 }
 
 type dstRun struct {
@@ -367,6 +384,9 @@ type dstRun struct {
 	log     *Log
 
 	crashRng *rand.Rand
+	// inlineRng chooses SubmitInline over Submit (spec.InlinePct), apart
+	// from the other draws so that specs without it run as before.
+	inlineRng *rand.Rand
 
 	mu         sync.Mutex
 	recs       map[string]*dstRec
@@ -583,8 +603,15 @@ func (r *dstRun) submitOne(rng *rand.Rand, p int, shard int, seqs []int, receive
 		req.Payloads = append(req.Payloads, payload)
 	}
 	*received++
-	if err := r.log.Submit(context.Background(), shard, req, 0); err != nil {
+	submit := r.log.Submit
+	if r.spec.InlinePct > 0 && r.inlineRng.IntN(100) < r.spec.InlinePct {
+		submit = r.log.SubmitInline
+	}
+	if err := submit(context.Background(), shard, req, 0); err != nil {
 		return q, false
+	}
+	if r.answered(q) {
+		r.stats.Inline++ // answered before Submit returned: written inline
 	}
 	r.mu.Lock()
 	for _, rec := range q.recs {
@@ -623,6 +650,7 @@ func newRun(spec *dstSpec) *dstRun {
 		mem:        memfs.New(),
 		gate:       newGate(),
 		crashRng:   rand.New(rand.NewPCG(seed, 0xc4a54)),
+		inlineRng:  rand.New(rand.NewPCG(seed, 0x1471e)),
 		recs:       map[string]*dstRec{},
 		syncFailed: map[string]bool{},
 	}
@@ -1133,13 +1161,22 @@ func hasViolation(vs []dstViolation, inv string) bool {
 
 // catchTest runs seeds of every scenario with a broken flusher and expects
 // the harness to report inv, at ack time and after recovery.
-func catchTest(t *testing.T, broken, detail string) {
-	caught, lost, runs := 0, 0, 0
+func catchTest(t *testing.T, broken, detail string) { catchTestInline(t, broken, detail, -1) }
+
+// catchTestInline is catchTest with every spec's InlinePct set to inline
+// (-1: as generated); with inline > 0 some requests must have been written
+// inline.
+func catchTestInline(t *testing.T, broken, detail string, inline int) {
+	caught, lost, runs, inlined := 0, 0, 0, 0
 	for _, sc := range dstScenarios {
 		for seed := range uint64(6) {
 			spec := genSpec(sc, seed+100)
 			spec.Broken = broken
-			vs := runSpec(spec)
+			if inline >= 0 {
+				spec.InlinePct = inline
+			}
+			vs, st := runSpecStats(spec)
+			inlined += st.Inline
 			runs++
 			if hasViolation(vs, "ack-before-stable-storage") {
 				caught++
@@ -1152,7 +1189,10 @@ func catchTest(t *testing.T, broken, detail string) {
 			}
 		}
 	}
-	t.Logf("broken flusher (%s): %d of %d runs caught at ack time, %d also lost a Durable record to a power loss", broken, caught, runs, lost)
+	t.Logf("broken flusher (%s): %d of %d runs caught at ack time, %d also lost a Durable record to a power loss; %d requests written inline", broken, caught, runs, lost, inlined)
+	if inline > 0 && inlined == 0 {
+		t.Fatalf("no request was written inline with InlinePct %d", inline)
+	}
 	if caught < runs/2 || lost == 0 {
 		t.Fatalf("the harness caught too little of a broken flusher (%s): %d/%d at ack, %d lost", broken, caught, runs, lost)
 	}
@@ -1160,6 +1200,15 @@ func catchTest(t *testing.T, broken, detail string) {
 
 func TestDSTCatchesAckBeforeSync(t *testing.T) {
 	catchTest(t, "ack-before-sync", "bytes are not synced")
+	if dstBrokenAckBeforeSync.Load() {
+		t.Fatal("switch left on")
+	}
+}
+
+// TestDSTCatchesAckBeforeSyncInline: the same broken flusher code, run by
+// inline writes (every request submitted with SubmitInline), is caught.
+func TestDSTCatchesAckBeforeSyncInline(t *testing.T) {
+	catchTestInline(t, "ack-before-sync", "bytes are not synced", 100)
 	if dstBrokenAckBeforeSync.Load() {
 		t.Fatal("switch left on")
 	}

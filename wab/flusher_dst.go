@@ -39,6 +39,32 @@ type dstStepper interface {
 	exited(shard int)
 }
 
+// dstInliner is a dstStepper that lets a lone request be written inline:
+// inline reports whether the scheduler still runs one goroutine at a time
+// (its flushers parked), so that the caller may write in the flusher's
+// place.
+type dstInliner interface {
+	inline(shard int) bool
+}
+
+// dstWriteInline is writeInline under the simulation: the shard's flusher
+// is parked at the top of its loop, holding own, and the scheduler runs
+// nothing else, so the submitting goroutine writes req in its place when
+// the shard is idle — the state in which a real flusher waits for work
+// with own free — with the same code (inlineBatch).
+func (s *shard) dstWriteInline(req *Request) bool {
+	v, ok := dstSteppers.Load(s.l.fs)
+	if !ok {
+		return false
+	}
+	in, ok := v.(dstInliner)
+	if !ok || s.queuedBytes.Load() != 0 || s.holding() || !in.inline(s.id) {
+		return false
+	}
+	s.inlineBatch(req)
+	return true
+}
+
 func (s *shard) dstStep() {
 	if v, ok := dstSteppers.Load(s.l.fs); ok {
 		v.(dstStepper).park(s.id)

@@ -11,3 +11,5 @@ func (s *shard) dstStep()            {}
 func (s *shard) dstExit()            {}
 func dstBeforeSync([]*Request)       {}
 func dstSkipNewSegmentDirSync() bool { return false }
+
+func (s *shard) dstWriteInline(*Request) bool { return false }

@@ -31,24 +31,40 @@ package wab
 // error fails the shard the same way. It does not yield to the goroutines
 // its ack woke, as the flusher does: the caller is expected to send the
 // answer itself once SubmitInline returns (the socket ingress does), and
-// a yield would only wake another thread. The simulation build never writes
-// inline: its scheduler steps the flusher alone.
+// a yield would only wake another thread.
+//
+// Under the deterministic simulation (-tags dst) the scheduler runs one
+// goroutine at a time and parks each flusher at the top of its loop; a
+// lone request on an idle shard (nothing queued, nothing held) is then
+// written inline by the submitting goroutine in the parked flusher's place
+// (dstWriteInline), with the same code below (inlineBatch): the
+// simulation's crash images cover inline writes as they cover the
+// flusher's.
 
 // writeInline writes req (a single request, not a batch carrier) on the
 // calling goroutine if the shard is idle, and reports whether it did;
 // Done has then been called.
 func (s *shard) writeInline(req *Request) bool {
-	if dstBuild || s.queuedBytes.Load() != 0 || !s.own.TryLock() {
+	if dstBuild {
+		return s.dstWriteInline(req)
+	}
+	if s.queuedBytes.Load() != 0 || !s.own.TryLock() {
 		return false
 	}
 	defer s.own.Unlock()
 	if s.queuedBytes.Load() != 0 || s.holding() {
 		return false
 	}
+	s.inlineBatch(req)
+	return true
+}
+
+// inlineBatch writes req as a batch of its own, with the flusher's code,
+// by whoever holds the shard's files (own).
+func (s *shard) inlineBatch(req *Request) {
 	s.busySince.Store(monoNow())
 	s.batch = append(s.batch[:0], req)
 	s.rotateAfter = false
 	s.process(false)
 	s.busySince.Store(0)
-	return true
 }
