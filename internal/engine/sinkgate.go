@@ -23,6 +23,9 @@ var ErrRejectedAtGate = errors.New("engine: the sink refused records at the gate
 // drain's Commit has the same shape), and the records it quarantines.
 type SinkGateObserver interface {
 	Commit(records, rejected int, d time.Duration, err error)
+	// Fresh is called after a commit that succeeded, with its records and
+	// the time it returned (weir_freshness_seconds of the raw sink).
+	Fresh(recs []sink.Record, at time.Time)
 	GateObserver
 }
 
@@ -100,8 +103,12 @@ func (g *SinkGate) Write(ctx context.Context, recs []source.Record) error {
 func (g *SinkGate) commit(ctx context.Context, records []sink.Record) error {
 	start := time.Now()
 	res, err := g.snk.Commit(ctx, sink.NewBatch(records))
-	if g.opts.Observer != nil {
-		g.opts.Observer.Commit(len(records), len(res.Rejected), time.Since(start), err)
+	if o := g.opts.Observer; o != nil {
+		done := time.Now()
+		o.Commit(len(records), len(res.Rejected), done.Sub(start), err)
+		if err == nil {
+			o.Fresh(records, done)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("engine: gate: commit to %s: %w", g.snk.Name(), err)

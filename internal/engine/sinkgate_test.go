@@ -19,7 +19,19 @@ type gateCommits struct {
 	mu                sync.Mutex
 	batches, rejected int
 	errs              int
+	fresh             int // records of commits that succeeded
 	quarantined       map[record.Code]int
+}
+
+func (o *gateCommits) Fresh(recs []sink.Record, at time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, r := range recs {
+		if at.Before(r.Received) {
+			panic("a commit observed as returning before its records were received")
+		}
+	}
+	o.fresh += len(recs)
 }
 
 func (o *gateCommits) GateQuarantined(code record.Code, n int) {
@@ -104,6 +116,9 @@ func TestSinkGate(t *testing.T) {
 			}
 			if obs.batches != 3 || m.calls.Load() != 3 {
 				t.Errorf("%d commits observed, %d made; want 3 of at most MaxBatchSize", obs.batches, m.calls.Load())
+			}
+			if obs.fresh != len(recs) {
+				t.Errorf("freshness observed for %d records, want all %d committed", obs.fresh, len(recs))
 			}
 			if got := m.count(); got != len(recs)-len(tc.poison) {
 				t.Errorf("sink holds %d records, want %d", got, len(recs)-len(tc.poison))

@@ -233,7 +233,7 @@ func New(cfg Config) (*Metrics, *prometheus.Registry) {
 		m.commitRecords[i] = commitRecords.WithLabelValues(cfg.Sink, r)
 		m.commitDuration[i] = commitDuration.WithLabelValues(cfg.Sink, r)
 	}
-	m.fresh = f.histogramVec("weir_freshness_seconds", "Time from a record's arrival at the gate (its receive time, an fdatasync before its acknowledgement) to its durable commit by a sink: the drain's sink, and each secondary fed live (not recovery). One observation per distinct receive time: the records of one request or frame share it.", commitBuckets, "sink")
+	m.fresh = f.histogramVec("weir_freshness_seconds", "Time from a record's arrival at the gate (its receive time, an fdatasync before its acknowledgement) to its durable commit by a sink: the drain's sink, raw at a raw gate, and each secondary fed live (not recovery). One observation per distinct receive time: the records of one request or frame share it.", commitBuckets, "sink")
 	m.freshDrain = m.fresh.WithLabelValues(cfg.Sink)
 	m.rejectedRecords = f.counterVec("weir_sink_rejected_records_total", "Records a sink refused permanently (to be dead-lettered), by sink.", "sink").WithLabelValues(cfg.Sink)
 	m.retries = f.counter("weir_drain_retries_total", "Retries of a sub-batch after a transient sink error.")
