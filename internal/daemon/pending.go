@@ -40,10 +40,11 @@ type pendingSink struct {
 	maxBatch int // MaxBatchSize until open
 	log      *slog.Logger
 
-	ready  chan struct{} // closed once s is set
-	s      sink.Sink
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the opener returns
+	ready    chan struct{} // closed once s is set
+	firstTry chan struct{} // closed when the first attempt has ended, either way
+	s        sink.Sink
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the opener returns
 
 	mu      sync.Mutex
 	lastErr error
@@ -54,7 +55,7 @@ type pendingSink struct {
 // or the sink is closed.
 func openPending(name string, maxBatch int, open func(context.Context) (sink.Sink, error), log *slog.Logger) *pendingSink {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &pendingSink{name: name, maxBatch: maxBatch, log: log, ready: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
+	p := &pendingSink{name: name, maxBatch: maxBatch, log: log, ready: make(chan struct{}), firstTry: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
 		lastErr: errors.New("opening"), since: time.Now()}
 	go p.run(ctx, open)
 	return p
@@ -62,6 +63,8 @@ func openPending(name string, maxBatch int, open func(context.Context) (sink.Sin
 
 func (p *pendingSink) run(ctx context.Context, open func(context.Context) (sink.Sink, error)) {
 	defer close(p.done)
+	var tried sync.Once
+	defer tried.Do(func() { close(p.firstTry) })
 	b := backoff.Backoff{Policy: openRetry}
 	var logged time.Time
 	for attempt := 1; ; attempt++ {
@@ -75,6 +78,7 @@ func (p *pendingSink) run(ctx context.Context, open func(context.Context) (sink.
 			}
 			p.s = s
 			close(p.ready)
+			tried.Do(func() { close(p.firstTry) })
 			if attempt > 1 {
 				p.log.Info("sink open; delivering what waited for it", "attempts", attempt, "down_for", time.Since(p.since).Round(time.Millisecond))
 			}
@@ -86,6 +90,7 @@ func (p *pendingSink) run(ctx context.Context, open func(context.Context) (sink.
 		p.mu.Lock()
 		p.lastErr = err
 		p.mu.Unlock()
+		tried.Do(func() { close(p.firstTry) })
 		d := b.Next()
 		lvl := slog.LevelDebug
 		if time.Since(logged) >= openLogEvery {
@@ -159,8 +164,25 @@ func (p *pendingSink) degraded() string {
 	return fmt.Sprintf("sink down (%s, for %s): %v", p.name, time.Since(p.since).Round(time.Second), p.err())
 }
 
-// Health implements sink.Health: Down, with the reason, until open.
+// firstTryWait bounds how long Health waits for the first attempt to open
+// the sink when its caller's context has no shorter deadline.
+const firstTryWait = 2 * time.Second
+
+// Health implements sink.Health: Down, with the reason, until open. A
+// sink still in its first attempt has not been found down yet: Health
+// waits for that attempt (within ctx and firstTryWait), so that a sink
+// that opens in a few milliseconds at start is never reported, and
+// logged, as down.
 func (p *pendingSink) Health(ctx context.Context) sink.Health {
+	if p.open() == nil {
+		t := time.NewTimer(firstTryWait)
+		select {
+		case <-p.firstTry:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	if s := p.open(); s != nil {
 		return s.Health(ctx)
 	}
