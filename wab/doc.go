@@ -1,6 +1,7 @@
 // Package wab is weir's write-ahead buffer: the on-disk log every producer
 // record passes through before it is acknowledged, and from which the drain
-// later delivers sealed segments to sinks.
+// delivers it to sinks — from an open segment's readable tail, and from
+// sealed segments.
 //
 // # Promises
 //
@@ -143,6 +144,31 @@
 // size (releasing the unused reservation), fdatasyncs, renames .wab to
 // .wab.sealed and fsyncs the directory; then Log.Notify is signalled.
 // Empty segments are never sealed; at Close they are removed.
+//
+// # Reading the open segment
+//
+// After each batch, whoever wrote it (the flusher, or an inline write)
+// publishes the open segment's readable tail (Log.Tail, tail.go): its
+// sequence, path, a record count N and the offset just past the N-th
+// record. The first N records are the longest prefix of the segment in
+// which every record holds its tier's promise: a Buffered record once the
+// write(2) that carried it returned, a Durable one once the fdatasync
+// after it returned. A batch mixing tiers makes its records up to its
+// first Durable one readable after the write and the rest after the sync.
+// Log.TailNotify is signalled whenever a tail grows. The tail is withdrawn
+// (Tail reports false) when the segment is sealed; the sealed segment is
+// then in the listing, with the same bytes before the tail's end.
+//
+// A reader of the tail (OpenTail) sees the file as ending at the tail's
+// end, so it never reads a frame being written. Bytes before the end never
+// change while the segment is open. What the tail promises about a crash
+// follows from the tiers: a Durable record in it survives a power loss, a
+// Buffered one a process crash only — a power loss may seal the segment
+// at recovery with fewer records than a reader of its tail delivered (the
+// drain's sidecar then counts past the sealed segment's records; see
+// docs/drain.md). The deterministic simulation reads every tail between
+// scheduling steps and between each batch's write and its fdatasync, and
+// reports a record readable before its promise holds.
 //
 // # Failures
 //

@@ -350,6 +350,7 @@ type dstStats struct {
 	Runs, Submitted, AckedDurable, AckedBuffered, Failed int
 	FaultsFired, MidRunCrashes, Images, Recovered        int
 	Inline                                               int // requests written inline
+	TailReads                                            int // records read from open segments' tails
 }
 
 func (a *dstStats) add(b dstStats) {
@@ -363,11 +364,12 @@ func (a *dstStats) add(b dstStats) {
 	a.Images += b.Images
 	a.Recovered += b.Recovered
 	a.Inline += b.Inline
+	a.TailReads += b.TailReads
 }
 
 func (a dstStats) String() string {
-	return fmt.Sprintf("%d runs: %d records submitted (%d requests written inline), %d Durable and %d Buffered acks, %d failed; %d faults fired, %d mid-run power losses; %d crash images recovered (%d records read back)",
-		a.Runs, a.Submitted, a.Inline, a.AckedDurable, a.AckedBuffered, a.Failed, a.FaultsFired, a.MidRunCrashes, a.Images, a.Recovered)
+	return fmt.Sprintf("%d runs: %d records submitted (%d requests written inline), %d Durable and %d Buffered acks, %d failed; %d records read from open tails; %d faults fired, %d mid-run power losses; %d crash images recovered (%d records read back)",
+		a.Runs, a.Submitted, a.Inline, a.AckedDurable, a.AckedBuffered, a.Failed, a.TailReads, a.FaultsFired, a.MidRunCrashes, a.Images, a.Recovered)
 }
 
 type dstRun struct {
@@ -562,6 +564,65 @@ func (r *dstRun) done(q *dstReq, err error) {
 	}
 }
 
+// checkTails reads every shard's readable tail as the drain does (with
+// OpenTail, between two scheduling steps, the flushers parked) and checks
+// the hand-off's promise: the tail is exactly its first Records records,
+// ending at End, and each of them is where its tier promises — a Durable
+// record on stable storage, a Buffered one written — so that a drain that
+// delivers it never delivers what a crash may take back, beyond what the
+// Buffered tier allows.
+func (r *dstRun) checkTails() {
+	if r.log == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return
+	}
+	for sh := range r.log.shards {
+		t, ok := r.log.Tail(sh)
+		if !ok {
+			continue
+		}
+		rd, err := OpenTail(r.mem, t)
+		if err != nil {
+			r.violate("tail-unreadable", "shard %d: tail %+v: %v", sh, t, err)
+			continue
+		}
+		dur, vol := r.views()
+		var n uint64
+		for {
+			rec, err := rd.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				r.violate("tail-unreadable", "shard %d: tail %+v after %d records: %v", sh, t, n, err)
+				break
+			}
+			n++
+			key, _, _ := bytes.Cut(rec.Payload, []byte(":"))
+			want := r.recs[string(key)]
+			switch f, durOK := dur[string(key)]; {
+			case want == nil:
+				r.violate("tail-unknown-record", "shard %d: tail holds %q, never submitted", sh, key)
+			case rec.Durability == Durable && (!durOK || !want.matches(f)):
+				r.violate("tail-before-promise", "shard %d: Durable record %s readable in the tail before its bytes are synced", sh, key)
+			case rec.Durability == Buffered:
+				if f, ok := vol[string(key)]; !ok || !want.matches(f) {
+					r.violate("tail-before-promise", "shard %d: Buffered record %s readable in the tail before it is written", sh, key)
+				}
+			}
+		}
+		if n != t.Records || rd.Offset() != t.End {
+			r.violate("tail-mismatch", "shard %d: tail says %d records ending at %d, reads %d ending at %d", sh, t.Records, t.End, n, rd.Offset())
+		}
+		rd.Close()
+		r.stats.TailReads += int(n)
+	}
+}
+
 // hasWork reports whether a parked flusher has something to take.
 func (r *dstRun) hasWork(shard int) bool {
 	s := r.log.shards[shard]
@@ -569,6 +630,7 @@ func (r *dstRun) hasWork(shard int) bool {
 }
 
 func (r *dstRun) stepCrash() {
+	r.checkTails()
 	if r.spec.CrashOp == "step" {
 		r.mu.Lock()
 		if r.steps == r.spec.CrashN {
@@ -667,6 +729,9 @@ func (r *dstRun) run() []dstViolation {
 	case "skip-dir-sync":
 		dstBrokenSkipDirSync.Store(true)
 		defer dstBrokenSkipDirSync.Store(false)
+	case "tail-before-sync":
+		dstBrokenTailBeforeSync.Store(true)
+		defer dstBrokenTailBeforeSync.Store(false)
 	default:
 		panic("dst: unknown broken mode " + spec.Broken)
 	}
@@ -686,6 +751,11 @@ func (r *dstRun) run() []dstViolation {
 		}
 	}
 	r.efs.SetHook(r.onEvent)
+	// The readable tail is checked between steps and also inside one: after
+	// a batch's write, before its fdatasync.
+	watch := r.checkTails
+	dstSyncWatch.Store(&watch)
+	defer dstSyncWatch.Store(nil)
 	// The flusher looks its Log's FS up: the *errorfs.FS itself.
 	dstSteppers.Store(r.efs, r.gate)
 	defer dstSteppers.Delete(r.efs)
@@ -1211,6 +1281,29 @@ func TestDSTCatchesAckBeforeSyncInline(t *testing.T) {
 	catchTestInline(t, "ack-before-sync", "bytes are not synced", 100)
 	if dstBrokenAckBeforeSync.Load() {
 		t.Fatal("switch left on")
+	}
+}
+
+// TestDSTCatchesTailBeforeSync: a flusher that lets the drain read a
+// Durable record once written, before its fdatasync, is caught.
+func TestDSTCatchesTailBeforeSync(t *testing.T) {
+	caught, runs := 0, 0
+	for _, sc := range dstScenarios {
+		for seed := range uint64(6) {
+			spec := genSpec(sc, seed+100)
+			spec.Broken = "tail-before-sync"
+			runs++
+			if hasViolation(runSpec(spec), "tail-before-promise") {
+				caught++
+			}
+		}
+	}
+	t.Logf("broken tail (Durable records readable before fdatasync): %d of %d runs caught", caught, runs)
+	if dstBrokenTailBeforeSync.Load() {
+		t.Fatal("switch left on")
+	}
+	if caught < runs/2 {
+		t.Fatalf("the harness caught too little of a broken tail: %d/%d", caught, runs)
 	}
 }
 

@@ -68,6 +68,10 @@ type shard struct {
 	room         chan struct{}
 	_            [64]byte
 
+	// tail is the open segment's readable tail (tail.go), published by
+	// whoever holds own and read by the drain without a lock.
+	tail tailState
+
 	// busySince is when the flusher took up its current batch or seal, in
 	// nanoseconds on the monotonic clock (see monoNow); 0 while it waits
 	// for work. Read by FlusherBusy.
@@ -573,8 +577,15 @@ func (s *shard) write(batch []*Request, records int, size int64, marked bool) er
 			s.ageArmed = true
 		}
 	}
+	prevRecords, prevOff := seg.records, seg.off
 	seg.off += written
 	seg.records += uint64(records)
+	if dstBuild && dstTailBeforeSync() {
+		// A deliberately broken build for the simulation tests only.
+		s.publishTail(seg, seg.records, seg.off)
+	} else if n, b := readablePrefix(batch); n > 0 {
+		s.publishTail(seg, prevRecords+n, prevOff+b)
+	}
 	for i := len(batch) - 1; i >= 0; i-- {
 		if len(batch[i].Payloads) > 0 {
 			seg.last = batch[i].Received
@@ -619,6 +630,7 @@ func (s *shard) acknowledge(batch []*Request) (time.Duration, bool) {
 		err = s.fail(fmt.Errorf("fdatasync %s: %w", seg.path, err))
 	} else {
 		seg.synced = true
+		s.publishTail(seg, seg.records, seg.off)
 	}
 	for i, r := range batch {
 		if r != nil {
@@ -756,6 +768,7 @@ func (s *shard) openSegment(ahead bool) error {
 func (s *shard) rotate(prepare bool) {
 	seg := s.seg
 	s.seg = nil
+	s.tail.cur.Store(nil)
 	s.rotateAfter = false
 	if s.ageArmed {
 		s.ageTimer.Stop()

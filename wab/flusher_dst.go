@@ -21,6 +21,10 @@ var (
 	// dstBrokenSkipDirSync deliberately breaks segment creation: the
 	// directory fsync of a new segment is skipped.
 	dstBrokenSkipDirSync atomic.Bool
+	// dstBrokenTailBeforeSync deliberately breaks the readable tail: a
+	// batch's Durable records are published to the drain once written,
+	// before fdatasync.
+	dstBrokenTailBeforeSync atomic.Bool
 
 	// dstSteppers maps a Log's vfs.FS to the dstStepper that schedules its
 	// flushers. A Log whose FS is not registered runs freely.
@@ -77,8 +81,16 @@ func (s *shard) dstExit() {
 	}
 }
 
+// dstSyncWatch, when set, is called just before every batch's fdatasync
+// (the harness checks the readable tail there: the moment a batch is
+// written and not yet synced).
+var dstSyncWatch atomic.Pointer[func()]
+
 // dstBeforeSync runs just before a batch's fdatasync.
 func dstBeforeSync(batch []*Request) {
+	if w := dstSyncWatch.Load(); w != nil {
+		(*w)()
+	}
 	if !dstBrokenAckBeforeSync.Load() {
 		return
 	}
@@ -91,3 +103,5 @@ func dstBeforeSync(batch []*Request) {
 }
 
 func dstSkipNewSegmentDirSync() bool { return dstBrokenSkipDirSync.Load() }
+
+func dstTailBeforeSync() bool { return dstBrokenTailBeforeSync.Load() }

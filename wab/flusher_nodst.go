@@ -11,5 +11,6 @@ func (s *shard) dstStep()            {}
 func (s *shard) dstExit()            {}
 func dstBeforeSync([]*Request)       {}
 func dstSkipNewSegmentDirSync() bool { return false }
+func dstTailBeforeSync() bool        { return false }
 
 func (s *shard) dstWriteInline(*Request) bool { return false }

@@ -26,6 +26,9 @@ type Log struct {
 	lock     io.Closer
 	shards   []*shard
 	notify   chan struct{}
+	// tailNotify is signalled when an open segment's readable tail grows
+	// (tail.go).
+	tailNotify chan struct{}
 
 	mu         sync.Mutex // serializes Close
 	closed     bool
@@ -101,15 +104,16 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("wab: lock %s: %w", o.Dir, err)
 	}
 	l := &Log{
-		opts:    o,
-		fs:      o.FS,
-		dir:     o.Dir,
-		logger:  o.Logger.With("component", "wab"),
-		obs:     o.Observer,
-		lock:    lk,
-		notify:  make(chan struct{}, 1),
-		closing: make(chan struct{}),
-		abort:   make(chan struct{}),
+		opts:       o,
+		fs:         o.FS,
+		dir:        o.Dir,
+		logger:     o.Logger.With("component", "wab"),
+		obs:        o.Observer,
+		lock:       lk,
+		notify:     make(chan struct{}, 1),
+		tailNotify: make(chan struct{}, 1),
+		closing:    make(chan struct{}),
+		abort:      make(chan struct{}),
 	}
 	next, err := l.recoverDir(ctx)
 	if err != nil {

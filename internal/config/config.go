@@ -79,6 +79,8 @@ type Config struct {
 	DrainRetryMax  time.Duration // drain_retry_max
 
 	DrainMaxRetries         int           // drain_max_retries
+	DrainOpenSegments       bool          // drain_open_segments
+	DrainLinger             time.Duration // drain_linger
 	DeadLetterMaxBytes      int64         // dead_letter_max_bytes
 	DeadLetterCheckInterval time.Duration // dead_letter_check_interval
 	SinkHealthInterval      time.Duration // sink_health_interval

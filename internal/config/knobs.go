@@ -46,6 +46,7 @@ const (
 	DefaultDrainRetryBase   = drain.DefaultRetryBase
 	DefaultDrainRetryMax    = drain.DefaultRetryMax
 	DefaultDrainMaxRetries  = drain.DefaultMaxRetries
+	DefaultDrainLinger      = drain.DefaultLinger
 	DefaultDeadLetterMax    = drain.DefaultDeadLetterMaxBytes
 	DefaultDeadLetterCheck  = drain.DefaultDeadLetterCheckInterval
 	DefaultHealthInterval   = drain.DefaultHealthInterval
@@ -364,7 +365,7 @@ func scalarKnobs(reg *component.Registry) []knob {
 			func(p *partial) **time.Duration { return &p.BatchDeadline }, func(c *Config) *time.Duration { return &c.BatchDeadline }),
 		sizeKnob("segment_max_bytes", DefaultSegmentMaxBytes, mib, 4*gib, "A segment is sealed once it reaches this size.",
 			func(p *partial) **int64 { return &p.SegmentMaxBytes }, func(c *Config) *int64 { return &c.SegmentMaxBytes }),
-		durationKnob("segment_max_age", DefaultSegmentMaxAge, time.Millisecond, 24*time.Hour, "A segment is sealed (and handed to the drain) once it is this old.",
+		durationKnob("segment_max_age", DefaultSegmentMaxAge, time.Millisecond, 24*time.Hour, "A segment is sealed once it is this old (its records reach the drain before that: drain_open_segments).",
 			func(p *partial) **time.Duration { return &p.SegmentMaxAge }, func(c *Config) *time.Duration { return &c.SegmentMaxAge }),
 		sizeKnob("segment_preallocate_bytes", DefaultPreallocateBytes, 0, 4*gib, "Disk space reserved for each new segment ahead of writes; 0 turns preallocation off. Never more than segment_max_bytes. On a disk with less free space, less is reserved (halved down to 1MiB, then just what each batch needs; logged once, weir_wab_preallocate_reduced), and a segment is made when a push needs it rather than ahead, so idle segments hold no space the sink needs: a push fails with DiskFull only when its own bytes cannot be reserved.",
 			func(p *partial) **int64 { return &p.PreallocateBytes }, func(c *Config) *int64 { return &c.PreallocateBytes }),
@@ -373,6 +374,10 @@ func scalarKnobs(reg *component.Registry) []knob {
 			func(p *partial) **time.Duration { return &p.DrainRetryBase }, func(c *Config) *time.Duration { return &c.DrainRetryBase }),
 		durationKnob("drain_retry_max", DefaultDrainRetryMax, time.Millisecond, time.Hour, "Cap on the drain's back-off between retries; at least drain_retry_base.",
 			func(p *partial) **time.Duration { return &p.DrainRetryMax }, func(c *Config) *time.Duration { return &c.DrainRetryMax }),
+		boolKnob("drain_open_segments", true, "The drain delivers an open segment's records as soon as their tier's promise holds — a Durable record once fdatasynced, a Buffered one once written — instead of waiting for the segment's seal (segment_max_age, segment_max_bytes). false: sealed segments only (docs/drain.md).",
+			func(p *partial) **bool { return &p.DrainOpenSegments }, func(c *Config) *bool { return &c.DrainOpenSegments }),
+		durationKnob("drain_linger", DefaultDrainLinger, 0, time.Second, "How long records readable in an open segment, fewer than a full sub-batch, wait for more before the drain sends them: under light load a record goes out within about this long, under heavy load sub-batches stay full. 0: no wait.",
+			func(p *partial) **time.Duration { return &p.DrainLinger }, func(c *Config) *time.Duration { return &c.DrainLinger }),
 		intKnob("drain_max_retries", DefaultDrainMaxRetries, 0, 1000, "Retries of a sub-batch after a transient sink error before the segment is set aside (left on disk, retried on a later pass).",
 			func(p *partial) **int { return &p.DrainMaxRetries }, func(c *Config) *int { return &c.DrainMaxRetries }),
 		sizeKnob("dead_letter_max_bytes", DefaultDeadLetterMax, 1<<20, 1<<40, "Cap on the dead-letter lane's size on disk; at the cap the drain blocks (state blocked_dead_letter_full) until an operator frees space.",
@@ -451,6 +456,8 @@ type partial struct {
 
 	DrainRetryBase, DrainRetryMax *time.Duration
 	DrainMaxRetries               *int
+	DrainOpenSegments             *bool
+	DrainLinger                   *time.Duration
 	DeadLetterMaxBytes            *int64
 	DeadLetterCheckInterval       *time.Duration
 	SinkHealthInterval            *time.Duration

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/drain"
@@ -219,6 +220,15 @@ func startWAB(ctx context.Context, st *lifecycle.Stack, cfg *config.Config, fs v
 // startDrain starts the drain that delivers the buffer to dl. Its stop
 // ends the drain's run; a delivery cut short is replayed at the next
 // start (never confirmed half-done).
+// drainLinger maps drain_linger (0: no wait) to drain.Options.Linger
+// (0: the default, negative: no wait).
+func drainLinger(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
+}
+
 func startDrain(cfg *config.Config, fs vfs.FS, wlog *wab.Log, dl *delivery, tel *telemetry, log *slog.Logger) (lifecycle.StopFunc, error) {
 	opts := drain.Options{
 		FS:                      fs,
@@ -232,6 +242,8 @@ func startDrain(cfg *config.Config, fs vfs.FS, wlog *wab.Log, dl *delivery, tel 
 		DeadLetterMaxBytes:      cfg.DeadLetterMaxBytes,
 		DeadLetterCheckInterval: cfg.DeadLetterCheckInterval,
 		HealthInterval:          cfg.SinkHealthInterval,
+		SealedOnly:              !cfg.DrainOpenSegments,
+		Linger:                  drainLinger(cfg.DrainLinger),
 		SinkOpened:              dl.pend.ready,
 		Observer:                tel.m,
 	}

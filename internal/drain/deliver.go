@@ -26,25 +26,8 @@ func (d *Drain) drainSegment(ctx context.Context, ref wab.SegmentRef) error {
 		return err
 	}
 	defer r.Close()
-	h := r.Header()
-	sr := &segReader{r: r}
-	for {
-		b, readErr := readBatch(ctx, sr, d.batchLimit(), &d.adm)
-		n, err := d.account(ctx, ref, h, sr, idx, &b)
-		if err != nil {
-			return err
-		}
-		idx += n
-		if readErr == nil {
-			continue
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if !errors.Is(readErr, io.EOF) {
-			return fmt.Errorf("read segment %s after record %d: %w", ref.Path, idx, readErr)
-		}
-		break
+	if idx, err = d.deliverFrom(ctx, ref, r, idx); err != nil {
+		return err
 	}
 	if f, ok := r.Footer(); ok && f.Records != idx {
 		return fmt.Errorf("segment %s: footer counts %d records, read %d", ref.Path, f.Records, idx)
@@ -58,6 +41,33 @@ func (d *Drain) drainSegment(ctx context.Context, ref wab.SegmentRef) error {
 	d.log.Debug("segment delivered", "segment", ref.Path, "shard", ref.Shard, "seq", ref.Seq, "records", idx)
 	d.obs.SegmentDelivered(ref, idx)
 	return nil
+}
+
+// deliverFrom delivers the records r holds from record idx on (where r
+// is positioned), sub-batch by sub-batch, confirming each, to the end of
+// what r reads (a sealed segment's footer, an open one's readable tail).
+// It returns the index after the last record confirmed.
+func (d *Drain) deliverFrom(ctx context.Context, ref wab.SegmentRef, r *wab.Reader, idx uint64) (uint64, error) {
+	h := r.Header()
+	sr := &segReader{r: r}
+	for {
+		b, readErr := readBatch(ctx, sr, d.batchLimit(), &d.adm)
+		n, err := d.account(ctx, ref, h, sr, idx, &b)
+		if err != nil {
+			return idx, err
+		}
+		idx += n
+		if readErr == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return idx, ctx.Err()
+		}
+		if !errors.Is(readErr, io.EOF) {
+			return idx, fmt.Errorf("read segment %s after record %d: %w", ref.Path, idx, readErr)
+		}
+		return idx, nil
+	}
 }
 
 // batchLimit is the size of the next sub-batch: the sink's MaxBatchSize,
@@ -113,6 +123,19 @@ func (d *Drain) openAtProgress(ref wab.SegmentRef) (*wab.Reader, uint64, error) 
 	if err != nil {
 		return nil, 0, fmt.Errorf("open segment %s: %w", ref.Path, err)
 	}
+	return d.skipConfirmed(ref, r, p)
+}
+
+// skipConfirmed positions r, just opened, after the p.Records records its
+// sidecar says were delivered, and returns that index.
+//
+// A sealed segment that holds fewer records than its sidecar counts was
+// cut by a power loss after the drain had delivered its readable tail:
+// the records past its end were Buffered ones (a Durable record is read
+// only once fdatasynced), delivered and then lost from the buffer, as the
+// Buffered tier allows. The segment is then delivered whole: r is left at
+// its end.
+func (d *Drain) skipConfirmed(ref wab.SegmentRef, r *wab.Reader, p wab.Progress) (*wab.Reader, uint64, error) {
 	if p.Offset > 0 {
 		err := r.SkipTo(p.Records, p.Offset)
 		if err == nil {
@@ -123,10 +146,16 @@ func (d *Drain) openAtProgress(ref wab.SegmentRef) (*wab.Reader, uint64, error) 
 	}
 	for idx := uint64(0); idx < p.Records; idx++ {
 		if _, err := r.Next(); err != nil {
-			r.Close()
 			if errors.Is(err, io.EOF) {
+				if _, sealed := r.Footer(); sealed {
+					d.log.Warn("sidecar counts more records than the segment holds: the records past its end were delivered from its open tail, then lost from the buffer by a power loss (Buffered tier); the segment is delivered whole",
+						"segment", ref.Path, "confirmed", p.Records, "records", idx)
+					return r, idx, nil
+				}
+				r.Close()
 				return nil, 0, fmt.Errorf("segment %s: confirmed count %d is past its %d records", ref.Path, p.Records, idx)
 			}
+			r.Close()
 			return nil, 0, fmt.Errorf("skip confirmed records of %s: %w", ref.Path, err)
 		}
 	}

@@ -233,6 +233,13 @@ type Options struct {
 	// PollInterval is how often an idle drain lists segments without a
 	// notification.
 	PollInterval time.Duration
+	// Linger is how long records readable in an open segment, fewer than
+	// a full sub-batch, wait for more before they are delivered (a
+	// TailSource only); 0 means DefaultLinger, negative none.
+	Linger time.Duration
+	// SealedOnly makes the drain deliver sealed segments only, even from
+	// a TailSource.
+	SealedOnly bool
 
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
@@ -279,6 +286,16 @@ type Drain struct {
 	dlCheck      time.Duration
 	healthEvery  time.Duration
 	pollInterval time.Duration
+	linger       time.Duration
+
+	// tails is the Source when it is a TailSource (nil with SealedOnly).
+	tails TailSource
+	// tailSeen and tailUntil hold, by shard, a lingering tail's start and
+	// a tail set aside until when. Used only by Run's goroutine.
+	tailSeen  map[int]tailSeen
+	tailUntil map[int]time.Time
+	// tailDue is when the earliest lingering (or set aside) tail is due.
+	tailDue time.Time
 
 	dl *deadLetters
 
@@ -355,6 +372,17 @@ func New(opts Options) (*Drain, error) {
 		sinkOpened:   opts.SinkOpened,
 		deferred:     make(map[string]deferral),
 		damaged:      make(map[string]struct{}),
+		tailSeen:     make(map[int]tailSeen),
+		tailUntil:    make(map[int]time.Time),
+	}
+	if ts, ok := opts.Source.(TailSource); ok && !opts.SealedOnly {
+		d.tails = ts
+	}
+	switch {
+	case opts.Linger == 0:
+		d.linger = DefaultLinger
+	case opts.Linger > 0:
+		d.linger = opts.Linger
 	}
 	if d.fs == nil {
 		d.fs = vfs.OS
@@ -495,6 +523,7 @@ func (d *Drain) pass(ctx context.Context) (bool, error) {
 	}
 	d.forgetVanished(refs)
 	progressed := false
+	pending := make(map[int]bool) // shards with a sealed segment left
 	now := d.now()
 	for _, ref := range interleave(refs) {
 		if ctx.Err() != nil {
@@ -502,6 +531,7 @@ func (d *Drain) pass(ctx context.Context) (bool, error) {
 		}
 		if def, ok := d.deferred[ref.Path]; ok {
 			if now.Before(def.until) {
+				pending[ref.Shard] = true
 				continue
 			}
 			delete(d.deferred, ref.Path)
@@ -516,12 +546,15 @@ func (d *Drain) pass(ctx context.Context) (bool, error) {
 		case ctx.Err() != nil:
 			return progressed, nil
 		default:
+			pending[ref.Shard] = true
 			d.setAside(ref, err)
 			d.setState(Draining)
 		}
 		now = d.now()
 	}
-	return progressed, nil
+	tailed, due := d.passTails(ctx, pending)
+	d.tailDue = due
+	return progressed || tailed, nil
 }
 
 // waitForWork waits for a seal notification, the poll interval (or the
@@ -536,12 +569,23 @@ func (d *Drain) waitForWork(ctx context.Context) {
 			wait = max(w, time.Millisecond)
 		}
 	}
+	var tailGrew <-chan struct{}
+	if d.tails != nil {
+		tailGrew = d.tails.TailNotify()
+		if !d.tailDue.IsZero() {
+			// A lingering tail is due: wait for it alone (what joins it
+			// meanwhile goes out with it).
+			tailGrew = nil
+			wait = min(wait, max(d.tailDue.Sub(now), 0))
+		}
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	d.markIdle()
 	select {
 	case <-ctx.Done():
 	case <-d.src.Notify():
+	case <-tailGrew:
 	case <-t.C:
 	case <-d.sinkBack:
 		d.undefer()

@@ -1,0 +1,104 @@
+package wab
+
+// The open segment's readable tail: what the flusher tells the drain it
+// may read before the segment is sealed (doc.go, "Reading the open
+// segment").
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/weir-io/weir/internal/vfs"
+)
+
+// Tail is the part of a shard's open segment that a reader may deliver:
+// its first Records records, which end at byte offset End. A record is in
+// the tail once its tier's promise holds and every record before it is in
+// the tail too: a Buffered record once written, a Durable one once
+// fdatasynced. Bytes before End never change while the segment is open;
+// the segment is sealed (renamed to Path+".sealed") with those bytes in
+// place.
+type Tail struct {
+	Shard   int
+	Seq     uint64
+	Path    string // the open segment's path (.wab)
+	Records uint64
+	End     int64
+}
+
+// tailState is a shard's published tail and the log-wide notification.
+type tailState struct {
+	cur atomic.Pointer[Tail]
+}
+
+// Tail returns shard's readable tail, and false when the shard has no
+// open segment holding a readable record (none yet, or just sealed: the
+// sealed segment is then in Sealed's listing).
+func (l *Log) Tail(shard int) (Tail, bool) {
+	if shard < 0 || shard >= len(l.shards) {
+		return Tail{}, false
+	}
+	t := l.shards[shard].tail.cur.Load()
+	if t == nil {
+		return Tail{}, false
+	}
+	return *t, true
+}
+
+// TailNotify receives a value (coalesced) whenever a shard's tail grows.
+func (l *Log) TailNotify() <-chan struct{} { return l.tailNotify }
+
+// publishTail makes the first records of seg, ending at end, readable.
+func (s *shard) publishTail(seg *segment, records uint64, end int64) {
+	if records == 0 {
+		return
+	}
+	if t := s.tail.cur.Load(); t != nil && t.Seq == seg.hdr.Seq && t.Records >= records {
+		return
+	}
+	s.tail.cur.Store(&Tail{Shard: s.id, Seq: seg.hdr.Seq, Path: seg.path, Records: records, End: end})
+	select {
+	case s.l.tailNotify <- struct{}{}:
+	default:
+	}
+}
+
+// readablePrefix is how many of batch's records, from the first, are
+// readable once the batch is written and not yet synced — the Buffered
+// requests before the first Durable one — and their encoded bytes.
+func readablePrefix(batch []*Request) (records uint64, bytes int64) {
+	for _, r := range batch {
+		if r.Durability != Buffered {
+			break
+		}
+		records += uint64(len(r.Payloads))
+		bytes += requestBytes(r)
+	}
+	return records, bytes
+}
+
+// OpenTail opens the open segment t names for reading its readable tail:
+// the reader sees the file as ending at t.End (an open segment's records
+// simply stop there; nothing after End is read). It fails with an error
+// satisfying errors.Is(err, fs.ErrNotExist) once the segment has been
+// sealed (renamed): read it from Sealed's listing then.
+func OpenTail(fsys vfs.FS, t Tail) (*Reader, error) {
+	if fsys == nil {
+		fsys = vfs.OS
+	}
+	f, err := fsys.Open(t.Path)
+	if err != nil {
+		return nil, fmt.Errorf("wab: open segment: %w", err)
+	}
+	r, err := newReader(f, t.Path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if r.size < t.End {
+		f.Close()
+		return nil, &CorruptionError{Path: t.Path, Offset: r.size, Reason: fmt.Sprintf("open segment is %d bytes, its readable tail ends at %d", r.size, t.End)}
+	}
+	r.size = t.End
+	return r, nil
+}
