@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
 	"time"
 
 	"github.com/weir-io/weir/internal/config"
@@ -113,14 +112,10 @@ func dqRead(o *dqOptions, since time.Time, stderr io.Writer) ([]dqaudit.Entry, i
 		}
 		return es, 0
 	}
-	dir := o.dir
-	if dir == "" {
-		dataDir, err := configDataDir(o.config)
-		if err != nil {
-			fmt.Fprintf(stderr, "weir dq: %v\n", err)
-			return nil, 2
-		}
-		dir = filepath.Join(dataDir, dqaudit.DefaultDirName)
+	dir, err := dirOrDefault(o.dir, o.config, dqaudit.DefaultDirName)
+	if err != nil {
+		fmt.Fprintf(stderr, "weir dq: %v\n", err)
+		return nil, 2
 	}
 	es, err := dqaudit.ReadDir(vfs.OS, dir)
 	if err != nil {

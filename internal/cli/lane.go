@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,6 +49,19 @@ func configDataDir(path string) (string, error) {
 		return "", err
 	}
 	return cfg.DataDir, nil
+}
+
+// dirOrDefault is dir when set, else name under the data_dir of the
+// configuration at path.
+func dirOrDefault(dir, path, name string) (string, error) {
+	if dir != "" {
+		return dir, nil
+	}
+	dataDir, err := configDataDir(path)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dataDir, name), nil
 }
 
 // laneFilter selects lane records by code and first-seen time.

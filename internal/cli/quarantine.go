@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -134,14 +133,10 @@ func readQuarantine(o *qOptions, stderr io.Writer) ([]lane.Rejected, int) {
 		defer cancel()
 		all, err = pgquarantine.Read(ctx, pgquarantine.Options{DSN: o.dsn, Table: o.table, Timeout: o.timeout}, o.sink)
 	} else {
-		dir := o.dir
-		if dir == "" {
-			dataDir, cerr := configDataDir(o.config)
-			if cerr != nil {
-				fmt.Fprintf(stderr, "weir quarantine: %v\n", cerr)
-				return nil, 2
-			}
-			dir = filepath.Join(dataDir, config.DefaultQuarantineDirName)
+		dir, cerr := dirOrDefault(o.dir, o.config, config.DefaultQuarantineDirName)
+		if cerr != nil {
+			fmt.Fprintf(stderr, "weir quarantine: %v\n", cerr)
+			return nil, 2
 		}
 		all, err = quarantine.Read(vfs.OS, dir)
 	}
