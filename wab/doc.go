@@ -256,8 +256,15 @@
 // or of the footer once all are (u64), CRC-32C of the first 28 bytes (u32).
 // Version 1 (20 bytes, written by older versions and WriteConfirmed):
 // magic, count, CRC of the first 16 bytes; a reader of it must skip the
-// counted records from the start. Sidecars are replaced atomically
-// (temporary file, fdatasync, rename, directory fsync).
+// counted records from the start. The drain replaces its sidecars
+// atomically but not durably (NoteProgress: temporary file, rename; no
+// fdatasync, no directory fsync): a process crash keeps the new one, a
+// power loss may leave an older one or a torn one, which its reader must
+// take as nothing delivered. Every sidecar the drain writes counts only
+// records the sink had committed, so whichever one survives never leads.
+// Repair and Salvage lower sidecars durably (WriteProgress: temporary
+// file, fdatasync, rename, directory fsync), since a sidecar that counts
+// past a repaired segment's records must not come back.
 //
 // All file access goes through a vfs.FS, so that tests can inject faults.
 package wab

@@ -193,17 +193,67 @@ func WriteConfirmed(fsys vfs.FS, segPath string, n uint64) error {
 
 // WriteProgress records p durably in the segment's sidecar (version 2).
 // p.Offset must be the offset of record p.Records (or of the footer).
+// Repair and Salvage lower sidecars with it: a sidecar that counts past
+// what a repaired segment holds must never come back.
 func WriteProgress(fsys vfs.FS, segPath string, p Progress) error {
-	if p.Offset < HeaderSize {
-		return fmt.Errorf("wab: write sidecar of %s: offset %d is inside the segment header", segPath, p.Offset)
+	b, err := encodeProgress(segPath, p)
+	if err != nil {
+		return err
 	}
+	return writeSidecar(fsys, segPath, b[:])
+}
+
+// NoteProgress records p in the segment's sidecar atomically but not
+// durably: a temporary file renamed over the sidecar, with no fdatasync and
+// no directory fsync. A process crash keeps it (the kernel has it); a power
+// loss may leave the sidecar as it was before, or torn — which
+// ReadProgress reports as a *CorruptionError, and which a reader of
+// progress must take as nothing delivered. It is how the drain records
+// progress after every sub-batch: progress is a hint that saves
+// redelivery, never a promise — delivery is at least once either way, and
+// every version of a sidecar the drain ever wrote counts only records the
+// sink had committed, so whichever one a crash leaves never leads.
+func NoteProgress(fsys vfs.FS, segPath string, p Progress) error {
+	if fsys == nil {
+		fsys = vfs.OS
+	}
+	b, err := encodeProgress(segPath, p)
+	if err != nil {
+		return err
+	}
+	path := ConfirmedPath(segPath)
+	tmp := path + suffixTemp
+	if err := fsys.Remove(tmp); err != nil && !isNotExist(err) {
+		return fmt.Errorf("wab: note sidecar of %s: remove stale %s: %w", segPath, tmp, classify(err))
+	}
+	f, err := fsys.Create(tmp, 0o600)
+	if err != nil {
+		return fmt.Errorf("wab: note sidecar of %s: %w", segPath, classify(err))
+	}
+	_, werr := f.Write(b[:])
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		_ = fsys.Remove(tmp)
+		return fmt.Errorf("wab: note sidecar of %s: %w", segPath, classify(err))
+	}
+	if err := fsys.Rename(tmp, path); err != nil {
+		_ = fsys.Remove(tmp)
+		return fmt.Errorf("wab: note sidecar of %s: %w", segPath, classify(err))
+	}
+	return nil
+}
+
+func encodeProgress(segPath string, p Progress) ([confirmedV2Size]byte, error) {
 	var b [confirmedV2Size]byte
+	if p.Offset < HeaderSize {
+		return b, fmt.Errorf("wab: write sidecar of %s: offset %d is inside the segment header", segPath, p.Offset)
+	}
 	copy(b[:8], confirmedMagic[:])
 	binary.BigEndian.PutUint32(b[8:], confirmedV2)
 	binary.BigEndian.PutUint64(b[12:], p.Records)
 	binary.BigEndian.PutUint64(b[20:], uint64(p.Offset))
 	binary.BigEndian.PutUint32(b[28:], crc(b[:28]))
-	return writeSidecar(fsys, segPath, b[:])
+	return b, nil
 }
 
 // writeSidecar replaces a sidecar atomically and durably (temporary file,

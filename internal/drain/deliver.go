@@ -102,7 +102,7 @@ func (d *Drain) account(ctx context.Context, ref wab.SegmentRef, h wab.Header, s
 	default:
 		return 0, nil
 	}
-	if err := wab.WriteProgress(d.fs, ref.Path, wab.Progress{Records: idx + n, Offset: sr.offset()}); err != nil {
+	if err := wab.NoteProgress(d.fs, ref.Path, wab.Progress{Records: idx + n, Offset: sr.offset()}); err != nil {
 		return 0, fmt.Errorf("confirm %d records of %s: %w", idx+n, ref.Path, err)
 	}
 	return n, nil
@@ -115,15 +115,32 @@ func (d *Drain) account(ctx context.Context, ref wab.SegmentRef, h wab.Header, s
 // does not point at a frame, makes it read and check the confirmed records
 // from the start instead.
 func (d *Drain) openAtProgress(ref wab.SegmentRef) (*wab.Reader, uint64, error) {
-	p, err := wab.ReadProgress(d.fs, ref.Path)
+	p, err := d.readProgress(ref.Path)
 	if err != nil {
-		return nil, 0, fmt.Errorf("read confirmed count of %s: %w", ref.Path, err)
+		return nil, 0, err
 	}
 	r, err := wab.OpenSegment(d.fs, ref.Path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("open segment %s: %w", ref.Path, err)
 	}
 	return d.skipConfirmed(ref, r, p)
+}
+
+// readProgress reads a segment's sidecar. A torn or damaged one — what a
+// power loss may leave of a sidecar written without fdatasync
+// (wab.NoteProgress) — counts as nothing delivered: the segment is
+// delivered again from its first record, with the same ids.
+func (d *Drain) readProgress(segPath string) (wab.Progress, error) {
+	p, err := wab.ReadProgress(d.fs, segPath)
+	if ce := (*wab.CorruptionError)(nil); errors.As(err, &ce) {
+		d.log.Warn("progress sidecar unreadable (a power loss tears one written since the last fdatasync); delivering the segment again from its first record",
+			"segment", segPath, "err", err)
+		return wab.Progress{}, nil
+	}
+	if err != nil {
+		return wab.Progress{}, fmt.Errorf("read confirmed count of %s: %w", segPath, err)
+	}
+	return p, nil
 }
 
 // skipConfirmed positions r, just opened, after the p.Records records its

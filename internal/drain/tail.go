@@ -61,7 +61,7 @@ func (d *Drain) passTails(ctx context.Context, pending map[int]bool) (progressed
 			}
 			delete(d.tailUntil, shard)
 		}
-		p, err := wab.ReadProgress(d.fs, t.Path)
+		p, err := d.readProgress(t.Path)
 		if err != nil {
 			d.setTailAside(t, err)
 			continue
