@@ -14,9 +14,9 @@ import (
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/source"
-	"github.com/weir-io/weir/wab"
 )
 
 // loadCursorConfig loads a node with a file source "logs" (reading
@@ -227,25 +227,5 @@ func sinkLines(t *testing.T, cfg *config.Config) []string {
 // sealedSegments counts the sealed segments the drain has not removed.
 func undeliveredSegments(t *testing.T, cfg *config.Config) int {
 	t.Helper()
-	m, err := filepath.Glob(filepath.Join(cfg.WABDir, "shard-*", "*.wab.sealed"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// An open segment whose records the drain delivered from its tail
-	// counts until its sidecar records them all.
-	open, err := filepath.Glob(filepath.Join(cfg.WABDir, "shard-*", "*.wab"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := len(m)
-	for _, p := range open {
-		info, err := wab.InspectSegment(vfs.OS, p)
-		if err != nil {
-			continue // sealed meanwhile
-		}
-		if done, err := wab.ReadConfirmed(vfs.OS, p); err != nil || done < info.Records {
-			n++
-		}
-	}
-	return n
+	return testenv.UndeliveredSegments(t, cfg.WABDir)
 }

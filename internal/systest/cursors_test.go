@@ -107,21 +107,19 @@ name = "copy"
 type = "file"
 `
 
-// waitNoSealed waits until the drain has removed every sealed segment of
-// d's write-ahead buffer (none at all with gate = "raw").
+// waitNoSealed waits until the drain is done with every segment of d's
+// write-ahead buffer (testenv.UndeliveredSegments; none at all with gate =
+// "raw").
 func waitNoSealed(t *testing.T, d *daemon, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		m, err := filepath.Glob(filepath.Join(d.wabDir(), "shard-*", "*.wab.sealed"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(m) == 0 {
+		n := testenv.UndeliveredSegments(t, d.wabDir())
+		if n == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d sealed segments still in the buffer after %v", len(m), timeout)
+			t.Fatalf("%d segments not wholly delivered after %v", n, timeout)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -139,11 +139,12 @@ func TestInspectVerify(t *testing.T) {
 
 // undrainedSegment runs a one-shard daemon, pushes n Durable records
 // named "<name>-<i>" and stops it gracefully: the segment is sealed only at
-// the stop (segment-max-age 1h), so the drain has not read it. It returns
-// the stopped daemon and the sealed segment's path.
+// the stop (segment-max-age 1h), and the drain reads sealed segments only
+// (drain_open_segments = false), so it has not read it. It returns the
+// stopped daemon and the sealed segment's path.
 func undrainedSegment(t *testing.T, name string, n int) (*daemon, string) {
 	t.Helper()
-	d := newDaemon(t, "--shards", "1", "--segment-max-age", "1h")
+	d := newDaemon(t, "--shards", "1", "--segment-max-age", "1h", "--drain-open-segments=false")
 	d.start()
 	l := newLedger()
 	produce(ctxTimeout(t, 30*time.Second), t, d.socket, name, n, 1, client.Durable, l, 10*time.Second)
