@@ -125,6 +125,20 @@ func waitNoSealed(t *testing.T, d *daemon, timeout time.Duration) {
 	}
 }
 
+// pgCountOnceMade is pgCount, with 0 rows while the sink has not yet
+// created the table.
+func pgCountOnceMade(t *testing.T, conn *pgx.Conn, table string) (rows, distinct int) {
+	t.Helper()
+	var made bool
+	if err := conn.QueryRow(context.Background(), "SELECT to_regclass($1) IS NOT NULL", table).Scan(&made); err != nil {
+		t.Fatal(err)
+	}
+	if !made {
+		return 0, 0
+	}
+	return pgCount(t, conn, pgx.Identifier{table}.Sanitize())
+}
+
 // TestFileSourceCursorPostgresAcrossSecondaries is
 // TestFileSourceCursorAcrossSecondaries with gate = "raw" and a Postgres
 // [sink] (a table of its own): the cursor lives in the offset store beside
@@ -175,7 +189,9 @@ table = %q
 		lg.write(phase.lines)
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			rows, distinct := pgCount(t, conn, pgx.Identifier{table}.Sanitize())
+			// The sink opens in the background, so the table may not be
+			// there yet just after the start.
+			rows, distinct := pgCountOnceMade(t, conn, table)
 			if distinct == len(lg.want) {
 				if rows != distinct {
 					t.Fatalf("phase %d (%s): %d rows for %d lines", i+1, phase.what, rows, distinct)

@@ -88,9 +88,10 @@ func freshnessProbe(t *testing.T, d *daemon, conn *pgx.Conn, table string, n int
 		lags = append(lags, s.Sub(at))
 	}
 	slices.Sort(lags)
+	perCommit, commits := recordsPerCommit(scrape(t, d))
 	if len(lags) > 0 {
-		t.Logf("%d records, one every %v: visible in Postgres after the ack p50 %v, p99 %v, max %v (negative: the row was written before the ack reached the producer)",
-			len(lags), interval, lags[len(lags)/2].Round(time.Microsecond), lags[len(lags)*99/100].Round(time.Microsecond), lags[len(lags)-1].Round(time.Microsecond))
+		t.Logf("%d records, one every %v: visible in Postgres after the ack p50 %v, p99 %v, max %v (negative: the row was written before the ack reached the producer); the drain's %d sink commits carried %.1f records each",
+			len(lags), interval, lags[len(lags)/2].Round(time.Microsecond), lags[len(lags)*99/100].Round(time.Microsecond), lags[len(lags)-1].Round(time.Microsecond), commits, perCommit)
 	}
 	return lags
 }

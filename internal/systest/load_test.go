@@ -294,6 +294,17 @@ func histTotals(fams map[string]*dto.MetricFamily, name string) (sum float64, co
 	return sum, count
 }
 
+// recordsPerCommit is the mean number of records per Sink.Commit of the
+// drain's sink, and the number of commits, from a scrape.
+func recordsPerCommit(fams map[string]*dto.MetricFamily) (float64, uint64) {
+	_, commits := histTotals(fams, "weir_sink_commit_duration_seconds")
+	var committed float64
+	for _, m := range fams["weir_sink_commit_records_total"].GetMetric() {
+		committed += m.GetCounter().GetValue()
+	}
+	return committed / float64(max(commits, 1)), commits
+}
+
 // BenchmarkLoadRecordsPerCommit: 64 pipelined Durable producers; then, from
 // the daemon's own metrics, how many records each fdatasync covered (group
 // commit) and how many each sink commit carried.
@@ -316,14 +327,9 @@ func BenchmarkLoadRecordsPerCommit(b *testing.B) {
 		fams := scrape(b, d)
 		recs, batches := histTotals(fams, "weir_batch_records")
 		_, syncs := histTotals(fams, "weir_fdatasync_duration_seconds")
-		_, commits := histTotals(fams, "weir_sink_commit_duration_seconds")
-		var committed float64
-		for _, m := range fams["weir_sink_commit_records_total"].GetMetric() {
-			committed += m.GetCounter().GetValue()
-		}
+		perCommit, commits := recordsPerCommit(fams)
 		d.stop(30 * time.Second)
 		perSync := recs / float64(max(syncs, 1))
-		perCommit := committed / float64(max(commits, 1))
 		b.ReportMetric(perSync, "records/fdatasync")
 		b.ReportMetric(perCommit, "records/commit")
 		benchLine(b, map[string]any{"name": "load/records_per_commit", "records": recs, "batches": batches,

@@ -152,9 +152,12 @@ func stuckStage(m map[string]float64) string {
 // TestStuckDetectorHungSink: a socket-ingest node whose file sink's
 // fdatasync never returns, with 8 MiB of records held by the drain's
 // commit (a quarter of the budget): /live fails within
-// flow.stuck_fail_after and the process exits with 70.
+// flow.stuck_fail_after and the process exits with 70. The drain reads
+// sealed segments only here, so that its hung commit holds the whole
+// segment (reading the open segment, its first sub-batch would hold the
+// records that had arrived by then, fewer than the detector's share).
 func TestStuckDetectorHungSink(t *testing.T) {
-	d := newDaemon(t, append(stuckArgs(), "--sink-file-batch-records", "64")...)
+	d := newDaemon(t, append(stuckArgs(), "--sink-file-batch-records", "64", "--drain-open-segments=false")...)
 	d.env = []string{hangSync("*/out/*")}
 	d.start()
 	pushAcked(t, d.socket, bigRecords("hung", 16, 512<<10))
