@@ -1023,3 +1023,44 @@ func TestFanoutSecondaryRetryExhausted(t *testing.T) {
 		t.Fatalf("quarantined %+v", r)
 	}
 }
+
+// TestFanoutCoalescesQueuedLiveBatches: small live batches that pile up
+// behind a slow commit go to the secondary together, up to its batch
+// size, instead of one commit each; every record arrives, coverage never
+// claims what the sink lacks, and nothing overflows to recovery.
+func TestFanoutCoalescesQueuedLiveBatches(t *testing.T) {
+	rawDir := t.TempDir()
+	raw := openRaw(t, rawDir)
+	mem := newMemSink("mem")
+	mem.hold = make(chan struct{})
+	store := openStore(t, rawDir)
+	f, err := engine.NewFanout(context.Background(), engine.FanoutOptions{
+		Raw: raw, Store: store, FlushInterval: 20 * time.Millisecond,
+		Secondaries: []engine.SecondaryConfig{{Sink: mem, QueueBatches: 64}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := startChecker(t, store, raw, "mem", memHas(mem))
+	// The first batch's commit holds; 40 batches of 5 queue behind it.
+	for range 41 {
+		if _, err := f.Commit(context.Background(), mkBatch(5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(mem.hold)
+	st := waitCaughtUp(t, f, 20*time.Second)
+	c.finish()
+	if got := mem.count(); got != 205 {
+		t.Fatalf("secondary holds %d records, want 205", got)
+	}
+	if calls := mem.calls.Load(); calls > 3 {
+		t.Errorf("%d commits for 41 queued batches of 5 (batch size 1000): queued batches were not coalesced", calls)
+	}
+	for _, s := range st.Sinks {
+		if s.LiveDropped != 0 {
+			t.Errorf("%d records overflowed to recovery", s.LiveDropped)
+		}
+	}
+}
