@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +17,7 @@ type Contract struct {
 	spec      Spec
 	name      string
 	schema    *jsonschema.Schema // nil: any JSON
+	fast      *fastNode          // the schema's fast path; nil: none (fastschema.go)
 	rules     []rule
 	natural   []pointer
 	eventTime *pointer // nil: not declared
@@ -39,6 +41,11 @@ func Compile(s Spec) (*Contract, error) {
 	var err error
 	if c.schema, err = compileSchema(s.Schema, s.SchemaPath); err != nil {
 		return nil, wrap(err)
+	}
+	if c.schema != nil {
+		if doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(s.Schema)); err == nil {
+			c.fast = compileFast(doc)
+		}
 	}
 	if c.rules, err = compileRules(s.Rules); err != nil {
 		return nil, wrap(err)

@@ -96,7 +96,15 @@
 //
 //	go test -run '^$' -bench Check -count 5 ./internal/contract
 //
-// The schema validator dominates (it compares every number through
-// math/big); decoding is a purpose-built parser that matches
-// encoding/json's results (FuzzDecode) with fewer allocations.
+// The library schema validator was the largest cost (it compares every
+// number through math/big and allocates per object). A schema written
+// with the common keywords is also compiled into a fast path
+// (fastschema.go) that accepts a record the library would accept without
+// asking it; anything the fast path does not accept — invalid, or a case
+// it leaves to the library — is judged by the library, which also writes
+// the message, so verdicts and errors are the library's.
+// FuzzFastSchemaAgrees checks the one property that makes this safe:
+// what the fast path accepts, the library accepts. Decoding is a
+// purpose-built parser that matches encoding/json's results (FuzzDecode)
+// with fewer allocations.
 package contract
