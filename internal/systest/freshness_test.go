@@ -131,3 +131,177 @@ func countSealed(t *testing.T, d *daemon) int {
 	t.Helper()
 	return strings.Count(d.log.String(), `msg="segment sealed"`)
 }
+
+// BenchmarkFreshnessAtLoad: freshness into a Postgres sink, from outside
+// weir, at 10 %, 50 % and 90 % of the node's measured capacity (the
+// harness's configuration: segment_max_age 200 ms). Capacity is the end-to-end
+// rate of 16 Durable producers pushing 256-byte records as fast as they
+// can until every row is in the table; each load is then held for 3 s by
+// paced producers, and every record's seen_at (clock_timestamp() when
+// Postgres wrote the row) is compared with its ack.
+//
+//	go test -run '^$' -bench FreshnessAtLoad -benchtime 1x -count 3 ./internal/systest
+func BenchmarkFreshnessAtLoad(b *testing.B) {
+	b.Run("sink=postgres", func(b *testing.B) {
+		for range b.N {
+			d, conn, table := pgDaemon(b, "--log-level", "warn")
+			freshnessAtLoad(b, d, conn, table)
+		}
+	})
+	b.Run("raw=file,secondary=postgres", func(b *testing.B) {
+		for range b.N {
+			db := newPGTable(b, "weir_freshb")
+			d := newDaemon(b, "--config", writeConfig(b, pgSecondaryTOML(db.dsn, db.table, "", "")), "--log-level", "warn")
+			d.start()
+			freshnessAtLoad(b, d, db.conn, db.table)
+		}
+	})
+}
+
+func freshnessAtLoad(b *testing.B, d *daemon, conn *pgx.Conn, table string) {
+	defer d.stop(30 * time.Second)
+	ctx := context.Background()
+	ident := pgx.Identifier{table}.Sanitize()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var made bool
+		if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&made); err != nil {
+			b.Fatal(err)
+		}
+		if made {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the sink did not create its table")
+		}
+	}
+	if _, err := conn.Exec(ctx, "ALTER TABLE "+ident+" ADD COLUMN seen_at timestamptz NOT NULL DEFAULT clock_timestamp()"); err != nil {
+		b.Fatal(err)
+	}
+	rows := func() int {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+ident).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+	pad := func(name string) []byte { return fmt.Appendf(nil, "%-256s", name) }
+
+	// Capacity: flat out, until every row is in.
+	const producers, capRecords = 16, 100_000
+	var wg sync.WaitGroup
+	start := time.Now()
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := client.Dial(ctx, d.socket, client.WithWindow(64))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer c.Close(ctx)
+			for i := 0; i < capRecords/producers; i += 16 {
+				batch := make([][]byte, 16)
+				for j := range batch {
+					batch[j] = pad(fmt.Sprintf("cap-%02d-%07d", p, i+j))
+				}
+				if err := c.PushAsync(ctx, batch, client.Durable, func(error) {}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for rows() < capRecords {
+		if time.Since(start) > 2*time.Minute {
+			b.Fatalf("capacity run: %d of %d rows after 2 minutes", rows(), capRecords)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	capacity := float64(capRecords) / time.Since(start).Seconds()
+	b.ReportMetric(capacity, "capacity-records/s")
+
+	for _, pct := range []int{10, 50, 90} {
+		rate := capacity * float64(pct) / 100
+		acks := map[string]time.Time{}
+		var mu sync.Mutex
+		phase := fmt.Sprintf("p%02d", pct)
+		const batch = 8
+		interval := time.Duration(float64(time.Second) * producers * batch / rate)
+		until := time.Now().Add(3 * time.Second)
+		t0 := time.Now()
+		for p := range producers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := client.Dial(ctx, d.socket, client.WithWindow(64))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer c.Close(ctx)
+				tick := time.NewTicker(interval)
+				defer tick.Stop()
+				for i := 0; time.Now().Before(until); i += batch {
+					recs := make([][]byte, batch)
+					names := make([]string, batch)
+					for j := range recs {
+						names[j] = fmt.Sprintf("%s-%02d-%07d", phase, p, i+j)
+						recs[j] = pad(names[j])
+					}
+					if err := c.PushAsync(ctx, recs, client.Durable, func(err error) {
+						if err != nil {
+							return
+						}
+						at := time.Now()
+						mu.Lock()
+						for _, n := range names {
+							acks[n] = at
+						}
+						mu.Unlock()
+					}); err != nil {
+						b.Error(err)
+						return
+					}
+					<-tick.C
+				}
+			}()
+		}
+		wg.Wait()
+		achieved := float64(len(acks)) / time.Since(t0).Seconds()
+		seen := map[string]time.Time{}
+		for deadline := time.Now().Add(30 * time.Second); len(seen) < len(acks) && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			rs, err := conn.Query(ctx, "SELECT rtrim(convert_from(payload, 'UTF8')), seen_at FROM "+ident+" WHERE payload >= $1 AND payload < $2",
+				[]byte(phase+"-"), []byte(phase+"."))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for rs.Next() {
+				var n string
+				var at time.Time
+				if err := rs.Scan(&n, &at); err != nil {
+					b.Fatal(err)
+				}
+				seen[n] = at
+			}
+			rs.Close()
+		}
+		var lags []time.Duration
+		for n, at := range acks {
+			if s, ok := seen[n]; ok {
+				lags = append(lags, s.Sub(at))
+			}
+		}
+		if len(lags) < len(acks) {
+			b.Fatalf("%d%% of capacity: %d of %d acked records in Postgres 30 s after the load", pct, len(lags), len(acks))
+		}
+		slices.Sort(lags)
+		p50, p99 := lags[len(lags)/2], lags[len(lags)*99/100]
+		b.ReportMetric(achieved, phase+"-records/s")
+		b.ReportMetric(float64(p50.Microseconds())/1000, phase+"-p50-ms")
+		b.ReportMetric(float64(p99.Microseconds())/1000, phase+"-p99-ms")
+		benchLine(b, map[string]any{"name": "freshness/" + b.Name() + "_" + phase, "capacity_records_per_s": capacity,
+			"records_per_s": achieved, "p50_ms": float64(p50.Microseconds()) / 1000, "p99_ms": float64(p99.Microseconds()) / 1000})
+	}
+}
