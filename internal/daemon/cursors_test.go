@@ -14,7 +14,7 @@ import (
 	"github.com/weir-io/weir/internal/config"
 	"github.com/weir-io/weir/internal/engine"
 	"github.com/weir-io/weir/internal/sink/filesink"
-	"github.com/weir-io/weir/internal/testenv"
+	"github.com/weir-io/weir/internal/testenv/wabtest"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/source"
 )
@@ -227,5 +227,5 @@ func sinkLines(t *testing.T, cfg *config.Config) []string {
 // sealedSegments counts the sealed segments the drain has not removed.
 func undeliveredSegments(t *testing.T, cfg *config.Config) int {
 	t.Helper()
-	return testenv.UndeliveredSegments(t, cfg.WABDir)
+	return wabtest.Undelivered(t, cfg.WABDir)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weir-io/weir/internal/testenv"
+	"github.com/weir-io/weir/internal/testenv/wabtest"
 )
 
 // TestFileSourceCursorAcrossSecondaries: a file source's cursor stays
@@ -114,7 +115,7 @@ func waitNoSealed(t *testing.T, d *daemon, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		n := testenv.UndeliveredSegments(t, d.wabDir())
+		n := wabtest.Undelivered(t, d.wabDir())
 		if n == 0 {
 			return
 		}

@@ -1,4 +1,6 @@
-package testenv
+// Package wabtest holds test helpers that read a write-ahead buffer's
+// directory (apart from testenv, which the wab package's own tests import).
+package wabtest
 
 import (
 	"path/filepath"
@@ -8,7 +10,7 @@ import (
 	"github.com/weir-io/weir/wab"
 )
 
-// UndeliveredSegments counts the segments of the write-ahead buffer at
+// Undelivered counts the segments of the write-ahead buffer at
 // wabDir that the drain is not done with: every sealed segment (the drain
 // removes one once delivered), and every open segment whose sidecar does
 // not yet count all its records (the drain delivers open segments' tails
@@ -16,7 +18,7 @@ import (
 // a sink that keeps them waits for 0: a delivery stopped between the
 // sink's commit and the drain's progress record is made again at the next
 // start.
-func UndeliveredSegments(tb testing.TB, wabDir string) int {
+func Undelivered(tb testing.TB, wabDir string) int {
 	tb.Helper()
 	sealed, err := filepath.Glob(filepath.Join(wabDir, "shard-*", "*.wab.sealed"))
 	if err != nil {
