@@ -78,8 +78,8 @@
 // deduplicate on weir_record_id.
 //
 // Commit's skeleton (pre-checks, the deadline, rejections, the last error
-// for Health, the counters) is package sqlsink's Core, which the SQL sinks
-// share; this package gives it the producing.
+// for Health, the counters) is package sinkcore's Core, which the SQL sinks
+// share too; this package gives it the producing.
 //
 // # Left out
 //
@@ -103,7 +103,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/weir-io/weir/internal/sink/sqlsink"
+	"github.com/weir-io/weir/internal/sink/sinkcore"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -183,7 +183,7 @@ type Sink struct {
 	opts     Options
 	cl       *kgo.Client
 	log      *slog.Logger
-	core     *sqlsink.Core
+	core     *sinkcore.Core
 	isolated atomic.Int64
 }
 
@@ -211,7 +211,7 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafkasink: client: %w", err)
 	}
-	s.core = sqlsink.New(sqlsink.Config{
+	s.core = sinkcore.New(sinkcore.Config{
 		Name: "kafkasink", Server: "kafka", ErrClosed: ErrClosed,
 		Timeout: opts.DeliveryTimeout, MaxProbes: 1, Log: s.log,
 		Check: s.check, CommitRows: s.commitRows, IsDataError: func(error) bool { return false },

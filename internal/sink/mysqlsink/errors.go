@@ -7,7 +7,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/weir-io/weir/internal/sink/sqlsink"
+	"github.com/weir-io/weir/internal/sink/sinkcore"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -73,7 +73,7 @@ func classify(op string, err error) error {
 		}
 		return sink.Permanent(fmt.Errorf("%w%s", wrapped, hint(me.Number)))
 	}
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) || sqlsink.IsTransportError(err) {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) || sinkcore.IsTransportError(err) {
 		return sink.Transient(wrapped)
 	}
 	return sink.Permanent(wrapped)

@@ -91,7 +91,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/weir-io/weir/internal/sink/sqlsink"
+	"github.com/weir-io/weir/internal/sink/sinkcore"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -175,7 +175,7 @@ type Sink struct {
 	scratch []any // insert's arguments, reused under the Commit lock
 
 	// core runs Commit, Health and Close and keeps the counters.
-	core                        *sqlsink.Core
+	core                        *sinkcore.Core
 	lastRecords, lastStatements atomic.Int64
 }
 
@@ -286,7 +286,7 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 		s.table = quoteIdent(dbName) + "." + s.table
 	}
 	s.log = opts.Logger.With("sink", "mysql", "table", s.table)
-	s.core = sqlsink.New(sqlsink.Config{
+	s.core = sinkcore.New(sinkcore.Config{
 		Name: "mysqlsink", Server: "mysql", ErrClosed: ErrClosed,
 		Timeout: opts.Timeout, MaxProbes: opts.MaxProbes, Log: s.log,
 		Check: s.check, CommitRows: s.commitRows, IsDataError: isDataError,
@@ -410,7 +410,7 @@ func (s *Sink) Commit(ctx context.Context, b sink.Batch) (sink.CommitResult, err
 	return s.core.Commit(ctx, b)
 }
 
-// commitRows is the sqlsink.Config's CommitRows: it commits recs[idx...]
+// commitRows is the sinkcore.Config's CommitRows: it commits recs[idx...]
 // and, on success, records the batch's records → statements for Stats.
 func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([]sink.Rejection, error) {
 	before := s.core.Statements.Load()

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/weir-io/weir/internal/sink/sqlsink"
+	"github.com/weir-io/weir/internal/sink/sinkcore"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -71,7 +71,7 @@ func classify(op string, err error, connClosed bool) error {
 		}
 		return sink.Permanent(fmt.Errorf("%w%s", wrapped, hint(pe.Code)))
 	}
-	if connClosed || pgconn.Timeout(err) || pgconn.SafeToRetry(err) || sqlsink.IsTransportError(err) {
+	if connClosed || pgconn.Timeout(err) || pgconn.SafeToRetry(err) || sinkcore.IsTransportError(err) {
 		return sink.Transient(wrapped)
 	}
 	var ce *pgconn.ConnectError

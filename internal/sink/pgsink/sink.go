@@ -171,7 +171,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weir-io/weir/internal/pgopen"
-	"github.com/weir-io/weir/internal/sink/sqlsink"
+	"github.com/weir-io/weir/internal/sink/sinkcore"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -282,7 +282,7 @@ type Sink struct {
 	rawFirst uint64     // the first position commitRows allocated
 
 	// core runs Commit, Health and Close and keeps the counters.
-	core *sqlsink.Core
+	core *sinkcore.Core
 }
 
 var _ sink.Sink = (*Sink)(nil)
@@ -322,7 +322,7 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 	}
 	s := &Sink{opts: opts, ident: ident, table: ident.Sanitize(), offsets: offsetsIdent(ident).Sanitize()}
 	s.log = opts.Logger.With("sink", "postgres", "table", s.table)
-	s.core = sqlsink.New(sqlsink.Config{
+	s.core = sinkcore.New(sinkcore.Config{
 		Name: "pgsink", Server: "postgres", ErrClosed: ErrClosed,
 		Timeout: opts.Timeout, MaxProbes: opts.MaxProbes, Log: s.log,
 		Check: s.check, CommitRows: s.commitRows, IsDataError: isDataError,
@@ -575,7 +575,7 @@ func containsNUL(s string) bool {
 
 // commitRows inserts recs[idx...] in one transaction and commits it,
 // isolating data errors to their rows. The rejections it returns index
-// recs. It is the sqlsink.Config's CommitRows.
+// recs. It is the sinkcore.Config's CommitRows.
 func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([]sink.Rejection, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {

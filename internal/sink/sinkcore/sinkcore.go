@@ -1,12 +1,13 @@
-// Package sqlsink is the database-independent half of weir's SQL sinks
-// (pgsink, mysqlsink): the Commit skeleton that implements the sink
-// package's retry protocol, the bounded bisection that isolates poison rows,
-// the health and last-error bookkeeping, the counters behind each sink's
+// Package sinkcore is the destination-independent half of the sinks that
+// write a batch in one transaction or one produce call — pgsink, mysqlsink
+// and kafkasink: the Commit skeleton that implements the sink package's
+// retry protocol, the bounded bisection that isolates poison records, the
+// health and last-error bookkeeping, the counters behind each sink's
 // Stats, and the transport errors every driver treats as transient.
 //
-// # What a database package provides
+// # What a sink package provides
 //
-// A database package builds a Core with New and hands it, in Config:
+// A sink package builds a Core with New and hands it, in Config:
 //
 //   - Check, the pre-validation of one record in Go ("" means it may be
 //     sent; anything else is the rejection's reason, with its reason code:
@@ -22,11 +23,12 @@
 //   - its name for error messages, the server's name for rejections, and
 //     its ErrClosed, Timeout, MaxProbes and logger.
 //
-// Everything that speaks SQL stays in the database package: statements,
-// error codes, how a failed probe is undone (a savepoint, a statement
-// rollback), statement splitting, and table creation and checks. The
-// database package counts Statements itself; Core counts the rest.
-package sqlsink
+// Everything that speaks the destination's language stays in the sink
+// package: statements or produce requests, error codes, how a failed probe
+// is undone (a savepoint, a statement rollback; nothing for Kafka, whose
+// records are idempotent by id), statement splitting, and table or topic
+// checks. The sink package counts Statements itself; Core counts the rest.
+package sinkcore
 
 import (
 	"context"

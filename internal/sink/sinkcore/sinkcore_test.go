@@ -1,4 +1,4 @@
-package sqlsink
+package sinkcore
 
 import (
 	"context"
