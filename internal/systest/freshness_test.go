@@ -23,24 +23,7 @@ import (
 func freshnessProbe(t *testing.T, d *daemon, conn *pgx.Conn, table string, n int, interval time.Duration) []time.Duration {
 	t.Helper()
 	ctx := context.Background()
-	ident := pgx.Identifier{table}.Sanitize()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var exists bool
-		if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil {
-			t.Fatal(err)
-		}
-		if exists {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the sink did not create %s within 30s\n%s", table, tail(d.log.String(), 2000))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if _, err := conn.Exec(ctx, "ALTER TABLE "+ident+" ADD COLUMN seen_at timestamptz NOT NULL DEFAULT clock_timestamp()"); err != nil {
-		t.Fatal(err)
-	}
+	addSeenAt(t, d, conn, table)
 
 	c, err := client.Dial(ctx, d.socket)
 	if err != nil {
@@ -62,22 +45,7 @@ func freshnessProbe(t *testing.T, d *daemon, conn *pgx.Conn, table string, n int
 		mu.Unlock()
 	}
 
-	seen := map[string]time.Time{}
-	for deadline := time.Now().Add(10 * time.Second); len(seen) < n && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		rows, err := conn.Query(ctx, "SELECT convert_from(payload, 'UTF8'), seen_at FROM "+ident)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var p string
-			var at time.Time
-			if err := rows.Scan(&p, &at); err != nil {
-				t.Fatal(err)
-			}
-			seen[p] = at
-		}
-		rows.Close()
-	}
+	seen := seenAt(t, conn, table, "", n, 10*time.Second)
 	var lags []time.Duration
 	for p, at := range acked {
 		s, ok := seen[p]
@@ -162,21 +130,7 @@ func freshnessAtLoad(b *testing.B, d *daemon, conn *pgx.Conn, table string) {
 	defer d.stop(30 * time.Second)
 	ctx := context.Background()
 	ident := pgx.Identifier{table}.Sanitize()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		var made bool
-		if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&made); err != nil {
-			b.Fatal(err)
-		}
-		if made {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("the sink did not create its table")
-		}
-	}
-	if _, err := conn.Exec(ctx, "ALTER TABLE "+ident+" ADD COLUMN seen_at timestamptz NOT NULL DEFAULT clock_timestamp()"); err != nil {
-		b.Fatal(err)
-	}
+	addSeenAt(b, d, conn, table)
 	rows := func() int {
 		var n int
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+ident).Scan(&n); err != nil {
@@ -270,23 +224,7 @@ func freshnessAtLoad(b *testing.B, d *daemon, conn *pgx.Conn, table string) {
 		}
 		wg.Wait()
 		achieved := float64(len(acks)) / time.Since(t0).Seconds()
-		seen := map[string]time.Time{}
-		for deadline := time.Now().Add(30 * time.Second); len(seen) < len(acks) && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			rs, err := conn.Query(ctx, "SELECT rtrim(convert_from(payload, 'UTF8')), seen_at FROM "+ident+" WHERE payload >= $1 AND payload < $2",
-				[]byte(phase+"-"), []byte(phase+"."))
-			if err != nil {
-				b.Fatal(err)
-			}
-			for rs.Next() {
-				var n string
-				var at time.Time
-				if err := rs.Scan(&n, &at); err != nil {
-					b.Fatal(err)
-				}
-				seen[n] = at
-			}
-			rs.Close()
-		}
+		seen := seenAt(b, conn, table, phase+"-", len(acks), 30*time.Second)
 		var lags []time.Duration
 		for n, at := range acks {
 			if s, ok := seen[n]; ok {
@@ -304,4 +242,51 @@ func freshnessAtLoad(b *testing.B, d *daemon, conn *pgx.Conn, table string) {
 		benchLine(b, map[string]any{"name": "freshness/" + b.Name() + "_" + phase, "capacity_records_per_s": capacity,
 			"records_per_s": achieved, "p50_ms": float64(p50.Microseconds()) / 1000, "p99_ms": float64(p99.Microseconds()) / 1000})
 	}
+}
+
+// addSeenAt waits for the sink to create table, then gives it a seen_at
+// column defaulting to clock_timestamp(): when Postgres wrote each row.
+func addSeenAt(tb testing.TB, d *daemon, conn *pgx.Conn, table string) {
+	tb.Helper()
+	ctx := context.Background()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var made bool
+		if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&made); err != nil {
+			tb.Fatal(err)
+		}
+		if made {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the sink did not create %s within 30s\n%s", table, tail(d.log.String(), 2000))
+		}
+	}
+	if _, err := conn.Exec(ctx, "ALTER TABLE "+pgx.Identifier{table}.Sanitize()+" ADD COLUMN seen_at timestamptz NOT NULL DEFAULT clock_timestamp()"); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// seenAt reads, by payload (trailing spaces trimmed), when each row whose
+// payload starts with prefix was written, until n are there or wait
+// passes.
+func seenAt(tb testing.TB, conn *pgx.Conn, table, prefix string, n int, wait time.Duration) map[string]time.Time {
+	tb.Helper()
+	q := "SELECT rtrim(convert_from(payload, 'UTF8')), seen_at FROM " + pgx.Identifier{table}.Sanitize() + " WHERE substring(payload from 1 for $2) = $1"
+	seen := map[string]time.Time{}
+	for deadline := time.Now().Add(wait); len(seen) < n && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		rows, err := conn.Query(context.Background(), q, []byte(prefix), len(prefix))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for rows.Next() {
+			var p string
+			var at time.Time
+			if err := rows.Scan(&p, &at); err != nil {
+				tb.Fatal(err)
+			}
+			seen[p] = at
+		}
+		rows.Close()
+	}
+	return seen
 }
