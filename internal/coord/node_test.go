@@ -82,6 +82,9 @@ func TestGrowthToThreeInOrdinalOrder(t *testing.T) {
 		eventually(t, 5*time.Second, n.cfg.Node+" holds quorum", func() bool { return n.Role() == RoleVoter })
 	}
 	order := []string{"weir-1 learner", "promoted weir-1", "weir-1 quorum", "weir-2 learner", "promoted weir-2", "weir-2 quorum"}
+	// Role() changes before the OnRole callback that records the event
+	// has run: wait for the last event itself.
+	eventually(t, 5*time.Second, "weir-2's quorum event", func() bool { return rec.index("weir-2 quorum") >= 0 })
 	last := -1
 	for _, e := range order {
 		i := rec.index(e)
