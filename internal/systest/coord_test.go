@@ -434,6 +434,13 @@ func TestCoordinatedRecoveryThreeNodes(t *testing.T) {
 	// not record coverage under its old claim.
 	recProxy.Stall()
 	w.waitHolders(t, []string{nodes[paused].name}, 20*time.Second)
+	// Let the coverage writes under way when the database stalled finish
+	// first: each takes the offset store's file lock, shared by the three
+	// processes on this one raw, and a process stopped while it holds the
+	// lock holds up every other node's coverage until it is resumed (the
+	// test would wait for claims it cannot see: the others' windows never
+	// end). Every node then sits in a stalled commit, holding its claim.
+	time.Sleep(time.Second)
 	nodes[paused].cmd.Process.Signal(syscall.SIGSTOP)
 	pausedAt := time.Now()
 	time.Sleep(leaseTTL + 2*time.Second)
