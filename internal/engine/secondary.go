@@ -190,44 +190,9 @@ func (s *secondary) run(ctx context.Context) {
 	}
 }
 
-// deliverLive delivers lb and, with it, the live batches queued behind it
-// that continue it (the next one's first position is where it ends), up
-// to the sink's batch size: small batches from raw — what the drain sends
-// under light load, a few milliseconds apart — go out together once they
-// have piled up behind a slow commit, rather than one commit each while
-// the queue, bounded in batches, overflows to recovery.
 func (s *secondary) deliverLive(ctx context.Context, lb *liveBatch) {
-	for lb != nil {
-		group := []*liveBatch{lb}
-		n, hi := len(lb.recs), lb.first+uint64(len(lb.recs))
-		var next *liveBatch
-	gather:
-		for n < s.chunkSize(n) {
-			select {
-			case nb := <-s.queue:
-				if nb.first != hi || n+len(nb.recs) > s.chunkSize(n+len(nb.recs)) {
-					next = nb
-					break gather
-				}
-				group = append(group, nb)
-				n, hi = n+len(nb.recs), nb.first+uint64(len(nb.recs))
-			default:
-				break gather
-			}
-		}
-		recs := lb.recs
-		if len(group) > 1 {
-			recs = make([]sink.Positioned, 0, n)
-			for _, g := range group {
-				recs = append(recs, g.recs...)
-			}
-		}
-		_ = s.deliver(ctx, lb.first, recs, false, s.coverPlain)
-		for _, g := range group {
-			s.unqueue(g)
-		}
-		lb = next
-	}
+	defer s.unqueue(lb)
+	_ = s.deliver(ctx, lb.first, lb.recs, false, s.coverPlain)
 }
 
 // deliver commits recs (positions from lo on; positions between lo and a
