@@ -69,8 +69,9 @@ type shard struct {
 	_            [64]byte
 
 	// tail is the open segment's readable tail (tail.go), published by
-	// whoever holds own and read by the drain without a lock.
-	tail tailState
+	// whoever holds own and read by the drain without a lock; nil when
+	// there is none.
+	tail atomic.Pointer[Tail]
 
 	// busySince is when the flusher took up its current batch or seal, in
 	// nanoseconds on the monotonic clock (see monoNow); 0 while it waits
@@ -536,7 +537,17 @@ func (s *shard) write(batch []*Request, records int, size int64, marked bool) er
 		return nil
 	}
 	var err error
+	// The readable prefix (tail.go): the records, and their bytes, before
+	// the batch's first Durable request; all of them when it has none.
+	prefixRecords, prefixBytes := uint64(records), size
+	var encoded uint64
+	durableSeen := false
 	for _, r := range batch {
+		if r.Durability != Buffered && !durableSeen {
+			durableSeen = true
+			prefixRecords, prefixBytes = encoded, written+int64(len(buf))
+		}
+		encoded += uint64(len(r.Payloads))
 		for i, p := range r.Payloads {
 			var meta []byte
 			if r.Metas != nil {
@@ -583,8 +594,8 @@ func (s *shard) write(batch []*Request, records int, size int64, marked bool) er
 	if dstBuild && dstTailBeforeSync() {
 		// A deliberately broken build for the simulation tests only.
 		s.publishTail(seg, seg.records, seg.off)
-	} else if n, b := readablePrefix(batch); n > 0 {
-		s.publishTail(seg, prevRecords+n, prevOff+b)
+	} else {
+		s.publishTail(seg, prevRecords+prefixRecords, prevOff+prefixBytes)
 	}
 	for i := len(batch) - 1; i >= 0; i-- {
 		if len(batch[i].Payloads) > 0 {
@@ -768,7 +779,7 @@ func (s *shard) openSegment(ahead bool) error {
 func (s *shard) rotate(prepare bool) {
 	seg := s.seg
 	s.seg = nil
-	s.tail.cur.Store(nil)
+	s.tail.Store(nil)
 	s.rotateAfter = false
 	if s.ageArmed {
 		s.ageTimer.Stop()

@@ -6,7 +6,6 @@ package wab
 
 import (
 	"fmt"
-	"sync/atomic"
 
 	"github.com/weir-io/weir/internal/vfs"
 )
@@ -26,11 +25,6 @@ type Tail struct {
 	End     int64
 }
 
-// tailState is a shard's published tail and the log-wide notification.
-type tailState struct {
-	cur atomic.Pointer[Tail]
-}
-
 // Tail returns shard's readable tail, and false when the shard has no
 // open segment holding a readable record (none yet, or just sealed: the
 // sealed segment is then in Sealed's listing).
@@ -38,7 +32,7 @@ func (l *Log) Tail(shard int) (Tail, bool) {
 	if shard < 0 || shard >= len(l.shards) {
 		return Tail{}, false
 	}
-	t := l.shards[shard].tail.cur.Load()
+	t := l.shards[shard].tail.Load()
 	if t == nil {
 		return Tail{}, false
 	}
@@ -53,28 +47,14 @@ func (s *shard) publishTail(seg *segment, records uint64, end int64) {
 	if records == 0 {
 		return
 	}
-	if t := s.tail.cur.Load(); t != nil && t.Seq == seg.hdr.Seq && t.Records >= records {
+	if t := s.tail.Load(); t != nil && t.Seq == seg.hdr.Seq && t.Records >= records {
 		return
 	}
-	s.tail.cur.Store(&Tail{Shard: s.id, Seq: seg.hdr.Seq, Path: seg.path, Records: records, End: end})
+	s.tail.Store(&Tail{Shard: s.id, Seq: seg.hdr.Seq, Path: seg.path, Records: records, End: end})
 	select {
 	case s.l.tailNotify <- struct{}{}:
 	default:
 	}
-}
-
-// readablePrefix is how many of batch's records, from the first, are
-// readable once the batch is written and not yet synced — the Buffered
-// requests before the first Durable one — and their encoded bytes.
-func readablePrefix(batch []*Request) (records uint64, bytes int64) {
-	for _, r := range batch {
-		if r.Durability != Buffered {
-			break
-		}
-		records += uint64(len(r.Payloads))
-		bytes += requestBytes(r)
-	}
-	return records, bytes
 }
 
 // OpenTail opens the open segment t names for reading its readable tail:
@@ -83,20 +63,12 @@ func readablePrefix(batch []*Request) (records uint64, bytes int64) {
 // satisfying errors.Is(err, fs.ErrNotExist) once the segment has been
 // sealed (renamed): read it from Sealed's listing then.
 func OpenTail(fsys vfs.FS, t Tail) (*Reader, error) {
-	if fsys == nil {
-		fsys = vfs.OS
-	}
-	f, err := fsys.Open(t.Path)
+	r, err := OpenSegment(fsys, t.Path)
 	if err != nil {
-		return nil, fmt.Errorf("wab: open segment: %w", err)
-	}
-	r, err := newReader(f, t.Path)
-	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	if r.size < t.End {
-		f.Close()
+		r.Close()
 		return nil, &CorruptionError{Path: t.Path, Offset: r.size, Reason: fmt.Sprintf("open segment is %d bytes, its readable tail ends at %d", r.size, t.End)}
 	}
 	r.size = t.End
