@@ -138,35 +138,11 @@ func freshnessAtLoad(b *testing.B, d *daemon, conn *pgx.Conn, table string) {
 		}
 		return n
 	}
-	pad := func(name string) []byte { return fmt.Appendf(nil, "%-256s", name) }
 
 	// Capacity: flat out, until every row is in.
 	const producers, capRecords = 16, 100_000
-	var wg sync.WaitGroup
 	start := time.Now()
-	for p := range producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := client.Dial(ctx, d.socket, client.WithWindow(64))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			defer c.Close(ctx)
-			for i := 0; i < capRecords/producers; i += 16 {
-				batch := make([][]byte, 16)
-				for j := range batch {
-					batch[j] = pad(fmt.Sprintf("cap-%02d-%07d", p, i+j))
-				}
-				if err := c.PushAsync(ctx, batch, client.Durable, func(error) {}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	pushFrom(b, d, producers, 16, "cap", func(i int) bool { return i < capRecords/producers }, 0, nil)
 	for rows() < capRecords {
 		if time.Since(start) > 2*time.Minute {
 			b.Fatalf("capacity run: %d of %d rows after 2 minutes", rows(), capRecords)
@@ -185,44 +161,14 @@ func freshnessAtLoad(b *testing.B, d *daemon, conn *pgx.Conn, table string) {
 		interval := time.Duration(float64(time.Second) * producers * batch / rate)
 		until := time.Now().Add(3 * time.Second)
 		t0 := time.Now()
-		for p := range producers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c, err := client.Dial(ctx, d.socket, client.WithWindow(64))
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				defer c.Close(ctx)
-				tick := time.NewTicker(interval)
-				defer tick.Stop()
-				for i := 0; time.Now().Before(until); i += batch {
-					recs := make([][]byte, batch)
-					names := make([]string, batch)
-					for j := range recs {
-						names[j] = fmt.Sprintf("%s-%02d-%07d", phase, p, i+j)
-						recs[j] = pad(names[j])
-					}
-					if err := c.PushAsync(ctx, recs, client.Durable, func(err error) {
-						if err != nil {
-							return
-						}
-						at := time.Now()
-						mu.Lock()
-						for _, n := range names {
-							acks[n] = at
-						}
-						mu.Unlock()
-					}); err != nil {
-						b.Error(err)
-						return
-					}
-					<-tick.C
-				}
-			}()
-		}
-		wg.Wait()
+		pushFrom(b, d, producers, batch, phase, func(int) bool { return time.Now().Before(until) }, interval, func(names []string) {
+			at := time.Now()
+			mu.Lock()
+			for _, n := range names {
+				acks[n] = at
+			}
+			mu.Unlock()
+		})
 		achieved := float64(len(acks)) / time.Since(t0).Seconds()
 		seen := seenAt(b, conn, table, phase+"-", len(acks), 30*time.Second)
 		var lags []time.Duration
@@ -289,4 +235,53 @@ func seenAt(tb testing.TB, conn *pgx.Conn, table, prefix string, n int, wait tim
 		rows.Close()
 	}
 	return seen
+}
+
+// pushFrom runs producers Durable producers against d, each pushing
+// batches of perBatch 256-byte records named "<name>-<producer>-<index>"
+// (padded with spaces) while more(index) holds, one batch each every
+// (0: as fast as the window allows); acked, when not nil, is told the names of
+// each acknowledged batch. It returns once every producer has closed
+// (its requests answered).
+func pushFrom(b *testing.B, d *daemon, producers, perBatch int, name string, more func(i int) bool, every time.Duration, acked func(names []string)) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := client.Dial(ctx, d.socket, client.WithWindow(64))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer c.Close(ctx)
+			var pace <-chan time.Time
+			if every > 0 {
+				tick := time.NewTicker(every)
+				defer tick.Stop()
+				pace = tick.C
+			}
+			for i := 0; more(i); i += perBatch {
+				recs := make([][]byte, perBatch)
+				names := make([]string, perBatch)
+				for j := range recs {
+					names[j] = fmt.Sprintf("%s-%02d-%07d", name, p, i+j)
+					recs[j] = fmt.Appendf(nil, "%-256s", names[j])
+				}
+				if err := c.PushAsync(ctx, recs, client.Durable, func(err error) {
+					if err == nil && acked != nil {
+						acked(names)
+					}
+				}); err != nil {
+					b.Error(err)
+					return
+				}
+				if pace != nil {
+					<-pace
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
