@@ -9,6 +9,8 @@ package wab
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/weir-io/weir/internal/vfs"
 )
 
 const dstBuild = true
@@ -105,3 +107,30 @@ func dstBeforeSync(batch []*Request) {
 func dstSkipNewSegmentDirSync() bool { return dstBrokenSkipDirSync.Load() }
 
 func dstTailBeforeSync() bool { return dstBrokenTailBeforeSync.Load() }
+
+// DSTScheduler schedules a Log's flushers from outside the package: the
+// whole-engine simulation (internal/sim) registers one for the FS of the
+// node it boots, with SetDSTScheduler, before Open. Park is called by a
+// shard's flusher when it starts and at the top of its loop (see
+// dstStepper) and returns when the flusher may take one more step; Exited
+// when it returns. Inline answers SubmitInline: true lets the caller write
+// a lone request in the place of the shard's flusher, which must then be
+// parked (see dstInliner). Simulation build only.
+type DSTScheduler interface {
+	Park(shard int)
+	Exited(shard int)
+	Inline(shard int) bool
+}
+
+type dstExternal struct{ s DSTScheduler }
+
+func (d dstExternal) park(shard int)        { d.s.Park(shard) }
+func (d dstExternal) exited(shard int)      { d.s.Exited(shard) }
+func (d dstExternal) inline(shard int) bool { return d.s.Inline(shard) }
+
+// SetDSTScheduler schedules the flushers of every Log opened on fs with s
+// until the returned function is called.
+func SetDSTScheduler(fs vfs.FS, s DSTScheduler) (unset func()) {
+	dstSteppers.Store(fs, dstExternal{s})
+	return func() { dstSteppers.Delete(fs) }
+}

@@ -29,12 +29,16 @@
 //	role.go         Role (both, ingest, recovery) and RecoveryMode (rehydrate, skip-quarantine)
 //	observer.go     Observer: what the fan-out reports for metrics
 //	stats.go        FanoutStats and SinkStats: coverage, lag and counters per secondary
+//	dst_on.go       the simulation build's deliberately broken fan-out (cover before the ack), for internal/sim's catch test; dst_off.go is the real build's
 //
 // Sub-packages, for tests only (the daemon never imports them; cmd/weir's
 // TestDaemonBuildHasNoTestSupport checks it): enginetest gives source tests
 // a real buffer, a drain to a file raw and the position invariant Checker;
 // outage runs the fan-out against a Postgres secondary that is cut off and
-// restored.
+// restored. Package internal/sim runs this package's parts, with the
+// buffer and the drain, under the whole-engine deterministic simulation
+// (docs/testing.md), which checks the invariants below after every step
+// and on every crash image.
 //
 // # Invariants and where they are kept
 //

@@ -203,12 +203,19 @@ func (s *secondary) deliver(ctx context.Context, lo uint64, recs []sink.Position
 	for len(recs) > 0 {
 		chunk := recs[:min(s.chunkSize(len(recs)), len(recs))]
 		recs = recs[len(chunk):]
+		hi := chunk[len(chunk)-1].Pos + 1
+		if dstCoverEarly() { // the simulation's broken build only
+			if err := cover(ctx, lo, hi); err != nil {
+				return err
+			}
+		}
 		if err := s.commitChunk(ctx, chunk, recovery); err != nil {
 			return err
 		}
-		hi := chunk[len(chunk)-1].Pos + 1
-		if err := cover(ctx, lo, hi); err != nil {
-			return err
+		if !dstCoverEarly() {
+			if err := cover(ctx, lo, hi); err != nil {
+				return err
+			}
 		}
 		lo = hi
 	}

@@ -1,0 +1,5 @@
+//go:build !dst
+
+package engine
+
+func dstCoverEarly() bool { return false }

@@ -1,0 +1,5 @@
+//go:build dst && race
+
+package sim
+
+const raceEnabled = true
