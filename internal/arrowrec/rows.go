@@ -43,6 +43,7 @@ type Decoder struct {
 	key     int // -1: none
 	time    int
 	headers []int
+	fp      []byte // the fingerprint header's value, shared by every row
 }
 
 // NewDecoder checks schema and cols: a type the mapping refuses, a
@@ -53,6 +54,7 @@ func NewDecoder(schema *arrow.Schema, cols Columns) (*Decoder, error) {
 		return nil, err
 	}
 	d := &Decoder{schema: schema, sch: NewSchema(schema), key: -1, time: -1}
+	d.fp = []byte(d.sch.Fingerprint)
 	find := func(role, name string) (int, error) {
 		idx := schema.FieldIndices(name)
 		if len(idx) != 1 {
@@ -121,9 +123,12 @@ func (d *Decoder) Rows(dst []Row, batch arrow.RecordBatch) ([]Row, error) {
 		buf = append(buf, '}')
 		ends[i] = len(buf)
 	}
+	// The rows' headers share one allocation too.
+	hdrs := make([]sink.Header, 0, n*(len(d.headers)+1)+1)
 	start := 0
 	for i := range n {
 		r := Row{Payload: buf[start:ends[i]:ends[i]]}
+		h0 := len(hdrs)
 		start = ends[i]
 		if d.key >= 0 {
 			if r.Key, err = d.scalar(cols[d.key], i); err != nil {
@@ -139,13 +144,14 @@ func (d *Decoder) Rows(dst []Row, batch arrow.RecordBatch) ([]Row, error) {
 				return dst, err
 			}
 			if v != nil {
-				r.Headers = append(r.Headers, sink.Header{Key: d.schema.Field(h).Name, Value: v})
+				hdrs = append(hdrs, sink.Header{Key: d.schema.Field(h).Name, Value: v})
 			}
 		}
-		r.Headers = append(r.Headers, sink.Header{Key: HeaderSchema, Value: []byte(d.sch.Fingerprint)})
+		hdrs = append(hdrs, sink.Header{Key: HeaderSchema, Value: d.fp})
 		if i == 0 {
-			r.Headers = append(r.Headers, sink.Header{Key: HeaderSchemaIPC, Value: d.sch.IPC})
+			hdrs = append(hdrs, sink.Header{Key: HeaderSchemaIPC, Value: d.sch.IPC})
 		}
+		r.Headers = hdrs[h0:len(hdrs):len(hdrs)]
 		dst = append(dst, r)
 	}
 	return dst, nil

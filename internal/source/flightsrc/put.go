@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -136,6 +137,7 @@ func (s *Source) records(c *call, seq uint64, rows []arrowrec.Row, received time
 		idTime = received
 	}
 	name, stream, seqb := []byte(s.opts.Name), []byte(c.stream), source.Uint64(seq)
+	pos := c.stream + "/" + strconv.FormatUint(seq, 10) + ":"
 	for i := range rows {
 		r := &rows[i]
 		at := idTime
@@ -149,7 +151,7 @@ func (s *Source) records(c *call, seq uint64, rows []arrowrec.Row, received time
 			Time:      r.Time,
 			Key:       r.Key,
 			Headers:   r.Headers,
-			OriginPos: fmt.Sprintf("%s/%d:%d", c.stream, seq, i),
+			OriginPos: pos + strconv.Itoa(i),
 		}
 	}
 	return recs
