@@ -23,7 +23,8 @@
 // once every row of the batch is durable at the gate (Gate.Write returned
 // nil: the buffer's fdatasync, or raw's commit). A batch that cannot be
 // made durable ends the call with UNAVAILABLE and no further PutResult;
-// so does a stop of the daemon. The producer keeps every batch it has no
+// so does a stop of the source, once the batches it read are
+// acknowledged (it reads no further one). The producer keeps every batch it has no
 // PutResult for and sends them again, on a new call with the same
 // producer id and sequence numbers: the source is producer-managed
 // (source.ProducerManaged) and keeps no position of its own.

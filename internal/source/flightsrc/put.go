@@ -1,6 +1,7 @@
 package flightsrc
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -28,6 +29,9 @@ type service struct {
 	src    *Source
 	gate   source.Gate
 	budget *flow.Budget // MaxInflightBytes, shared by the calls
+	// stopping is closed when the source stops: calls read no further
+	// batch, acknowledge what they took and end with UNAVAILABLE.
+	stopping <-chan struct{}
 }
 
 // maxPending bounds the batches of one call between being read and their
@@ -69,19 +73,71 @@ func (v *service) DoPut(stream flight.FlightService_DoPutServer) error {
 		m.refused.WithLabelValues(refusedRequest).Inc()
 		return status.Errorf(codes.InvalidArgument, "the call does not start with an Arrow schema: %v", err)
 	}
-	defer rdr.Release()
 	c, err := s.newCall(rdr.LatestFlightDescriptor())
 	if err == nil {
 		c.dec, err = arrowrec.NewDecoder(rdr.Schema(), s.opts.Columns)
 		err = invalid(err)
 	}
 	if err != nil {
+		rdr.Release()
 		m.refused.WithLabelValues(refusedRequest).Inc()
 		return err
 	}
 	s.streams[c.stream].setSchema(c.dec.Schema())
-	return v.put(stream, rdr, c)
+	return v.put(stream, readBatches(rdr), c)
 }
+
+// errStopping ends the calls in progress when the source stops.
+var errStopping = status.Error(codes.Unavailable, "weir is stopping: resend every batch without a PutResult, to this node once it is back or to another")
+
+// batchReader reads a call's batches on a goroutine of its own, one when
+// asked, so that the call stops waiting for its client when the source
+// stops. It owns the flight.Reader, and releases it when done.
+type batchReader struct {
+	next chan struct{}
+	out  chan readResult
+}
+
+type readResult struct {
+	batch arrow.RecordBatch // retained; nil at the end
+	md    []byte
+	err   error // at the end: why, nil for the client's end of the call
+}
+
+func readBatches(rdr *flight.Reader) *batchReader {
+	r := &batchReader{next: make(chan struct{}), out: make(chan readResult, 1)}
+	go func() {
+		defer rdr.Release()
+		for range r.next {
+			if !rdr.Next() {
+				r.out <- readResult{err: rdr.Err()}
+				return
+			}
+			b := rdr.RecordBatch()
+			b.Retain()
+			r.out <- readResult{batch: b, md: bytes.Clone(rdr.LatestAppMetadata())}
+		}
+	}()
+	return r
+}
+
+// read returns the next batch, or false when ctx ended first.
+func (r *batchReader) read(ctx context.Context) (readResult, bool) {
+	select {
+	case r.next <- struct{}{}:
+	case <-ctx.Done():
+		return readResult{}, false
+	}
+	select {
+	case res := <-r.out:
+		return res, true
+	case <-ctx.Done():
+		return readResult{}, false
+	}
+}
+
+// close lets the reading goroutine end once the call has.
+func (r *batchReader) close() { close(r.next) }
 
 func invalid(err error) error {
 	if err == nil {
@@ -173,10 +229,22 @@ type inflight struct {
 // it is read, and sends each one's PutResult, in order, once its Write
 // has returned nil. Reading waits while the source is paused and while
 // the calls' unacknowledged bytes are at MaxInflightBytes.
-func (v *service) put(stream flight.FlightService_DoPutServer, rdr *flight.Reader, c *call) error {
+func (v *service) put(stream flight.FlightService_DoPutServer, rdr *batchReader, c *call) error {
+	defer rdr.close()
 	s, m := v.src, v.src.opts.Metrics
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	// Reading also stops when the source does; the batches read by then
+	// are still written and acknowledged.
+	readCtx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	go func() {
+		select {
+		case <-v.stopping:
+			stopReading()
+		case <-readCtx.Done():
+		}
+	}()
 	hold := flow.NewHold(v.budget)
 	defer hold.Release()
 	pending := make(chan *inflight, maxPending)
@@ -185,63 +253,87 @@ func (v *service) put(stream flight.FlightService_DoPutServer, rdr *flight.Reade
 
 	var readErr error
 	for index := uint64(0); ; index++ {
-		if err := s.Wait(ctx); err != nil {
+		if err := s.Wait(readCtx); err != nil {
 			break
 		}
-		if !rdr.Next() {
-			if err := rdr.Err(); err != nil && ctx.Err() == nil {
-				readErr = status.Errorf(codes.InvalidArgument, "reading the stream: %v", err)
+		res, ok := rdr.read(readCtx)
+		if !ok {
+			break
+		}
+		if res.batch == nil {
+			if res.err != nil && ctx.Err() == nil {
+				readErr = status.Errorf(codes.InvalidArgument, "reading the stream: %v", res.err)
 			}
 			break
 		}
-		// Paused while the call waited for this batch: it is held,
-		// unwritten, until the source resumes.
-		if err := s.Wait(ctx); err != nil {
-			break
-		}
-		batch := rdr.RecordBatch()
-		arrived := time.Now()
-		seq, err := c.sequence(rdr.LatestAppMetadata(), index)
-		var rows []arrowrec.Row
-		if err == nil {
-			rows, err = c.dec.Rows(nil, batch)
-			err = invalid(err)
-		}
+		err := v.take(readCtx, ctx, c, hold, pending, res, index)
+		res.batch.Release()
 		if err != nil {
 			readErr = err
 			break
 		}
-		recs := s.records(c, seq, rows, arrived)
-		arrowBytes := batchBytes(batch)
-		_, held := source.Sizes(recs)
-		n := held + arrowBytes
-		if err := grow(ctx, hold, n); err != nil {
-			if ctx.Err() == nil {
-				readErr = status.Errorf(codes.InvalidArgument, "a batch of %d bytes is more than the source holds in flight (max_inflight_bytes): %v", n, err)
-			}
-			break
-		}
-		m.batches.WithLabelValues(c.stream).Inc()
-		m.rows.WithLabelValues(c.stream).Add(float64(len(recs)))
-		m.bytes.WithLabelValues(c.stream).Add(float64(arrowBytes))
-		s.streams[c.stream].count(int64(len(recs)), arrowBytes)
-		b := &inflight{seq: seq, bytes: n, arrived: arrived, done: make(chan struct{})}
-		go func() {
-			b.err = v.gate.Write(ctx, recs)
-			close(b.done)
-		}()
-		pending <- b
 	}
 	close(pending)
 	ackErr := <-acked
+	stopped := false
+	select {
+	case <-v.stopping:
+		stopped = true
+	default:
+	}
 	switch {
-	case readErr != nil:
+	case readErr != nil && readCtx.Err() == nil:
 		m.refused.WithLabelValues(refusedRequest).Inc()
 		return readErr
 	case ackErr != nil:
 		return ackErr
+	case stopped:
+		return errStopping
 	}
 	return stream.Context().Err()
+}
+
+// take writes one batch read: its records through the gate, on a
+// goroutine of their own under wctx (the call's context: a stop of
+// reading, ctx, does not cut the write short), once its bytes fit in the
+// budget; the batch joins pending, whose PutResults are sent in order.
+func (v *service) take(ctx, wctx context.Context, c *call, hold *flow.Hold, pending chan<- *inflight, res readResult, index uint64) error {
+	s, m := v.src, v.src.opts.Metrics
+	// Paused while the call waited for this batch: it is held,
+	// unwritten, until the source resumes.
+	if err := s.Wait(ctx); err != nil {
+		return err
+	}
+	arrived := time.Now()
+	seq, err := c.sequence(res.md, index)
+	if err != nil {
+		return err
+	}
+	rows, err := c.dec.Rows(nil, res.batch)
+	if err != nil {
+		return invalid(err)
+	}
+	recs := s.records(c, seq, rows, arrived)
+	arrowBytes := batchBytes(res.batch)
+	_, held := source.Sizes(recs)
+	n := held + arrowBytes
+	if err := grow(ctx, hold, n); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return status.Errorf(codes.InvalidArgument, "a batch of %d bytes is more than the source holds in flight (max_inflight_bytes): %v", n, err)
+	}
+	m.batches.WithLabelValues(c.stream).Inc()
+	m.rows.WithLabelValues(c.stream).Add(float64(len(recs)))
+	m.bytes.WithLabelValues(c.stream).Add(float64(arrowBytes))
+	s.streams[c.stream].count(int64(len(recs)), arrowBytes)
+	b := &inflight{seq: seq, bytes: n, arrived: arrived, done: make(chan struct{})}
+	go func() {
+		b.err = v.gate.Write(wctx, recs)
+		close(b.done)
+	}()
+	pending <- b
+	return nil
 }
 
 // grow takes n bytes for a batch, waiting while the budget is full (the
