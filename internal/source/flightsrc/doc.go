@@ -42,7 +42,9 @@
 // receive time for a call without a producer id, whose rows get fresh ids
 // (its random producer id is never sent twice). So a resend by the same
 // producer is the same records to every sink and deduplicates by id;
-// another producer id or sequence number is another record.
+// another producer id or sequence number is another record. A sequence
+// number names a batch: a producer never sends other rows under one it
+// used before, or sinks take them for resends and keep the first.
 //
 // # Authentication and TLS
 //
