@@ -76,7 +76,9 @@
 // bytes received since the source started. DoGet is not served: the
 // records are read from the sinks.
 //
-// Files: flightsrc.go (the source and its server), put.go (DoPut),
+// Files: flightsrc.go (the source and its server), put.go (DoPut: a
+// call's loop), read.go (reading a call's batches), ack.go (PutResults),
+// ids.go (sequence numbers and record ids), size.go (a batch's bytes),
 // info.go (ListFlights, GetFlightInfo), auth.go (bearer tokens),
 // component.go (the registration and its settings), metrics.go.
 package flightsrc

@@ -1,17 +1,11 @@
 package flightsrc
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -46,7 +40,7 @@ const maxProducerBytes = 128
 // RESOURCE_EXHAUSTED with a RetryInfo detail (the standard gRPC retry
 // hint) and the delay in words.
 func retryLater(d time.Duration) error {
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("weir is short of memory (flow control is Critical); retry in %s", d))
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("weir takes no records now (flow control is Critical, or a contract breaker is open); retry in %s", d))
 	if with, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); err == nil {
 		st = with
 	}
@@ -87,64 +81,16 @@ func (v *service) DoPut(stream flight.FlightService_DoPutServer) error {
 	return v.put(stream, readBatches(rdr), c)
 }
 
-// errStopping ends the calls in progress when the source stops.
-var errStopping = status.Error(codes.Unavailable, "weir is stopping: resend every batch without a PutResult, to this node once it is back or to another")
-
-// batchReader reads a call's batches on a goroutine of its own, one when
-// asked, so that the call stops waiting for its client when the source
-// stops. It owns the flight.Reader, and releases it when done.
-type batchReader struct {
-	next chan struct{}
-	out  chan readResult
-}
-
-type readResult struct {
-	batch arrow.RecordBatch // retained; nil at the end
-	md    []byte
-	err   error // at the end: why, nil for the client's end of the call
-}
-
-func readBatches(rdr *flight.Reader) *batchReader {
-	r := &batchReader{next: make(chan struct{}), out: make(chan readResult, 1)}
-	go func() {
-		defer rdr.Release()
-		for range r.next {
-			if !rdr.Next() {
-				r.out <- readResult{err: rdr.Err()}
-				return
-			}
-			b := rdr.RecordBatch()
-			b.Retain()
-			r.out <- readResult{batch: b, md: bytes.Clone(rdr.LatestAppMetadata())}
-		}
-	}()
-	return r
-}
-
-// read returns the next batch, or false when ctx ended first.
-func (r *batchReader) read(ctx context.Context) (readResult, bool) {
-	select {
-	case r.next <- struct{}{}:
-	case <-ctx.Done():
-		return readResult{}, false
-	}
-	select {
-	case res := <-r.out:
-		return res, true
-	case <-ctx.Done():
-		return readResult{}, false
-	}
-}
-
-// close lets the reading goroutine end once the call has.
-func (r *batchReader) close() { close(r.next) }
-
+// invalid is a refusal of what the client sent.
 func invalid(err error) error {
 	if err == nil {
 		return nil
 	}
 	return status.Error(codes.InvalidArgument, err.Error())
 }
+
+// errStopping ends the calls in progress when the source stops.
+var errStopping = status.Error(codes.Unavailable, "weir is stopping: resend every batch without a PutResult, to this node once it is back or to another")
 
 // newCall reads the descriptor: PATH [stream] or [stream, producer].
 func (s *Source) newCall(d *flight.FlightDescriptor) (*call, error) {
@@ -165,64 +111,6 @@ func (s *Source) newCall(d *flight.FlightDescriptor) (*call, error) {
 		_, _ = rand.Read(c.producer) // never fails (crypto/rand, Go 1.24)
 	}
 	return c, nil
-}
-
-// sequence is a batch's sequence number: its app_metadata, 8 bytes big
-// endian; without one, its index in the call — unless the producer is
-// named, whose resends must find the same numbers.
-func (c *call) sequence(md []byte, index uint64) (uint64, error) {
-	switch {
-	case len(md) == 8:
-		return binary.BigEndian.Uint64(md), nil
-	case len(md) == 0 && !c.named:
-		return index, nil
-	case len(md) == 0:
-		return 0, status.Error(codes.InvalidArgument, "a batch of a named producer needs its sequence number as app_metadata (8 bytes, big endian)")
-	}
-	return 0, status.Errorf(codes.InvalidArgument, "app_metadata is %d bytes; a batch's sequence number is 8 bytes, big endian", len(md))
-}
-
-// records makes a batch's rows records, with their ids.
-func (s *Source) records(c *call, seq uint64, rows []arrowrec.Row, received time.Time) []source.Record {
-	recs := make([]source.Record, len(rows))
-	// A row without an event time of its own gets ms 0 in its id when
-	// its producer is named — a resend arrives at another time and must
-	// get the first copy's id — and the receive time otherwise.
-	idTime := time.Time{}
-	if !c.named && !c.dec.HasTime() {
-		idTime = received
-	}
-	name, stream, seqb := []byte(s.opts.Name), []byte(c.stream), source.Uint64(seq)
-	pos := c.stream + "/" + strconv.FormatUint(seq, 10) + ":"
-	for i := range rows {
-		r := &rows[i]
-		at := idTime
-		if c.dec.HasTime() {
-			at = r.Time
-		}
-		recs[i] = source.Record{
-			ID:        source.TimedID(at, idPrefix, name, stream, c.producer, seqb, source.Uint64(uint64(i))),
-			Payload:   r.Payload,
-			Source:    s.opts.Name,
-			Time:      r.Time,
-			Key:       r.Key,
-			Headers:   r.Headers,
-			OriginPos: pos + strconv.Itoa(i),
-		}
-	}
-	return recs
-}
-
-// idPrefix is the first part of every Flight record's id.
-var idPrefix = []byte("weir-flight")
-
-// inflight is a batch between being read and its PutResult.
-type inflight struct {
-	seq     uint64
-	bytes   int64 // held in the budget
-	arrived time.Time
-	done    chan struct{}
-	err     error // the gate's Write, once done is closed
 }
 
 // put reads the call's batches, writes each through the gate as soon as
@@ -348,67 +236,4 @@ func grow(ctx context.Context, h *flow.Hold, n int64) error {
 			return ctx.Err()
 		}
 	}
-}
-
-// acknowledge sends each batch's PutResult once its Write returned nil,
-// in the order they were read. After a failed Write or Send it sends
-// nothing more and ends the call (cancel): the producer resends every
-// batch it has no PutResult for.
-func (v *service) acknowledge(ctx context.Context, cancel context.CancelFunc, stream flight.FlightService_DoPutServer, pending <-chan *inflight, hold *flow.Hold) error {
-	s, m := v.src, v.src.opts.Metrics
-	var first error
-	for b := range pending {
-		<-b.done // Write returns soon after ctx ends
-		hold.Shrink(b.bytes)
-		if first != nil {
-			continue
-		}
-		if b.err != nil {
-			m.refused.WithLabelValues(refusedWrite).Inc()
-			if ctx.Err() == nil {
-				s.opts.Logger.Warn("flight source: a batch is not durable; the call ends and its producer resends what it has no PutResult for",
-					"seq", b.seq, "err", b.err)
-			}
-			first = status.Errorf(codes.Unavailable, "batch %d is not durable (%v); resend every batch without a PutResult", b.seq, b.err)
-			cancel()
-			continue
-		}
-		md := binary.BigEndian.AppendUint64(nil, b.seq)
-		if err := stream.Send(&flight.PutResult{AppMetadata: md}); err != nil {
-			first = fmt.Errorf("sending the PutResult of batch %d: %w", b.seq, err)
-			cancel()
-			continue
-		}
-		m.ack.Observe(time.Since(b.arrived).Seconds())
-		s.opts.OnAck()
-	}
-	if errors.Is(first, context.Canceled) {
-		return status.FromContextError(first).Err()
-	}
-	return first
-}
-
-// batchBytes is the size of a batch's Arrow buffers.
-func batchBytes(b arrow.RecordBatch) int64 {
-	var n int64
-	for _, c := range b.Columns() {
-		n += dataBytes(c.Data())
-	}
-	return n
-}
-
-func dataBytes(d arrow.ArrayData) int64 {
-	if dd, ok := d.(*array.Data); d == nil || ok && dd == nil { // no dictionary is a nil *array.Data
-		return 0
-	}
-	var n int64
-	for _, b := range d.Buffers() {
-		if b != nil {
-			n += int64(b.Len())
-		}
-	}
-	for _, c := range d.Children() {
-		n += dataBytes(c)
-	}
-	return n + dataBytes(d.Dictionary())
 }
