@@ -49,7 +49,9 @@ func BenchmarkFlightVsSocket(b *testing.B) {
 					return
 				}
 				sentAt := make(chan time.Time, window)
+				counted := make(chan struct{})
 				go func() {
+					defer close(counted)
 					var lat []time.Duration
 					for range call.acks {
 						lat = append(lat, time.Since(<-sentAt))
@@ -69,6 +71,7 @@ func BenchmarkFlightVsSocket(b *testing.B) {
 				if err := call.Close(); err != nil {
 					b.Error(err)
 				}
+				<-counted
 			})
 		}
 		wg.Wait()
