@@ -16,6 +16,7 @@ import (
 	"github.com/weir-io/weir/internal/sink/parquetsink"
 	"github.com/weir-io/weir/internal/sink/pgsink"
 	"github.com/weir-io/weir/internal/source/filesrc"
+	"github.com/weir-io/weir/internal/source/flightsrc"
 	"github.com/weir-io/weir/internal/source/kafkasrc"
 	"github.com/weir-io/weir/internal/source/natssrc"
 )
@@ -35,6 +36,7 @@ func List() component.List {
 			kafkasrc.Component(),
 			natssrc.Component(),
 			filesrc.Component(),
+			flightsrc.Component(),
 		},
 	}
 }
