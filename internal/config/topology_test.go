@@ -339,6 +339,14 @@ dsn = "x"
 [[secondary]]
 name = "a"
 type = "file"`, []string{`sink.type = "mysql": must be one of ["file" "parquet" "postgres"] when [[secondary]] sinks are configured`}},
+		{"flight as primary raw", `
+[sink]
+type = "flight"
+[sink.flight]
+endpoint = "grpc://127.0.0.1:8815"
+[[secondary]]
+name = "a"
+type = "file"`, []string{`sink.type = "flight": must be one of ["file" "parquet" "postgres"] when [[secondary]] sinks are configured: the [sink] is then primary raw, which must be replayable (read back by position for recovery)`}},
 		{"postgres raw as jsonb", `
 [sink]
 type = "postgres"
