@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -22,6 +23,17 @@ const (
 	DefaultMaxMessageBytes = 4 << 20 // gRPC's default receive limit
 	DefaultCommitTimeout   = 30 * time.Second
 	DefaultCompression     = CompressionNone
+	DefaultColumns         = ColumnsGeneric
+)
+
+// The column layouts (the columns key).
+const (
+	// ColumnsGeneric sends every record in GenericSchema.
+	ColumnsGeneric = "generic"
+	// ColumnsArrow sends the rows of an Arrow source (the Flight and
+	// Arrow IPC sources) in typed columns of their own schema, after the
+	// id column; other records in GenericSchema.
+	ColumnsArrow = "arrow"
 )
 
 // The compression codecs of the IPC bodies.
@@ -39,6 +51,7 @@ type Config struct {
 	MaxMessageBytes int           // max_message_bytes
 	CommitTimeout   time.Duration // commit_timeout
 	Compression     string        // compression
+	Columns         string        // columns
 	TokenFile       string        // token_file
 	TokenEnv        string        // token_env
 	TLSCAFile       string        // tls_ca_file
@@ -76,6 +89,9 @@ func Component() component.SinkDef {
 			component.Key("compression", setting.Enum(CompressionNone, CompressionLZ4, CompressionZstd), DefaultCompression,
 				"Codec of the IPC message bodies; the server must read it.",
 				func(c *Config) *string { return &c.Compression }),
+			component.Key("columns", setting.Enum(ColumnsGeneric, ColumnsArrow), DefaultColumns,
+				"generic: every record in weir's generic schema (id, event time, key, headers, payload bytes, source, durability, received_at). arrow: the rows of an Arrow source (flight, arrow_ipc) in typed columns of the stream's own Arrow schema, after weir_record_id — one DoPut per schema — and other records generic; the schemas seen are kept under <data_dir>/flight-schemas/<name>.",
+				func(c *Config) *string { return &c.Columns }),
 			component.Key("token_file", setting.OptionalPath("a file whose first line is a bearer token"), "",
 				"File holding the bearer token sent as `authorization: Bearer <token>` on every call; re-read when it changes.",
 				func(c *Config) *string { return &c.TokenFile }),
@@ -96,7 +112,12 @@ func Component() component.SinkDef {
 				func(c *Config) *string { return &c.TLSServerName }),
 		},
 		Open: func(ctx context.Context, p component.SinkParams[Config]) (sink.Sink, error) {
-			return New(ctx, options(p.Config, p.Name, p))
+			o := options(p.Config, p.Name, p)
+			o.Columns, o.FS = p.Config.Columns, p.FS
+			if o.Columns == ColumnsArrow && p.DataDir != "" {
+				o.SchemaDir = filepath.Join(p.DataDir, "flight-schemas", p.Name)
+			}
+			return New(ctx, o)
 		},
 		MaxBatch: func(c *Config) int { return c.BatchRecords },
 		Check:    check,

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var poisonPayload = []byte(`"the server refuses this row"`)
 
 func refusePoison(rec arrow.RecordBatch, row int) bool {
-	col, ok := column[*array.Binary](rec, flightsink.ColPayload)
+	col, ok := column[*array.Binary](rec, "payload")
 	return ok && bytes.Equal(col.Value(row), poisonPayload)
 }
 
@@ -64,13 +64,13 @@ func stored(t testing.TB, recs []arrow.RecordBatch) ([]sinktest.Stored, error) {
 	var out []sinktest.Stored
 	for _, rec := range recs {
 		ids, ok1 := column[*array.FixedSizeBinary](rec, flightsink.ColID)
-		pay, ok2 := column[*array.Binary](rec, flightsink.ColPayload)
+		pay, ok2 := column[*array.Binary](rec, "payload")
 		src, ok3 := column[*array.String](rec, flightsink.ColSource)
 		dur, ok4 := column[*array.String](rec, flightsink.ColDurability)
 		recv, ok5 := column[*array.Timestamp](rec, flightsink.ColReceived)
-		key, ok6 := column[*array.Binary](rec, flightsink.ColKey)
-		hdrs, ok7 := column[*array.List](rec, flightsink.ColHeaders)
-		ev, ok8 := column[*array.Timestamp](rec, flightsink.ColEventTime)
+		key, ok6 := column[*array.Binary](rec, "key")
+		hdrs, ok7 := column[*array.List](rec, "headers")
+		ev, ok8 := column[*array.Timestamp](rec, "event_time")
 		if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && ok8) {
 			return nil, fmt.Errorf("stored batch of schema %s is not the generic schema", rec.Schema())
 		}

@@ -48,14 +48,35 @@
 //
 // # The generic schema
 //
+// By default (columns = "generic") every batch is in GenericSchema:
+// arrowrec.GenericSchema — the one definition of a record as Arrow —
+// followed by what weir knows of a record besides:
+//
 //	weir_record_id  fixed_size_binary(16)       not null
-//	payload         binary                      not null
-//	source          utf8                        not null
-//	durability      utf8 ("durable"|"buffered") not null
-//	received_at     timestamp(ns, UTC)          not null
-//	key             binary                      null: no key; empty: an empty key
-//	headers         list<struct<key: utf8, value: binary>> not null (empty: none)
 //	event_time      timestamp(ns, UTC)          null: none
+//	key             binary                      null: no key; empty: an empty key
+//	headers         list<struct<key: utf8, value: binary>> (empty: none)
+//	payload         binary
+//	source          utf8
+//	durability      utf8 ("durable"|"buffered")
+//	received_at     timestamp(ns, UTC)
+//
+// # Typed columns
+//
+// With columns = "arrow", the rows of an Arrow source (records carrying
+// arrowrec.HeaderSchema) are sent in typed columns: weir_record_id, then
+// the columns of the stream's own Arrow schema, rebuilt from the JSON
+// payload by arrowrec.Builder (arrowrec's table, read backwards). A
+// commit is then one DoPut per schema, in the order the schemas first
+// appear, and records without an Arrow schema are sent generic in a DoPut
+// of their own. Only the first row of each source batch carries the
+// schema itself (arrowrec.HeaderSchemaIPC); the sink keeps every schema
+// it learns, fdatasynced, under <data_dir>/flight-schemas/<name> before
+// the commit that sends rows of it returns, so a row whose schema row was
+// delivered before a restart is still sent typed. A row whose schema the
+// sink never saw, or whose payload does not fit its schema (edited by a
+// transform, say), is rejected with CodeDecode; a schema that already has
+// a weir_record_id column is refused the same way.
 //
 // # Connections
 //

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/weir-io/weir/internal/sink/sinkcore"
+	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -50,7 +53,14 @@ type Options struct {
 	TokenFile       string        // bearer token file; or
 	TokenEnv        string        // the variable holding it
 	TLS             TLSFiles      // with a grpc+tls:// endpoint
-	Logger          *slog.Logger
+	// Columns is ColumnsGeneric (default) or ColumnsArrow: rows of an
+	// Arrow source in typed columns of their own schema.
+	Columns string
+	// SchemaDir keeps the Arrow schemas seen, with ColumnsArrow (on FS,
+	// default vfs.OS); "" keeps them in memory only.
+	SchemaDir string
+	FS        vfs.FS
+	Logger    *slog.Logger
 	// Metrics receives the sink's metrics; nil: a private registry.
 	Metrics prometheus.Registerer
 }
@@ -82,14 +92,15 @@ func (o *Options) defaults() {
 // Sink sends batches to a Flight server with DoPut; see the package
 // documentation.
 type Sink struct {
-	opts   Options
-	conn   *grpc.ClientConn
-	client flight.Client
-	desc   *flight.FlightDescriptor
-	ipcOpt []ipc.Option
-	budget int // row bytes per Arrow message
-	core   *sinkcore.Core
-	m      sinkMetrics
+	opts    Options
+	conn    *grpc.ClientConn
+	client  flight.Client
+	desc    *flight.FlightDescriptor
+	ipcOpt  []ipc.Option
+	budget  int // row bytes per Arrow message
+	core    *sinkcore.Core
+	m       sinkMetrics
+	schemas *schemas // nil: generic columns only
 }
 
 // New opens a sink. It does not wait for the server: the connection is
@@ -110,7 +121,13 @@ func New(_ context.Context, o Options) (*Sink, error) {
 	s := &Sink{opts: o, conn: conn, client: flight.NewClientFromConn(conn, nil), m: m,
 		desc:   &flight.FlightDescriptor{Type: flight.DescriptorPATH, Path: o.Path},
 		budget: o.MaxMessageBytes - msgSlack,
-		ipcOpt: []ipc.Option{ipc.WithSchema(GenericSchema), ipc.WithAllocator(memory.DefaultAllocator)}}
+		ipcOpt: []ipc.Option{ipc.WithAllocator(memory.DefaultAllocator)}}
+	if o.Columns == ColumnsArrow {
+		if o.FS == nil {
+			o.FS = vfs.OS
+		}
+		s.schemas = newSchemas(o.FS, o.SchemaDir)
+	}
 	switch o.Compression {
 	case CompressionLZ4:
 		s.ipcOpt = append(s.ipcOpt, ipc.WithLZ4())
@@ -165,14 +182,18 @@ func (s *Sink) Close() error { return s.core.Close() }
 
 // check rejects a record that cannot fit one Arrow message.
 func (s *Sink) check(r *sink.Record) (string, sink.Code) {
-	if n := rowBytes(r); n > s.budget {
+	n := rowBytes(r)
+	if s.schemas != nil {
+		n = max(n, typedRowBytes(r))
+	}
+	if n > s.budget {
 		return fmt.Sprintf("record of about %d bytes does not fit one Arrow message of max_message_bytes %d", n, s.opts.MaxMessageBytes), sink.CodeOversize
 	}
 	return "", 0
 }
 
-// rowBytes estimates what a record adds to a record batch: its bytes and
-// their offsets, validity and fixed-width columns.
+// rowBytes estimates what a record adds to a generic record batch: its
+// bytes and their offsets, validity and fixed-width columns.
 func rowBytes(r *sink.Record) int {
 	n := 16 + len(r.Payload) + len(r.Source) + len("buffered") + 8 + len(r.Key) + 8 + 32
 	for _, h := range r.Headers {
@@ -181,64 +202,151 @@ func rowBytes(r *sink.Record) int {
 	return n
 }
 
-// chunks splits idx into runs whose rows fit one Arrow message each.
-func (s *Sink) chunks(recs []sink.Record, idx []int) [][]int {
-	var out [][]int
-	start, size := 0, 0
-	for k, i := range idx {
-		n := rowBytes(&recs[i])
-		if k > start && size+n > s.budget {
-			out = append(out, idx[start:k])
-			start, size = k, 0
-		}
-		size += n
+// typedRowBytes estimates a typed row: the JSON text of a value can be
+// shorter than its column's width (1 is one byte of JSON, eight of int64).
+func typedRowBytes(r *sink.Record) int { return 16 + 2*len(r.Payload) + 64 }
+
+// chunks splits rows into runs whose rows fit one Arrow message each.
+func (s *Sink) chunks(g group, recs []sink.Record, rows []int) [][]int {
+	size := rowBytes
+	if g.typed != nil {
+		size = typedRowBytes
 	}
-	return append(out, idx[start:])
+	var out [][]int
+	start, sum := 0, 0
+	for k, i := range rows {
+		n := size(&recs[i])
+		if k > start && sum+n > s.budget {
+			out = append(out, rows[start:k])
+			start, sum = k, 0
+		}
+		sum += n
+	}
+	return append(out, rows[start:])
 }
 
-// commitRows sends recs[idx...] in one DoPut stream and waits for a
+// groups splits a commit by schema: with typed columns, the rows of each
+// Arrow schema form a group (in the order first seen) and rows without
+// one the generic group; a row whose schema the sink cannot know is
+// rejected. Without typed columns, all rows are one generic group.
+func (s *Sink) groups(recs []sink.Record, idx []int) ([]group, []sink.Rejection, error) {
+	generic := group{send: GenericSchema}
+	if s.schemas == nil {
+		generic.rows = idx
+		return []group{generic}, nil, nil
+	}
+	var out []group
+	var bad []sink.Rejection
+	at := map[*group]int{}
+	for _, i := range idx {
+		t, err := s.schemas.lookup(&recs[i])
+		switch {
+		case err != nil && sink.IsTransient(err):
+			return nil, nil, err
+		case err != nil:
+			bad = append(bad, sink.Rejection{Index: i, Code: sink.CodeDecode, Reason: "flightsink: typed columns: " + err.Error()})
+			continue
+		case t == nil:
+			generic.rows = append(generic.rows, i)
+			continue
+		}
+		k, ok := at[t]
+		if !ok {
+			k = len(out)
+			at[t] = k
+			out = append(out, group{send: t.send, typed: t.typed})
+		}
+		out[k].rows = append(out[k].rows, i)
+	}
+	if len(generic.rows) > 0 {
+		out = append(out, generic)
+	}
+	return out, bad, nil
+}
+
+// commitRows sends recs[idx...], one DoPut per schema, and waits for a
 // PutResult per record batch; a refusal of the data (InvalidArgument) is
 // bisected to the rows at fault, each probe a DoPut of its own.
 func (s *Sink) commitRows(ctx context.Context, recs []sink.Record, idx []int) ([]sink.Rejection, error) {
-	err := s.put(ctx, recs, idx)
-	if err == nil || !isDataError(err) {
+	groups, bad, err := s.groups(recs, idx)
+	if err != nil {
 		return nil, err
 	}
-	s.opts.Logger.Warn("the Flight server refused a batch's data; isolating the rows", "rows", len(idx), "err", err)
-	bad, err := s.core.Bisect([][]int{idx}, func(g []int) error { return s.put(ctx, recs, g) })
-	if err != nil {
-		return nil, classify("put", err)
+	for _, g := range groups {
+		rej, err := s.put(ctx, g, recs, g.rows)
+		bad = append(bad, rej...)
+		if err == nil {
+			continue
+		}
+		if !isDataError(err) {
+			return nil, err
+		}
+		s.opts.Logger.Warn("the Flight server refused a batch's data; isolating the rows", "rows", len(g.rows), "err", err)
+		good := slices.DeleteFunc(slices.Clone(g.rows), func(i int) bool {
+			return slices.ContainsFunc(rej, func(r sink.Rejection) bool { return r.Index == i })
+		})
+		refused, err := s.core.Bisect([][]int{good}, func(sub []int) error {
+			_, err := s.put(ctx, g, recs, sub)
+			return err
+		})
+		if err != nil {
+			return nil, err // classified by put
+		}
+		bad = append(bad, refused...)
 	}
 	return bad, nil
 }
 
-// put is one DoPut: the descriptor and schema, one record batch per chunk,
-// then the half-close; it returns once every batch has its PutResult. The
-// error is classified, except for InvalidArgument, returned as the
-// server's status for bisection.
-func (s *Sink) put(parent context.Context, recs []sink.Record, idx []int) error {
+// put is one DoPut of g's rows: the descriptor and schema, one record
+// batch per chunk, then the half-close; it returns once every batch has
+// its PutResult. Rows whose payload does not fit typed columns are left
+// out and returned as rejections. The error is classified, except for
+// InvalidArgument, returned as the server's status for bisection.
+func (s *Sink) put(parent context.Context, g group, recs []sink.Record, rows []int) ([]sink.Rejection, error) {
+	var batches []arrow.RecordBatch
+	var bad []sink.Rejection
+	defer func() {
+		for _, b := range batches {
+			b.Release()
+		}
+	}()
+	for _, c := range s.chunks(g, recs, rows) {
+		rec, ok, rej, err := encode(memory.DefaultAllocator, g, recs, c)
+		if err != nil {
+			return nil, sink.Permanent(fmt.Errorf("flightsink: encode: %w", err))
+		}
+		bad = append(bad, rej...)
+		if len(ok) == 0 {
+			rec.Release()
+			continue
+		}
+		batches = append(batches, rec)
+	}
+	if len(batches) == 0 {
+		return bad, nil
+	}
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	stream, err := s.client.DoPut(ctx)
 	if err != nil {
-		return s.fail(parent, "open DoPut", err)
+		return nil, s.fail(parent, "open DoPut", err)
 	}
-	parts := s.chunks(recs, idx)
-	sent := make(chan time.Time, len(parts))
-	acked := make(chan error, 1)
-	go func() { acked <- s.acks(stream, sent, parts, len(idx)) }()
+	sent := make(chan sentBatch, len(batches))
+	type result struct {
+		n   int
+		err error
+	}
+	acked := make(chan result, 1)
+	go func() { n, err := s.acks(stream, sent); acked <- result{n, err} }()
 
-	w := flight.NewRecordWriter(stream, s.ipcOpt...)
+	w := flight.NewRecordWriter(stream, append(s.ipcOpt, ipc.WithSchema(g.send))...)
 	w.SetFlightDescriptor(s.desc)
 	var sendErr error
-	for _, p := range parts {
-		rec := encodeGeneric(memory.DefaultAllocator, recs, p)
-		sendErr = w.Write(rec)
-		rec.Release()
-		if sendErr != nil {
+	for _, b := range batches {
+		if sendErr = w.Write(b); sendErr != nil {
 			break
 		}
-		sent <- time.Now()
+		sent <- sentBatch{at: time.Now(), rows: int(b.NumRows())}
 	}
 	close(sent)
 	if sendErr == nil {
@@ -250,43 +358,48 @@ func (s *Sink) put(parent context.Context, recs []sink.Record, idx []int) error 
 	if sendErr != nil && !errors.Is(sendErr, io.EOF) {
 		cancel()
 		<-acked
-		return s.fail(parent, "send", sendErr)
+		return nil, s.fail(parent, "send", sendErr)
 	}
 	// On io.EOF the stream ended; the server's status, if it sent one,
 	// is what the receiver gets.
-	if err := <-acked; err != nil {
-		return s.fail(parent, "DoPut", err)
+	res := <-acked
+	switch {
+	case res.err != nil:
+		return nil, s.fail(parent, "DoPut", res.err)
+	case sendErr != nil:
+		return nil, s.fail(parent, "send", sendErr)
+	case res.n < len(batches):
+		return nil, s.fail(parent, "DoPut", errShortAck{acked: res.n, sent: len(batches)})
 	}
-	if sendErr != nil {
-		return s.fail(parent, "send", sendErr)
-	}
-	return nil
+	return bad, nil
 }
 
-// acks reads PutResults until the server ends the stream: one per record
-// batch sent, each counted as it comes. Fewer acknowledgements than
-// batches with a clean end is the server not keeping the protocol.
-func (s *Sink) acks(stream flight.FlightService_DoPutClient, sent <-chan time.Time, parts [][]int, rows int) error {
+// sentBatch is a record batch written to the stream, waiting for its
+// PutResult.
+type sentBatch struct {
+	at   time.Time
+	rows int
+}
+
+// acks reads PutResults until the server ends the stream, matching each
+// to the next batch sent, and returns how many there were.
+func (s *Sink) acks(stream flight.FlightService_DoPutClient, sent <-chan sentBatch) (int, error) {
 	n := 0
 	for {
 		_, err := stream.Recv()
 		if err == io.EOF {
-			if n < len(parts) {
-				return errShortAck{acked: n, sent: len(parts)}
-			}
-			return nil
+			return n, nil
 		}
 		if err != nil {
-			return err
+			return n, err
 		}
-		if n >= len(parts) {
-			continue // more results than batches: extra metadata, not ours to read
+		b, ok := <-sent
+		if !ok {
+			continue // more results than batches: not ours to read
 		}
-		if at, ok := <-sent; ok {
-			s.m.ack.Observe(time.Since(at).Seconds())
-		}
+		s.m.ack.Observe(time.Since(b.at).Seconds())
 		s.m.batches.Inc()
-		s.m.rows.Add(float64(len(parts[n])))
+		s.m.rows.Add(float64(b.rows))
 		n++
 	}
 }

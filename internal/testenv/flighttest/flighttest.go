@@ -48,6 +48,12 @@ type Options struct {
 	// Refuse, when set, is asked about every row: a batch holding a row
 	// it refuses is answered InvalidArgument and nothing of it is kept.
 	Refuse func(rec arrow.RecordBatch, row int) bool
+	// AfterDurable, when set, is called with the server's count of
+	// durable batches after each is made durable and before its
+	// PutResult is sent: a test kills the server there (from another
+	// goroutine: Stop waits for the handlers) to leave a batch durable but
+	// unacknowledged.
+	AfterDurable func(n int64)
 	// ServerOptions are added to the gRPC server's (TLS credentials, an
 	// interceptor checking a token).
 	ServerOptions []grpc.ServerOption
@@ -56,9 +62,10 @@ type Options struct {
 // Server is a running test Flight server.
 type Server struct {
 	flight.BaseFlightServer
-	opts Options
-	addr string
-	seq  atomic.Int64 // files written, for their names
+	opts    Options
+	addr    string
+	seq     atomic.Int64 // files written, for their names
+	durable atomic.Int64 // batches made durable by this server
 
 	mu    sync.Mutex
 	srv   *grpc.Server
@@ -150,11 +157,11 @@ func (s *Server) Stop() {
 
 // Restart starts the stopped server again on the same address and
 // directory.
-func (s *Server) Restart(t testing.TB) {
-	t.Helper()
+func (s *Server) Restart() error {
 	if err := s.listen(s.addr); err != nil {
-		t.Fatalf("flighttest: restart on %s: %v", s.addr, err)
+		return fmt.Errorf("flighttest: restart on %s: %w", s.addr, err)
 	}
+	return nil
 }
 
 // DoPut implements the Flight service: every record batch is written to
@@ -187,6 +194,9 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) error {
 		s.mu.Lock()
 		s.paths[p]++
 		s.mu.Unlock()
+		if n := s.durable.Add(1); s.opts.AfterDurable != nil {
+			s.opts.AfterDurable(n)
+		}
 		if err := stream.Send(&flight.PutResult{AppMetadata: binary.BigEndian.AppendUint64(nil, n)}); err != nil {
 			return err
 		}
