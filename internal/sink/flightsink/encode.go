@@ -62,6 +62,11 @@ func encode(mem memory.Allocator, g group, recs []sink.Record, rows []int) (rec 
 		b := array.NewRecordBuilder(mem, GenericSchema)
 		defer b.Release()
 		b.Reserve(len(rows))
+		payloads := 0
+		for _, i := range rows {
+			payloads += len(recs[i].Payload)
+		}
+		b.Field(arrowrec.GenericSchema.FieldIndices("payload")[0]).(*array.BinaryBuilder).ReserveData(payloads)
 		src := b.Field(nGeneric).(*array.StringBuilder)
 		dur := b.Field(nGeneric + 1).(*array.StringBuilder)
 		recv := b.Field(nGeneric + 2).(*array.TimestampBuilder)
