@@ -256,6 +256,7 @@ var samples = map[string][2]string{
 	"sink.flight.commit_timeout":     {"1s", "1h"},
 	"sink.flight.compression":        {"zstd", "lz4"},
 	"sink.flight.columns":            {"arrow", "generic"},
+	"sink.flight.json_schema_file":   {"/etc/weir/orders.schema.json", "/etc/weir/orders-2.schema.json"},
 	"sink.flight.token_file":         {"/etc/weir/flight-a.token", "/etc/weir/flight-b.token"},
 	"sink.flight.token_env":          {"FLIGHT_TOKEN", "WEIR_FLIGHT_TOKEN_2"},
 	"sink.flight.tls_ca_file":        {"/etc/weir/tls/flight-ca.crt", "/etc/weir/tls/flight-ca2.crt"},

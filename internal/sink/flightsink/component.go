@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/weir-io/weir/internal/arrowrec"
 	"github.com/weir-io/weir/internal/component"
 	"github.com/weir-io/weir/internal/config/setting"
 	"github.com/weir-io/weir/sink"
@@ -34,6 +38,10 @@ const (
 	// Arrow IPC sources) in typed columns of their own schema, after the
 	// id column; other records in GenericSchema.
 	ColumnsArrow = "arrow"
+	// ColumnsJSONSchema sends every record in typed columns derived from
+	// a JSON Schema (json_schema_file; ArrowFromJSONSchema), after the id
+	// column.
+	ColumnsJSONSchema = "json_schema"
 )
 
 // The compression codecs of the IPC bodies.
@@ -52,6 +60,7 @@ type Config struct {
 	CommitTimeout   time.Duration // commit_timeout
 	Compression     string        // compression
 	Columns         string        // columns
+	JSONSchemaFile  string        // json_schema_file
 	TokenFile       string        // token_file
 	TokenEnv        string        // token_env
 	TLSCAFile       string        // tls_ca_file
@@ -89,9 +98,12 @@ func Component() component.SinkDef {
 			component.Key("compression", setting.Enum(CompressionNone, CompressionLZ4, CompressionZstd), DefaultCompression,
 				"Codec of the IPC message bodies; the server must read it.",
 				func(c *Config) *string { return &c.Compression }),
-			component.Key("columns", setting.Enum(ColumnsGeneric, ColumnsArrow), DefaultColumns,
-				"generic: every record in weir's generic schema (id, event time, key, headers, payload bytes, source, durability, received_at). arrow: the rows of an Arrow source (flight, arrow_ipc) in typed columns of the stream's own Arrow schema, after weir_record_id — one DoPut per schema — and other records generic; the schemas seen are kept under <data_dir>/flight-schemas/<name>.",
+			component.Key("columns", setting.Enum(ColumnsGeneric, ColumnsArrow, ColumnsJSONSchema), DefaultColumns,
+				"generic: every record in weir's generic schema (id, event time, key, headers, payload bytes, source, durability, received_at). arrow: the rows of an Arrow source (flight, arrow_ipc) in typed columns of the stream's own Arrow schema, after weir_record_id — one DoPut per schema — and other records generic; the schemas seen are kept under <data_dir>/flight-schemas/<name>. json_schema: every record's JSON payload in typed columns derived from json_schema_file, after weir_record_id; a payload that does not fit is dead-lettered (decode).",
 				func(c *Config) *string { return &c.Columns }),
+			component.Key("json_schema_file", setting.OptionalPath("with columns = \"json_schema\": a JSON Schema file"), "",
+				"JSON Schema whose top-level properties become the typed columns (docs/sinks/flight.md has the mapping) — typically the schema_file of the stream's [[contract]], so that what passed the contract fits.",
+				func(c *Config) *string { return &c.JSONSchemaFile }),
 			component.Key("token_file", setting.OptionalPath("a file whose first line is a bearer token"), "",
 				"File holding the bearer token sent as `authorization: Bearer <token>` on every call; re-read when it changes.",
 				func(c *Config) *string { return &c.TokenFile }),
@@ -116,6 +128,13 @@ func Component() component.SinkDef {
 			o.Columns, o.FS = p.Config.Columns, p.FS
 			if o.Columns == ColumnsArrow && p.DataDir != "" {
 				o.SchemaDir = filepath.Join(p.DataDir, "flight-schemas", p.Name)
+			}
+			if o.Columns == ColumnsJSONSchema {
+				typed, err := readJSONSchema(p.Config.JSONSchemaFile)
+				if err != nil {
+					return nil, err
+				}
+				o.Typed = typed
 			}
 			return New(ctx, o)
 		},
@@ -150,6 +169,16 @@ func check(c *Config) []component.Problem {
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		ps = append(ps, component.Problem{Key: "tls_key_file", Value: fmt.Sprintf("%q", c.TLSKeyFile), Why: "tls_cert_file and tls_key_file go together"})
+	}
+	switch {
+	case c.Columns == ColumnsJSONSchema && c.JSONSchemaFile == "":
+		ps = append(ps, component.Problem{Key: "json_schema_file", Value: `""`, Why: `is required with columns = "json_schema"`})
+	case c.Columns != ColumnsJSONSchema && c.JSONSchemaFile != "":
+		ps = append(ps, component.Problem{Key: "json_schema_file", Value: fmt.Sprintf("%q", c.JSONSchemaFile), Why: `needs columns = "json_schema"`})
+	case c.JSONSchemaFile != "":
+		if _, err := readJSONSchema(c.JSONSchemaFile); err != nil {
+			ps = append(ps, component.Problem{Key: "json_schema_file", Value: fmt.Sprintf("%q", c.JSONSchemaFile), Why: err.Error()})
+		}
 	}
 	if c.TokenFile != "" && c.TokenEnv != "" {
 		ps = append(ps, component.Problem{Key: "token_env", Value: fmt.Sprintf("%q", c.TokenEnv), Why: "set token_file or token_env, not both"})
@@ -210,6 +239,25 @@ func loopbackEndpoint(s string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// readJSONSchema reads a JSON Schema file and derives its typed columns.
+func readJSONSchema(path string) (*arrow.Schema, error) {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("json_schema_file: %w", err)
+	}
+	s, err := ArrowFromJSONSchema(doc)
+	if err != nil {
+		return nil, fmt.Errorf("json_schema_file %s: %w", path, err)
+	}
+	if err := arrowrec.CheckSchema(s); err != nil {
+		return nil, fmt.Errorf("json_schema_file %s: %w", path, err)
+	}
+	if _, err := typedSchema(s); err != nil {
+		return nil, fmt.Errorf("json_schema_file %s: %w", path, err)
+	}
+	return s, nil
 }
 
 func checkPathElem(s string) error {

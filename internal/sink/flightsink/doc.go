@@ -78,6 +78,11 @@
 // transform, say), is rejected with CodeDecode; a schema that already has
 // a weir_record_id column is refused the same way.
 //
+// With columns = "json_schema", every record's payload is sent in typed
+// columns derived from a JSON Schema (ArrowFromJSONSchema has the
+// mapping), after weir_record_id, in one DoPut; a payload that does not
+// fit them is rejected with CodeDecode.
+//
 // # Connections
 //
 // The sink holds one gRPC client connection for its life, made lazily

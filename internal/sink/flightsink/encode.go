@@ -90,7 +90,7 @@ func encode(mem memory.Allocator, g group, recs []sink.Record, rows []int) (rec 
 	for _, i := range rows {
 		if err := tb.Append(recs[i].Payload); err != nil {
 			bad = append(bad, sink.Rejection{Index: i, Code: sink.CodeDecode,
-				Reason: fmt.Sprintf("the payload does not fit the stream's Arrow schema %.12s…: %v", g.typed.Fingerprint, err)})
+				Reason: fmt.Sprintf("the payload does not fit the typed columns (Arrow schema %.12s…): %v", g.typed.Fingerprint, err)})
 			continue
 		}
 		ids.Append(recs[i].ID[:])

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
+	"github.com/weir-io/weir/internal/arrowrec"
 	"github.com/weir-io/weir/internal/sink/sinkcore"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
@@ -60,7 +61,10 @@ type Options struct {
 	// default vfs.OS); "" keeps them in memory only.
 	SchemaDir string
 	FS        vfs.FS
-	Logger    *slog.Logger
+	// Typed, with ColumnsJSONSchema, is the schema every record's payload
+	// is sent in (ArrowFromJSONSchema of a JSON Schema).
+	Typed  *arrow.Schema
+	Logger *slog.Logger
 	// Metrics receives the sink's metrics; nil: a private registry.
 	Metrics prometheus.Registerer
 }
@@ -100,7 +104,8 @@ type Sink struct {
 	budget  int // row bytes per Arrow message
 	core    *sinkcore.Core
 	m       sinkMetrics
-	schemas *schemas // nil: generic columns only
+	schemas *schemas // with ColumnsArrow; else nil
+	fixed   *group   // with ColumnsJSONSchema; else nil
 }
 
 // New opens a sink. It does not wait for the server: the connection is
@@ -122,11 +127,25 @@ func New(_ context.Context, o Options) (*Sink, error) {
 		desc:   &flight.FlightDescriptor{Type: flight.DescriptorPATH, Path: o.Path},
 		budget: o.MaxMessageBytes - msgSlack,
 		ipcOpt: []ipc.Option{ipc.WithAllocator(memory.DefaultAllocator)}}
-	if o.Columns == ColumnsArrow {
+	switch o.Columns {
+	case ColumnsArrow:
 		if o.FS == nil {
 			o.FS = vfs.OS
 		}
 		s.schemas = newSchemas(o.FS, o.SchemaDir)
+	case ColumnsJSONSchema:
+		if o.Typed == nil {
+			return nil, errors.New("flightsink: typed columns from a JSON Schema without the schema")
+		}
+		if err := arrowrec.CheckSchema(o.Typed); err != nil {
+			return nil, fmt.Errorf("flightsink: %w", err)
+		}
+		send, err := typedSchema(o.Typed)
+		if err != nil {
+			return nil, fmt.Errorf("flightsink: %w", err)
+		}
+		sch := arrowrec.NewSchema(o.Typed)
+		s.fixed = &group{send: send, typed: &sch}
 	}
 	switch o.Compression {
 	case CompressionLZ4:
@@ -183,7 +202,7 @@ func (s *Sink) Close() error { return s.core.Close() }
 // check rejects a record that cannot fit one Arrow message.
 func (s *Sink) check(r *sink.Record) (string, sink.Code) {
 	n := rowBytes(r)
-	if s.schemas != nil {
+	if s.schemas != nil || s.fixed != nil {
 		n = max(n, typedRowBytes(r))
 	}
 	if n > s.budget {
@@ -230,6 +249,11 @@ func (s *Sink) chunks(g group, recs []sink.Record, rows []int) [][]int {
 // one the generic group; a row whose schema the sink cannot know is
 // rejected. Without typed columns, all rows are one generic group.
 func (s *Sink) groups(recs []sink.Record, idx []int) ([]group, []sink.Rejection, error) {
+	if s.fixed != nil {
+		g := *s.fixed
+		g.rows = idx
+		return []group{g}, nil, nil
+	}
 	generic := group{send: GenericSchema}
 	if s.schemas == nil {
 		generic.rows = idx
