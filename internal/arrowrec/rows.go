@@ -1,6 +1,7 @@
 package arrowrec
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"time"
@@ -151,7 +152,8 @@ func (d *Decoder) Rows(dst []Row, batch arrow.RecordBatch) ([]Row, error) {
 }
 
 // scalar is a key or header value: a string's or binary's bytes as they
-// are, any other value's JSON text; nil for null.
+// are (copied: the batch's buffers are not the record's), any other
+// value's JSON text; nil for null.
 func (d *Decoder) scalar(arr arrow.Array, i int) ([]byte, error) {
 	if arr.IsNull(i) {
 		return nil, nil
@@ -162,9 +164,9 @@ func (d *Decoder) scalar(arr arrow.Array, i int) ([]byte, error) {
 	case *array.LargeString:
 		return []byte(a.Value(i)), nil
 	case *array.Binary:
-		return a.Value(i), nil
+		return bytes.Clone(a.Value(i)), nil
 	case *array.LargeBinary:
-		return a.Value(i), nil
+		return bytes.Clone(a.Value(i)), nil
 	}
 	return appendValue(nil, arr, i)
 }
