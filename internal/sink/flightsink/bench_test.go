@@ -67,7 +67,9 @@ func BenchmarkSinkVsBareClient(b *testing.B) {
 		long := newLongPut(b, client)
 		writers := []testenv.Writer{
 			testenv.SinkWriter("sink", s),
-			{Name: "bare", Write: func(ctx context.Context, recs []sink.Record) error { return barePut(ctx, client, arrows[&recs[0]]) }},
+			{Name: "bare", Write: func(ctx context.Context, recs []sink.Record) error {
+				return barePut(ctx, client, arrows[&recs[0]], "bare")
+			}},
 			{Name: "bare_one_stream", Write: func(ctx context.Context, recs []sink.Record) error { return long.put(arrows[&recs[0]]) }},
 		}
 		testenv.Race(b, batches[:min(2, n)], writers...) // warm-up: connections, the page cache
@@ -92,14 +94,15 @@ func BenchmarkSinkVsBareClient(b *testing.B) {
 	}
 }
 
-// barePut sends rec in a DoPut of its own and waits for its PutResult.
-func barePut(ctx context.Context, c flight.Client, rec arrow.RecordBatch) error {
+// barePut sends rec in a DoPut of its own on descriptor path and waits
+// for its PutResult, as a plain arrow-go client does.
+func barePut(ctx context.Context, c flight.Client, rec arrow.RecordBatch, path ...string) error {
 	stream, err := c.DoPut(ctx)
 	if err != nil {
 		return err
 	}
 	w := flight.NewRecordWriter(stream, ipc.WithSchema(rec.Schema()))
-	w.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorPATH, Path: []string{"bare"}})
+	w.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorPATH, Path: path})
 	if err := w.Write(rec); err != nil {
 		return err
 	}
