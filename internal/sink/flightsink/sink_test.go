@@ -24,6 +24,7 @@ import (
 	"github.com/weir-io/weir/internal/testenv"
 	"github.com/weir-io/weir/internal/testenv/flighttest"
 	"github.com/weir-io/weir/internal/tlsconf/tlstest"
+	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/sink"
 )
 
@@ -200,5 +201,32 @@ func TestOpenChecks(t *testing.T) {
 		} else if errors.Is(err, context.Canceled) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestCompression: with lz4 or zstd bodies the server reads the same
+// records back.
+func TestCompression(t *testing.T) {
+	for _, codec := range []string{flightsink.CompressionLZ4, flightsink.CompressionZstd} {
+		t.Run(codec, func(t *testing.T) {
+			srv := flighttest.Start(t, flighttest.Options{})
+			s := openSink(t, srv.Endpoint(), func(o *flightsink.Options) { o.Compression = codec })
+			recs := records(codec, 0, 300, 200)
+			if _, err := s.Commit(context.Background(), sink.NewBatch(recs)); err != nil {
+				t.Fatal(err)
+			}
+			got, err := readBack(t, vfs.OS, srv.Dir())(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(recs) {
+				t.Fatalf("%d rows read back, want %d", len(got), len(recs))
+			}
+			for i := range got {
+				if got[i].ID != recs[i].ID || string(got[i].Payload) != string(recs[i].Payload) {
+					t.Fatalf("row %d differs", i)
+				}
+			}
+		})
 	}
 }
