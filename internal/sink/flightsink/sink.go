@@ -115,15 +115,10 @@ func New(_ context.Context, o Options) (*Sink, error) {
 	if len(o.Path) == 0 {
 		return nil, errors.New("flightsink: an empty descriptor path")
 	}
-	m, err := newMetrics(o.Metrics, o.Name)
-	if err != nil {
-		return nil, err
+	if o.MaxMessageBytes < 4*msgSlack {
+		return nil, fmt.Errorf("flightsink: max message bytes %d: want at least %d", o.MaxMessageBytes, 4*msgSlack)
 	}
-	conn, err := dial(o)
-	if err != nil {
-		return nil, fmt.Errorf("flightsink: %w", err)
-	}
-	s := &Sink{opts: o, conn: conn, client: flight.NewClientFromConn(conn, nil), m: m,
+	s := &Sink{opts: o,
 		desc:   &flight.FlightDescriptor{Type: flight.DescriptorPATH, Path: o.Path},
 		budget: o.MaxMessageBytes - msgSlack,
 		ipcOpt: []ipc.Option{ipc.WithAllocator(memory.DefaultAllocator)}}
@@ -153,6 +148,15 @@ func New(_ context.Context, o Options) (*Sink, error) {
 	case CompressionZstd:
 		s.ipcOpt = append(s.ipcOpt, ipc.WithZstd())
 	}
+	m, err := newMetrics(o.Metrics, o.Name)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := dial(o)
+	if err != nil {
+		return nil, fmt.Errorf("flightsink: %w", err)
+	}
+	s.m, s.conn, s.client = m, conn, flight.NewClientFromConn(conn, nil)
 	s.core = sinkcore.New(sinkcore.Config{
 		Name: "flightsink", Server: "the Flight server", ErrClosed: ErrClosed,
 		Timeout: o.CommitTimeout, MaxProbes: maxProbes, Log: o.Logger,

@@ -189,11 +189,13 @@ func TestMetrics(t *testing.T) {
 func TestOpenChecks(t *testing.T) {
 	ctx := context.Background()
 	for name, o := range map[string]flightsink.Options{
-		"bad scheme":    {Endpoint: "http://127.0.0.1:1", Path: []string{"x"}},
-		"no path":       {Endpoint: "grpc://127.0.0.1:1"},
-		"unset env":     {Endpoint: "grpc://127.0.0.1:1", Path: []string{"x"}, TokenEnv: "WEIR_TEST_FLIGHT_UNSET"},
-		"no token file": {Endpoint: "grpc://127.0.0.1:1", Path: []string{"x"}, TokenFile: filepath.Join(t.TempDir(), "none")},
-		"bad CA":        {Endpoint: "grpc+tls://127.0.0.1:1", Path: []string{"x"}, TLS: flightsink.TLSFiles{CAFile: os.DevNull}},
+		"bad scheme":     {Endpoint: "http://127.0.0.1:1", Path: []string{"x"}},
+		"no path":        {Endpoint: "grpc://127.0.0.1:1"},
+		"unset env":      {Endpoint: "grpc://127.0.0.1:1", Path: []string{"x"}, TokenEnv: "WEIR_TEST_FLIGHT_UNSET"},
+		"no token file":  {Endpoint: "grpc://127.0.0.1:1", Path: []string{"x"}, TokenFile: filepath.Join(t.TempDir(), "none")},
+		"bad CA":         {Endpoint: "grpc+tls://127.0.0.1:1", Path: []string{"x"}, TLS: flightsink.TLSFiles{CAFile: os.DevNull}},
+		"no JSON Schema": {Endpoint: "grpc://127.0.0.1:1", Path: []string{"x"}, Columns: flightsink.ColumnsJSONSchema},
+		"tiny messages":  {Endpoint: "grpc://127.0.0.1:1", Path: []string{"x"}, MaxMessageBytes: 1000},
 	} {
 		if s, err := flightsink.New(ctx, o); err == nil {
 			s.Close()
