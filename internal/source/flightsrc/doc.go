@@ -23,7 +23,8 @@
 // once every row of the batch is durable at the gate (Gate.Write returned
 // nil: the buffer's fdatasync, or raw's commit). A batch that cannot be
 // made durable ends the call with UNAVAILABLE and no further PutResult;
-// so does a stop of the daemon. The producer keeps every batch it has no
+// so does a stop of the source, once the batches it read are
+// acknowledged (it reads no further one). The producer keeps every batch it has no
 // PutResult for and sends them again, on a new call with the same
 // producer id and sequence numbers: the source is producer-managed
 // (source.ProducerManaged) and keeps no position of its own.
@@ -41,7 +42,9 @@
 // receive time for a call without a producer id, whose rows get fresh ids
 // (its random producer id is never sent twice). So a resend by the same
 // producer is the same records to every sink and deduplicates by id;
-// another producer id or sequence number is another record.
+// another producer id or sequence number is another record. A sequence
+// number names a batch: a producer never sends other rows under one it
+// used before, or sinks take them for resends and keep the first.
 //
 // # Authentication and TLS
 //
@@ -73,7 +76,9 @@
 // bytes received since the source started. DoGet is not served: the
 // records are read from the sinks.
 //
-// Files: flightsrc.go (the source and its server), put.go (DoPut),
+// Files: flightsrc.go (the source and its server), put.go (DoPut: a
+// call's loop), read.go (reading a call's batches), ack.go (PutResults),
+// ids.go (sequence numbers and record ids), size.go (a batch's bytes),
 // info.go (ListFlights, GetFlightInfo), auth.go (bearer tokens),
 // component.go (the registration and its settings), metrics.go.
 package flightsrc

@@ -129,7 +129,7 @@ func (s *Source) Run(ctx context.Context, gate source.Gate, _ source.CursorStore
 	gs := grpc.NewServer(opts...)
 	budget := flow.NewBudget(flow.BudgetOptions{Limit: s.opts.MaxInflightBytes, WarmupFraction: 1})
 	defer budget.Close()
-	flight.RegisterFlightServiceServer(gs, &service{src: s, gate: gate, budget: budget})
+	flight.RegisterFlightServiceServer(gs, &service{src: s, gate: gate, budget: budget, stopping: ctx.Done()})
 	defer httpin.ReloadOnHUP(s.opts.Tokens, s.opts.TLS, s.opts.TLSReload)()
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()

@@ -315,3 +315,34 @@ func TestListFlightsAndInfo(t *testing.T) {
 		t.Errorf("GetFlightInfo of an unknown stream: %v", err)
 	}
 }
+
+// TestStopEndsCalls: a stop of the source with a call open and idle (its
+// producer keeps the stream for later batches) acknowledges what the call
+// sent, ends it with UNAVAILABLE and returns at once, not at the stop
+// timeout.
+func TestStopEndsCalls(t *testing.T) {
+	r := startSource(t, Options{}, nil)
+	c := dial(t, r.addr)
+	stream, err := c.DoPut(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := flight.NewRecordWriter(stream, ipc.WithSchema(ordersSchema))
+	w.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorPATH, Path: []string{"orders", "idle"}})
+	if err := w.WriteWithAppMetadata(batches(t, 1, 2)[0], binary.BigEndian.AppendUint64(nil, 7)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := stream.Recv()
+	if err != nil || binary.BigEndian.Uint64(res.AppMetadata) != 7 {
+		t.Fatalf("PutResult %v, %v", res, err)
+	}
+	t0 := time.Now()
+	r.stop()
+	if took := time.Since(t0); took > 3*time.Second {
+		t.Errorf("the stop took %v with an idle call open", took)
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("the idle call ended with %v, want UNAVAILABLE", err)
+	}
+	_ = w.Close()
+}

@@ -56,6 +56,13 @@ type running struct {
 // startSource runs a source named "fl" with streams "orders" and
 // "other" through gate (the buffer's own gate when nil).
 func startSource(t *testing.T, o Options, gate func(source.Gate) source.Gate) *running {
+	return startSourceTB(t, o, gate)
+}
+
+// startSourceB is startSource for a benchmark.
+func startSourceB(b *testing.B) *running { return startSourceTB(b, Options{}, nil) }
+
+func startSourceTB(t testing.TB, o Options, gate func(source.Gate) source.Gate) *running {
 	t.Helper()
 	w := enginetest.OpenWAB(t, 1)
 	var g source.Gate = w.Gate(t)

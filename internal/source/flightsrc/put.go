@@ -3,13 +3,9 @@ package flightsrc
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -27,6 +23,9 @@ type service struct {
 	src    *Source
 	gate   source.Gate
 	budget *flow.Budget // MaxInflightBytes, shared by the calls
+	// stopping is closed when the source stops: calls read no further
+	// batch, acknowledge what they took and end with UNAVAILABLE.
+	stopping <-chan struct{}
 }
 
 // maxPending bounds the batches of one call between being read and their
@@ -41,7 +40,7 @@ const maxProducerBytes = 128
 // RESOURCE_EXHAUSTED with a RetryInfo detail (the standard gRPC retry
 // hint) and the delay in words.
 func retryLater(d time.Duration) error {
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("weir is short of memory (flow control is Critical); retry in %s", d))
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("weir takes no records now (flow control is Critical, or a contract breaker is open); retry in %s", d))
 	if with, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); err == nil {
 		st = with
 	}
@@ -68,26 +67,30 @@ func (v *service) DoPut(stream flight.FlightService_DoPutServer) error {
 		m.refused.WithLabelValues(refusedRequest).Inc()
 		return status.Errorf(codes.InvalidArgument, "the call does not start with an Arrow schema: %v", err)
 	}
-	defer rdr.Release()
 	c, err := s.newCall(rdr.LatestFlightDescriptor())
 	if err == nil {
 		c.dec, err = arrowrec.NewDecoder(rdr.Schema(), s.opts.Columns)
 		err = invalid(err)
 	}
 	if err != nil {
+		rdr.Release()
 		m.refused.WithLabelValues(refusedRequest).Inc()
 		return err
 	}
 	s.streams[c.stream].setSchema(c.dec.Schema())
-	return v.put(stream, rdr, c)
+	return v.put(stream, readBatches(rdr), c)
 }
 
+// invalid is a refusal of what the client sent.
 func invalid(err error) error {
 	if err == nil {
 		return nil
 	}
 	return status.Error(codes.InvalidArgument, err.Error())
 }
+
+// errStopping ends the calls in progress when the source stops.
+var errStopping = status.Error(codes.Unavailable, "weir is stopping: resend every batch without a PutResult, to this node once it is back or to another")
 
 // newCall reads the descriptor: PATH [stream] or [stream, producer].
 func (s *Source) newCall(d *flight.FlightDescriptor) (*call, error) {
@@ -110,71 +113,26 @@ func (s *Source) newCall(d *flight.FlightDescriptor) (*call, error) {
 	return c, nil
 }
 
-// sequence is a batch's sequence number: its app_metadata, 8 bytes big
-// endian; without one, its index in the call — unless the producer is
-// named, whose resends must find the same numbers.
-func (c *call) sequence(md []byte, index uint64) (uint64, error) {
-	switch {
-	case len(md) == 8:
-		return binary.BigEndian.Uint64(md), nil
-	case len(md) == 0 && !c.named:
-		return index, nil
-	case len(md) == 0:
-		return 0, status.Error(codes.InvalidArgument, "a batch of a named producer needs its sequence number as app_metadata (8 bytes, big endian)")
-	}
-	return 0, status.Errorf(codes.InvalidArgument, "app_metadata is %d bytes; a batch's sequence number is 8 bytes, big endian", len(md))
-}
-
-// records makes a batch's rows records, with their ids.
-func (s *Source) records(c *call, seq uint64, rows []arrowrec.Row, received time.Time) []source.Record {
-	recs := make([]source.Record, len(rows))
-	// A row without an event time of its own gets ms 0 in its id when
-	// its producer is named — a resend arrives at another time and must
-	// get the first copy's id — and the receive time otherwise.
-	idTime := time.Time{}
-	if !c.named && !c.dec.HasTime() {
-		idTime = received
-	}
-	name, stream, seqb := []byte(s.opts.Name), []byte(c.stream), source.Uint64(seq)
-	for i := range rows {
-		r := &rows[i]
-		at := idTime
-		if c.dec.HasTime() {
-			at = r.Time
-		}
-		recs[i] = source.Record{
-			ID:        source.TimedID(at, idPrefix, name, stream, c.producer, seqb, source.Uint64(uint64(i))),
-			Payload:   r.Payload,
-			Source:    s.opts.Name,
-			Time:      r.Time,
-			Key:       r.Key,
-			Headers:   r.Headers,
-			OriginPos: fmt.Sprintf("%s/%d:%d", c.stream, seq, i),
-		}
-	}
-	return recs
-}
-
-// idPrefix is the first part of every Flight record's id.
-var idPrefix = []byte("weir-flight")
-
-// inflight is a batch between being read and its PutResult.
-type inflight struct {
-	seq     uint64
-	bytes   int64 // held in the budget
-	arrived time.Time
-	done    chan struct{}
-	err     error // the gate's Write, once done is closed
-}
-
 // put reads the call's batches, writes each through the gate as soon as
 // it is read, and sends each one's PutResult, in order, once its Write
 // has returned nil. Reading waits while the source is paused and while
 // the calls' unacknowledged bytes are at MaxInflightBytes.
-func (v *service) put(stream flight.FlightService_DoPutServer, rdr *flight.Reader, c *call) error {
+func (v *service) put(stream flight.FlightService_DoPutServer, rdr *batchReader, c *call) error {
+	defer rdr.close()
 	s, m := v.src, v.src.opts.Metrics
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	// Reading also stops when the source does; the batches read by then
+	// are still written and acknowledged.
+	readCtx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	go func() {
+		select {
+		case <-v.stopping:
+			stopReading()
+		case <-readCtx.Done():
+		}
+	}()
 	hold := flow.NewHold(v.budget)
 	defer hold.Release()
 	pending := make(chan *inflight, maxPending)
@@ -183,63 +141,87 @@ func (v *service) put(stream flight.FlightService_DoPutServer, rdr *flight.Reade
 
 	var readErr error
 	for index := uint64(0); ; index++ {
-		if err := s.Wait(ctx); err != nil {
+		if err := s.Wait(readCtx); err != nil {
 			break
 		}
-		if !rdr.Next() {
-			if err := rdr.Err(); err != nil && ctx.Err() == nil {
-				readErr = status.Errorf(codes.InvalidArgument, "reading the stream: %v", err)
+		res, ok := rdr.read(readCtx)
+		if !ok {
+			break
+		}
+		if res.batch == nil {
+			if res.err != nil && ctx.Err() == nil {
+				readErr = status.Errorf(codes.InvalidArgument, "reading the stream: %v", res.err)
 			}
 			break
 		}
-		// Paused while the call waited for this batch: it is held,
-		// unwritten, until the source resumes.
-		if err := s.Wait(ctx); err != nil {
-			break
-		}
-		batch := rdr.RecordBatch()
-		arrived := time.Now()
-		seq, err := c.sequence(rdr.LatestAppMetadata(), index)
-		var rows []arrowrec.Row
-		if err == nil {
-			rows, err = c.dec.Rows(nil, batch)
-			err = invalid(err)
-		}
+		err := v.take(readCtx, ctx, c, hold, pending, res, index)
+		res.batch.Release()
 		if err != nil {
 			readErr = err
 			break
 		}
-		recs := s.records(c, seq, rows, arrived)
-		arrowBytes := batchBytes(batch)
-		_, held := source.Sizes(recs)
-		n := held + arrowBytes
-		if err := grow(ctx, hold, n); err != nil {
-			if ctx.Err() == nil {
-				readErr = status.Errorf(codes.InvalidArgument, "a batch of %d bytes is more than the source holds in flight (max_inflight_bytes): %v", n, err)
-			}
-			break
-		}
-		m.batches.WithLabelValues(c.stream).Inc()
-		m.rows.WithLabelValues(c.stream).Add(float64(len(recs)))
-		m.bytes.WithLabelValues(c.stream).Add(float64(arrowBytes))
-		s.streams[c.stream].count(int64(len(recs)), arrowBytes)
-		b := &inflight{seq: seq, bytes: n, arrived: arrived, done: make(chan struct{})}
-		go func() {
-			b.err = v.gate.Write(ctx, recs)
-			close(b.done)
-		}()
-		pending <- b
 	}
 	close(pending)
 	ackErr := <-acked
+	stopped := false
+	select {
+	case <-v.stopping:
+		stopped = true
+	default:
+	}
 	switch {
-	case readErr != nil:
+	case readErr != nil && readCtx.Err() == nil:
 		m.refused.WithLabelValues(refusedRequest).Inc()
 		return readErr
 	case ackErr != nil:
 		return ackErr
+	case stopped:
+		return errStopping
 	}
 	return stream.Context().Err()
+}
+
+// take writes one batch read: its records through the gate, on a
+// goroutine of their own under wctx (the call's context: a stop of
+// reading, ctx, does not cut the write short), once its bytes fit in the
+// budget; the batch joins pending, whose PutResults are sent in order.
+func (v *service) take(ctx, wctx context.Context, c *call, hold *flow.Hold, pending chan<- *inflight, res readResult, index uint64) error {
+	s, m := v.src, v.src.opts.Metrics
+	// Paused while the call waited for this batch: it is held,
+	// unwritten, until the source resumes.
+	if err := s.Wait(ctx); err != nil {
+		return err
+	}
+	arrived := time.Now()
+	seq, err := c.sequence(res.md, index)
+	if err != nil {
+		return err
+	}
+	rows, err := c.dec.Rows(nil, res.batch)
+	if err != nil {
+		return invalid(err)
+	}
+	recs := s.records(c, seq, rows, arrived)
+	arrowBytes := batchBytes(res.batch)
+	_, held := source.Sizes(recs)
+	n := held + arrowBytes
+	if err := grow(ctx, hold, n); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return status.Errorf(codes.InvalidArgument, "a batch of %d bytes is more than the source holds in flight (max_inflight_bytes): %v", n, err)
+	}
+	m.batches.WithLabelValues(c.stream).Inc()
+	m.rows.WithLabelValues(c.stream).Add(float64(len(recs)))
+	m.bytes.WithLabelValues(c.stream).Add(float64(arrowBytes))
+	s.streams[c.stream].count(int64(len(recs)), arrowBytes)
+	b := &inflight{seq: seq, bytes: n, arrived: arrived, done: make(chan struct{})}
+	go func() {
+		b.err = v.gate.Write(wctx, recs)
+		close(b.done)
+	}()
+	pending <- b
+	return nil
 }
 
 // grow takes n bytes for a batch, waiting while the budget is full (the
@@ -254,67 +236,4 @@ func grow(ctx context.Context, h *flow.Hold, n int64) error {
 			return ctx.Err()
 		}
 	}
-}
-
-// acknowledge sends each batch's PutResult once its Write returned nil,
-// in the order they were read. After a failed Write or Send it sends
-// nothing more and ends the call (cancel): the producer resends every
-// batch it has no PutResult for.
-func (v *service) acknowledge(ctx context.Context, cancel context.CancelFunc, stream flight.FlightService_DoPutServer, pending <-chan *inflight, hold *flow.Hold) error {
-	s, m := v.src, v.src.opts.Metrics
-	var first error
-	for b := range pending {
-		<-b.done // Write returns soon after ctx ends
-		hold.Shrink(b.bytes)
-		if first != nil {
-			continue
-		}
-		if b.err != nil {
-			m.refused.WithLabelValues(refusedWrite).Inc()
-			if ctx.Err() == nil {
-				s.opts.Logger.Warn("flight source: a batch is not durable; the call ends and its producer resends what it has no PutResult for",
-					"seq", b.seq, "err", b.err)
-			}
-			first = status.Errorf(codes.Unavailable, "batch %d is not durable (%v); resend every batch without a PutResult", b.seq, b.err)
-			cancel()
-			continue
-		}
-		md := binary.BigEndian.AppendUint64(nil, b.seq)
-		if err := stream.Send(&flight.PutResult{AppMetadata: md}); err != nil {
-			first = fmt.Errorf("sending the PutResult of batch %d: %w", b.seq, err)
-			cancel()
-			continue
-		}
-		m.ack.Observe(time.Since(b.arrived).Seconds())
-		s.opts.OnAck()
-	}
-	if errors.Is(first, context.Canceled) {
-		return status.FromContextError(first).Err()
-	}
-	return first
-}
-
-// batchBytes is the size of a batch's Arrow buffers.
-func batchBytes(b arrow.RecordBatch) int64 {
-	var n int64
-	for _, c := range b.Columns() {
-		n += dataBytes(c.Data())
-	}
-	return n
-}
-
-func dataBytes(d arrow.ArrayData) int64 {
-	if dd, ok := d.(*array.Data); d == nil || ok && dd == nil { // no dictionary is a nil *array.Data
-		return 0
-	}
-	var n int64
-	for _, b := range d.Buffers() {
-		if b != nil {
-			n += int64(b.Len())
-		}
-	}
-	for _, c := range d.Children() {
-		n += dataBytes(c)
-	}
-	return n + dataBytes(d.Dictionary())
 }
