@@ -16,65 +16,48 @@ import (
 // schemas are the Arrow schemas the sink has seen, by fingerprint. A row
 // of an Arrow source carries its schema's fingerprint (the header
 // arrowrec.HeaderSchema); only the first row of each source batch carries
-// the schema itself (arrowrec.HeaderSchemaIPC). So that a later row can be
-// sent typed after a restart — its batch's first row delivered before it
-// — every schema is kept on disk, fdatasynced, before the first commit
-// that sends rows of it returns: <dir>/<fingerprint>.arrows, the schema as
-// an IPC stream with no batches. Without a directory (dir "") they are
-// kept in memory only.
+// the schema itself (arrowrec.HeaderSchemaIPC), which arrowrec.Schemas
+// remembers. So that a later row can be sent typed after a restart — its
+// batch's first row delivered before it — every schema is also kept on
+// disk, fdatasynced, before the first commit that sends rows of it
+// returns: <dir>/<fingerprint>.arrows, the schema as an IPC stream with no
+// batches. Without a directory (dir "") they are kept in memory only.
 type schemas struct {
 	fs  vfs.FS
 	dir string
 
-	mu sync.Mutex
-	m  map[string]*group // by fingerprint: the group's send and typed schemas, no rows
+	mu     sync.Mutex
+	known  arrowrec.Schemas
+	groups map[string]*group // by fingerprint: the send and typed schemas, no rows
 }
 
 func newSchemas(fsys vfs.FS, dir string) *schemas {
-	return &schemas{fs: fsys, dir: dir, m: map[string]*group{}}
+	return &schemas{fs: fsys, dir: dir, known: arrowrec.Schemas{}, groups: map[string]*group{}}
 }
 
 // errUnknownSchema is a row whose schema the sink never saw.
 var errUnknownSchema = errors.New("its Arrow schema is unknown to the sink: the row that carries the schema (the first of its source batch) was never delivered to it")
 
-// lookup returns the group template of rec's schema, learning it from
-// rec's HeaderSchemaIPC header when it has one. nil, nil: rec has no
+// lookup returns the group template of rec's schema. nil, nil: rec has no
 // Arrow schema (it is sent generic).
 func (s *schemas) lookup(rec *sink.Record) (*group, error) {
-	var fp string
-	var ipc []byte
-	for _, h := range rec.Headers {
-		switch h.Key {
-		case arrowrec.HeaderSchema:
-			fp = string(h.Value)
-		case arrowrec.HeaderSchemaIPC:
-			ipc = h.Value
-		}
-	}
-	if fp == "" {
-		return nil, nil
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if g, ok := s.m[fp]; ok {
-		return g, nil
-	}
-	if ipc == nil && s.dir != "" {
-		data, err := s.read(fp)
+	sch, ok := s.known.Of(rec.Headers)
+	if !ok {
+		fp := fingerprint(rec.Headers)
+		if fp == "" {
+			return nil, nil
+		}
+		kept, err := s.read(fp)
 		if err != nil {
 			return nil, err
 		}
-		ipc = data
+		s.known[fp] = kept
+		sch = kept
 	}
-	if ipc == nil {
-		return nil, errUnknownSchema
-	}
-	sch, err := arrowrec.SchemaFromIPC(ipc)
-	if err != nil {
-		return nil, err
-	}
-	if sch.Fingerprint != fp {
-		return nil, fmt.Errorf("the schema it carries has fingerprint %s, its %s header says %s", sch.Fingerprint, arrowrec.HeaderSchema, fp)
+	if g, ok := s.groups[sch.Fingerprint]; ok {
+		return g, nil
 	}
 	if err := arrowrec.CheckSchema(sch.Arrow); err != nil {
 		return nil, err
@@ -83,31 +66,52 @@ func (s *schemas) lookup(rec *sink.Record) (*group, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.write(fp, sch.IPC); err != nil {
+	if err := s.write(sch.Fingerprint, sch.IPC); err != nil {
 		return nil, sink.Transient(err)
 	}
 	g := &group{send: send, typed: &sch}
-	s.m[fp] = g
+	s.groups[sch.Fingerprint] = g
 	return g, nil
+}
+
+// fingerprint is the row's schema fingerprint header, or "".
+func fingerprint(hs []sink.Header) string {
+	for _, h := range hs {
+		if h.Key == arrowrec.HeaderSchema {
+			return string(h.Value)
+		}
+	}
+	return ""
 }
 
 func (s *schemas) file(fp string) string { return path.Join(s.dir, fp+".arrows") }
 
-// read returns the kept schema of fingerprint fp, or errUnknownSchema.
-func (s *schemas) read(fp string) ([]byte, error) {
+// read returns the kept schema of fingerprint fp, or errUnknownSchema
+// (also without a directory).
+func (s *schemas) read(fp string) (arrowrec.Schema, error) {
+	if s.dir == "" {
+		return arrowrec.Schema{}, errUnknownSchema
+	}
 	f, err := s.fs.Open(s.file(fp))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, errUnknownSchema
+		return arrowrec.Schema{}, errUnknownSchema
 	}
 	if err != nil {
-		return nil, sink.Transient(fmt.Errorf("flightsink: read a kept schema: %w", err))
+		return arrowrec.Schema{}, sink.Transient(fmt.Errorf("flightsink: read a kept schema: %w", err))
 	}
 	defer f.Close()
 	data, err := io.ReadAll(f)
 	if err != nil {
-		return nil, sink.Transient(fmt.Errorf("flightsink: read a kept schema: %w", err))
+		return arrowrec.Schema{}, sink.Transient(fmt.Errorf("flightsink: read a kept schema: %w", err))
 	}
-	return data, nil
+	sch, err := arrowrec.SchemaFromIPC(data)
+	if err != nil {
+		return arrowrec.Schema{}, fmt.Errorf("kept schema %s: %w", s.file(fp), err)
+	}
+	if sch.Fingerprint != fp {
+		return arrowrec.Schema{}, fmt.Errorf("kept schema %s has fingerprint %s", s.file(fp), sch.Fingerprint)
+	}
+	return sch, nil
 }
 
 // write keeps a schema: a temporary file, fdatasynced, renamed, and the
