@@ -11,6 +11,7 @@ package components
 import (
 	"github.com/weir-io/weir/internal/component"
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/sink/flightsink"
 	"github.com/weir-io/weir/internal/sink/kafkasink"
 	"github.com/weir-io/weir/internal/sink/mysqlsink"
 	"github.com/weir-io/weir/internal/sink/parquetsink"
@@ -31,6 +32,7 @@ func List() component.List {
 			pgsink.Component(),
 			mysqlsink.Component(),
 			kafkasink.Component(),
+			flightsink.Component(),
 		},
 		Sources: []component.SourceDef{
 			kafkasrc.Component(),

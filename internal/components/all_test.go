@@ -13,7 +13,7 @@ import (
 // range.
 func TestBuiltinKinds(t *testing.T) {
 	r := Registry()
-	if got, want := r.SinkNames(), []string{"file", "parquet", "postgres", "mysql", "kafka"}; !slices.Equal(got, want) {
+	if got, want := r.SinkNames(), []string{"file", "parquet", "postgres", "mysql", "kafka", "flight"}; !slices.Equal(got, want) {
 		t.Errorf("sinks %v, want %v", got, want)
 	}
 	if got, want := r.RawSinkNames(), []string{"file", "parquet", "postgres"}; !slices.Equal(got, want) {
@@ -39,10 +39,13 @@ func TestBuiltinKinds(t *testing.T) {
 			t.Errorf("sink %s: FS seam %v but directory key %v", k.Name(), fsSeam, hasDir)
 		}
 	}
-	// The Kafka sink cannot be read back by position, keeps replays as
-	// copies and has no non-durable mode.
-	if k, _ := r.Sink("kafka"); k.PrimaryRaw() || k.Caps() != (component.SinkCaps{Durable: true}) {
-		t.Errorf("sink kafka: primary raw %v, caps %+v", k.PrimaryRaw(), k.Caps())
+	// The Kafka and Flight sinks cannot be read back by position, keep
+	// replays as copies (a Flight server may deduplicate on the id column)
+	// and have no non-durable mode.
+	for _, name := range []string{"kafka", "flight"} {
+		if k, _ := r.Sink(name); k.PrimaryRaw() || k.Caps() != (component.SinkCaps{Durable: true}) {
+			t.Errorf("sink %s: primary raw %v, caps %+v", name, k.PrimaryRaw(), k.Caps())
+		}
 	}
 	regimes := map[string]source.Regime{"kafka": source.BrokerManaged, "nats": source.BrokerManaged, "file": source.StoreManaged, "flight": source.ProducerManaged}
 	for _, k := range r.Sources() {

@@ -20,6 +20,7 @@ import (
 	"github.com/weir-io/weir/internal/components"
 	"github.com/weir-io/weir/internal/config/setting"
 	"github.com/weir-io/weir/internal/sink/filesink"
+	"github.com/weir-io/weir/internal/sink/flightsink"
 	"github.com/weir-io/weir/internal/sink/kafkasink"
 	"github.com/weir-io/weir/internal/sink/mysqlsink"
 	"github.com/weir-io/weir/internal/sink/parquetsink"
@@ -132,6 +133,7 @@ func TestDefaults(t *testing.T) {
 			"mysql":    &mysqlsink.Config{Table: "weir_records", PayloadType: "blob", BatchRecords: 4096, Timeout: 30 * time.Second},
 			"kafka": &kafkasink.Config{ClientID: "weir", DeliveryTimeout: 30 * time.Second, BatchRecords: 4096,
 				MaxMessageBytes: 1 << 20, Compression: "none"},
+			"flight": &flightsink.Config{BatchRecords: 4096, MaxMessageBytes: 4 << 20, CommitTimeout: 30 * time.Second, Compression: "none", Columns: "generic"},
 		}},
 		Components:       components.Registry(),
 		MetricsBind:      "127.0.0.1",
@@ -247,6 +249,20 @@ var samples = map[string][2]string{
 	"sink.kafka.batch_records":       {"1", "65536"},
 	"sink.kafka.max_message_bytes":   {"1KiB", "64MiB"},
 	"sink.kafka.compression":         {"zstd", "lz4"},
+	"sink.flight.endpoint":           {"grpc://127.0.0.1:8815", "grpc+tls://flight.example:443"},
+	"sink.flight.path":               {"weir", "weir,events"},
+	"sink.flight.batch_records":      {"1", "65536"},
+	"sink.flight.max_message_bytes":  {"256KiB", "256MiB"},
+	"sink.flight.commit_timeout":     {"1s", "1h"},
+	"sink.flight.compression":        {"zstd", "lz4"},
+	"sink.flight.columns":            {"arrow", "generic"},
+	"sink.flight.json_schema_file":   {"/etc/weir/orders.schema.json", "/etc/weir/orders-2.schema.json"},
+	"sink.flight.token_file":         {"/etc/weir/flight-a.token", "/etc/weir/flight-b.token"},
+	"sink.flight.token_env":          {"FLIGHT_TOKEN", "WEIR_FLIGHT_TOKEN_2"},
+	"sink.flight.tls_ca_file":        {"/etc/weir/tls/flight-ca.crt", "/etc/weir/tls/flight-ca2.crt"},
+	"sink.flight.tls_cert_file":      {"/etc/weir/tls/flight.crt", "/etc/weir/tls/flight2.crt"},
+	"sink.flight.tls_key_file":       {"/etc/weir/tls/flight.key", "/etc/weir/tls/flight2.key"},
+	"sink.flight.tls_server_name":    {"flight.example", "flight2.example"},
 	"metrics_bind":                   {"0.0.0.0", "metrics.internal"},
 	"metrics_port":                   {"0", "19185"},
 	"metrics_tls":                    {"true", "false"},
@@ -555,7 +571,7 @@ func TestValidationErrors(t *testing.T) {
 		{"dsn never echoed", []string{"--sink-type=postgres", "--sink-postgres-dsn=postgres://u:secret@h/db", "--sink-postgres-timeout=1ms"}, nil,
 			[]string{"sink.postgres.timeout = 1ms"}},
 		{"sink type", []string{"--sink-type=redis"}, nil,
-			[]string{`config: sink.type = "redis": must be one of "file", "parquet", "postgres", "mysql", "kafka" (flag --sink-type, env WEIR_SINK_TYPE)`}},
+			[]string{`config: sink.type = "redis": must be one of "file", "parquet", "postgres", "mysql", "kafka", "flight" (flag --sink-type, env WEIR_SINK_TYPE)`}},
 		{"kafka without brokers", []string{"--sink-type=kafka", "--sink-kafka-topic=t"}, nil,
 			[]string{`config: sink.kafka.brokers = "": is required because sink.type is "kafka" (flag --sink-kafka-brokers, env WEIR_SINK_KAFKA_BROKERS)`}},
 		{"kafka broker without port", []string{"--sink-type=kafka", "--sink-kafka-topic=t", "--sink-kafka-brokers=k1:9092,k2"}, nil,

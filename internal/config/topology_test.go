@@ -339,6 +339,28 @@ dsn = "x"
 [[secondary]]
 name = "a"
 type = "file"`, []string{`sink.type = "mysql": must be one of ["file" "parquet" "postgres"] when [[secondary]] sinks are configured`}},
+		{"flight as primary raw", `
+[sink]
+type = "flight"
+[sink.flight]
+endpoint = "grpc://127.0.0.1:8815"
+[[secondary]]
+name = "a"
+type = "file"`, []string{`sink.type = "flight": must be one of ["file" "parquet" "postgres"] when [[secondary]] sinks are configured: the [sink] is then primary raw, which must be replayable (read back by position for recovery)`}},
+		{"flight secondary with json_schema columns and no schema", `
+[[secondary]]
+name = "lake"
+type = "flight"
+[secondary.flight]
+endpoint = "grpc://127.0.0.1:8815"
+columns = "json_schema"`, []string{`json_schema_file = "": is required with columns = "json_schema"`}},
+		{"flight token in clear text beyond loopback", `
+[[secondary]]
+name = "lake"
+type = "flight"
+[secondary.flight]
+endpoint = "grpc://flight.example:8815"
+token_env = "FLIGHT_TOKEN"`, []string{`endpoint = "grpc://flight.example:8815": must be grpc+tls:// when a bearer token is set`}},
 		{"postgres raw as jsonb", `
 [sink]
 type = "postgres"

@@ -20,6 +20,7 @@ import (
 	"github.com/weir-io/weir/internal/coord/backup"
 	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/metrics"
+	"github.com/weir-io/weir/internal/sink/flightsink"
 	"github.com/weir-io/weir/internal/source/flightsrc"
 )
 
@@ -72,7 +73,7 @@ func InCatalogue(cat map[string]bool, name string) bool {
 // Registry is the set of metric names the daemon can register, whatever
 // its configuration: those of metrics.New (with the Go runtime and process
 // collectors), of its on-demand parts — flow control, secondaries and
-// sources, the HTTP door, data contracts, the taps — and of the coordination tier
+// sources, the HTTP door, data contracts, the taps, the Flight sinks — and of the coordination tier
 // (coord, its backups, the member gauge). A name is in it once registered,
 // whether or not it has a series yet.
 func Registry(t testing.TB) map[string]bool {
@@ -87,6 +88,9 @@ func Registry(t testing.TB) map[string]bool {
 		t.Fatal(err)
 	}
 	if err := coord.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if err := flightsink.RegisterMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	bk, err := backup.Open(context.Background(), "file://"+t.TempDir(), slog.New(slog.DiscardHandler), reg)
