@@ -1,0 +1,727 @@
+package contract
+
+// A fast path for the rules. cel-go converts every member a rule reads
+// from the decoded map[string]any into a CEL value, on every record; for
+// the common shapes of rule that conversion is most of a rule's cost. At
+// compile time, a rule's checked AST is also compiled, where its shape
+// allows, into a tree of fastExpr evaluated directly over the decoded
+// value. The tree answers true, false or "unsure"; a true or false
+// verdict is used as is, and an unsure one (a value of a type the tree
+// does not handle, a missing member, anything CEL would turn into an
+// error) sends the record to cel-go, which decides and words the error.
+// So the one property the tree must have is: when it answers true or
+// false, cel-go evaluates the rule to that same bool without an error
+// (FuzzFastRulesAgree checks it against cel-go).
+//
+// Shapes: constants (int, uint, double, string, bool, null), record, source,
+// a comprehension's variable, member selection (a.b), has(a.b), the six
+// comparisons between any two of these with CEL's heterogeneous numeric
+// equality and ordering, size() of a string (code points), list or map,
+// x in [constant list] and x in <list>, &&, ||, !, all() and exists() over
+// a list, and startsWith, endsWith, contains and matches with a constant
+// argument. A part of a rule outside these is "unsure" as a whole, which
+// still lets the tree decide `a || <other>` when a holds.
+
+import (
+	"encoding/json"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/types"
+)
+
+// fastOp is what a fastExpr computes.
+type fastOp uint8
+
+const (
+	opUnsure  fastOp = iota // outside the fast path: always unsure
+	opConst                 // k
+	opRecord                // the record
+	opSource                // the source's name
+	opIter                  // the comprehension variable in slot
+	opSelect                // kids[0].field
+	opHas                   // has(kids[0].field)
+	opSize                  // size(kids[0])
+	opCmp                   // kids[0] cmp kids[1]
+	opInSet                 // kids[0] in set (a list of constants)
+	opInList                // kids[0] in kids[1]
+	opAnd                   // kids[0] && kids[1]
+	opOr                    // kids[0] || kids[1]
+	opNot                   // !kids[0]
+	opAll                   // kids[0].all(slot, kids[1])
+	opExists                // kids[0].exists(slot, kids[1])
+	opStrFn                 // kids[0].fn(str): startsWith, endsWith, contains
+	opMatches               // kids[0].matches(re)
+)
+
+type fastExpr struct {
+	op    fastOp
+	kids  []*fastExpr
+	k     fval   // opConst
+	field string // opSelect, opHas
+	slot  int    // opIter, opAll, opExists
+	cmp   string // opCmp: the CEL operator, "_<_" ...; opStrFn: the function
+	set   []fval // opInSet
+	str   string // opStrFn
+	re    *regexp.Regexp
+}
+
+// kind is a fast value's CEL type; kUnsure marks a value the fast path
+// does not know (CEL would have an error, or a type it does not handle).
+type kind uint8
+
+const (
+	kUnsure kind = iota
+	kNull
+	kBool
+	kInt
+	kUint
+	kDouble
+	kString
+	kList
+	kMap
+)
+
+type fval struct {
+	k kind
+	b bool
+	i int64
+	u uint64
+	d float64
+	s string
+	l []any          // kList
+	m map[string]any // kMap
+}
+
+var (
+	unsure  = fval{}
+	valTrue = fval{k: kBool, b: true}
+	valFals = fval{k: kBool}
+)
+
+func boolVal(b bool) fval {
+	if b {
+		return valTrue
+	}
+	return valFals
+}
+
+// maxIterDepth bounds nested comprehensions in a fast rule.
+const maxIterDepth = 4
+
+// fastFrame is what a fast rule reads.
+type fastFrame struct {
+	rec    any
+	source string
+	iter   [maxIterDepth]any
+}
+
+// fastRuleCompiler compiles a checked expression; scope holds the
+// comprehension variables in force, innermost last.
+type fastRuleCompiler struct {
+	scope []string
+}
+
+// compileFastRule returns the fast path of a checked rule, or nil when
+// its top is outside the fast path.
+func compileFastRule(e ast.Expr) *fastExpr {
+	var c fastRuleCompiler
+	n := c.expr(e)
+	if n.op == opUnsure {
+		return nil
+	}
+	return n
+}
+
+var outside = &fastExpr{op: opUnsure}
+
+func (c *fastRuleCompiler) expr(e ast.Expr) *fastExpr {
+	switch e.Kind() {
+	case ast.LiteralKind:
+		if k, ok := constVal(e.AsLiteral()); ok {
+			return &fastExpr{op: opConst, k: k}
+		}
+	case ast.IdentKind:
+		return c.ident(e.AsIdent())
+	case ast.SelectKind:
+		s := e.AsSelect()
+		op := opSelect
+		if s.IsTestOnly() {
+			op = opHas
+		}
+		if x := c.expr(s.Operand()); x.op != opUnsure {
+			return &fastExpr{op: op, kids: []*fastExpr{x}, field: s.FieldName()}
+		}
+	case ast.CallKind:
+		return c.call(e.AsCall())
+	case ast.ComprehensionKind:
+		return c.comprehension(e.AsComprehension())
+	}
+	return outside
+}
+
+func (c *fastRuleCompiler) ident(name string) *fastExpr {
+	for i := len(c.scope) - 1; i >= 0; i-- {
+		if c.scope[i] == name {
+			return &fastExpr{op: opIter, slot: i}
+		}
+	}
+	switch name {
+	case "record":
+		return &fastExpr{op: opRecord}
+	case "source":
+		return &fastExpr{op: opSource}
+	}
+	return outside
+}
+
+// constVal is a CEL literal as a fast value; false for bytes (left to
+// cel-go).
+func constVal(v any) (fval, bool) {
+	switch x := v.(type) {
+	case types.Bool:
+		return boolVal(bool(x)), true
+	case types.Int:
+		return fval{k: kInt, i: int64(x)}, true
+	case types.Uint:
+		return fval{k: kUint, u: uint64(x)}, true
+	case types.Double:
+		return fval{k: kDouble, d: float64(x)}, true
+	case types.String:
+		return fval{k: kString, s: string(x)}, true
+	case types.Null:
+		return fval{k: kNull}, true
+	}
+	return unsure, false
+}
+
+// both compiles two operands; nil when either is outside.
+func (c *fastRuleCompiler) both(a, b ast.Expr) []*fastExpr {
+	x, y := c.expr(a), c.expr(b)
+	if x.op == opUnsure || y.op == opUnsure {
+		return nil
+	}
+	return []*fastExpr{x, y}
+}
+
+func (c *fastRuleCompiler) call(call ast.CallExpr) *fastExpr {
+	args := call.Args()
+	fn := call.FunctionName()
+	if call.IsMemberFunction() {
+		if len(args) != 1 {
+			if fn == "size" && len(args) == 0 {
+				return c.unary(opSize, call.Target())
+			}
+			return outside
+		}
+		return c.method(fn, call.Target(), args[0])
+	}
+	switch {
+	case len(args) == 1 && fn == "!_":
+		x := c.expr(args[0])
+		if x.op == opUnsure {
+			return outside
+		}
+		return &fastExpr{op: opNot, kids: []*fastExpr{x}}
+	case len(args) == 1 && fn == "size":
+		return c.unary(opSize, args[0])
+	case len(args) != 2:
+		return outside
+	case fn == "_&&_" || fn == "_||_":
+		// One side outside still lets the other decide: false && _,
+		// true || _ (CEL's logic is commutative about errors).
+		op := opAnd
+		if fn == "_||_" {
+			op = opOr
+		}
+		x, y := c.expr(args[0]), c.expr(args[1])
+		if x.op == opUnsure && y.op == opUnsure {
+			return outside
+		}
+		return &fastExpr{op: op, kids: []*fastExpr{x, y}}
+	case fn == "_==_" || fn == "_!=_" || fn == "_<_" || fn == "_<=_" || fn == "_>_" || fn == "_>=_":
+		if kids := c.both(args[0], args[1]); kids != nil {
+			return &fastExpr{op: opCmp, cmp: fn, kids: kids}
+		}
+	case fn == "@in":
+		return c.in(args[0], args[1])
+	}
+	return outside
+}
+
+func (c *fastRuleCompiler) unary(op fastOp, arg ast.Expr) *fastExpr {
+	x := c.expr(arg)
+	if x.op == opUnsure {
+		return outside
+	}
+	return &fastExpr{op: op, kids: []*fastExpr{x}}
+}
+
+// method compiles target.fn(arg) for the string functions with a
+// constant argument.
+func (c *fastRuleCompiler) method(fn string, target, arg ast.Expr) *fastExpr {
+	if arg.Kind() != ast.LiteralKind {
+		return outside
+	}
+	s, ok := arg.AsLiteral().(types.String)
+	if !ok {
+		return outside
+	}
+	x := c.expr(target)
+	if x.op == opUnsure {
+		return outside
+	}
+	switch fn {
+	case "startsWith", "endsWith", "contains":
+		return &fastExpr{op: opStrFn, cmp: fn, str: string(s), kids: []*fastExpr{x}}
+	case "matches":
+		re, err := regexp.Compile(string(s))
+		if err != nil {
+			return outside
+		}
+		return &fastExpr{op: opMatches, re: re, kids: []*fastExpr{x}}
+	}
+	return outside
+}
+
+// in compiles x in list: a literal list of bool, int, uint, double and
+// string constants is a set (cel-go plans it as a hash set), anything
+// else is looked through.
+func (c *fastRuleCompiler) in(x, list ast.Expr) *fastExpr {
+	if list.Kind() == ast.ListKind {
+		l := list.AsList()
+		if len(l.OptionalIndices()) > 0 {
+			return outside
+		}
+		n := &fastExpr{op: opInSet, kids: []*fastExpr{c.expr(x)}}
+		if n.kids[0].op == opUnsure {
+			return outside
+		}
+		for _, el := range l.Elements() {
+			if el.Kind() != ast.LiteralKind {
+				return outside
+			}
+			k, ok := constVal(el.AsLiteral())
+			if !ok || k.k == kNull { // cel-go plans no set for a list holding null
+				return outside
+			}
+			n.set = append(n.set, k)
+		}
+		return n
+	}
+	if kids := c.both(x, list); kids != nil {
+		return &fastExpr{op: opInList, kids: kids}
+	}
+	return outside
+}
+
+// comprehension compiles the all() and exists() macros as the parser
+// expands them: init true, step @result && p, or init false, step
+// @result || p; result @result.
+func (c *fastRuleCompiler) comprehension(cx ast.ComprehensionExpr) *fastExpr {
+	if cx.HasIterVar2() || len(c.scope) == maxIterDepth {
+		return outside
+	}
+	accu := cx.AccuVar()
+	init, step, res := cx.AccuInit(), cx.LoopStep(), cx.Result()
+	if init.Kind() != ast.LiteralKind || res.Kind() != ast.IdentKind || res.AsIdent() != accu ||
+		step.Kind() != ast.CallKind || !c.loopCondition(cx.LoopCondition(), accu) {
+		return outside
+	}
+	b, ok := init.AsLiteral().(types.Bool)
+	sc := step.AsCall()
+	if !ok || len(sc.Args()) != 2 || sc.Args()[0].Kind() != ast.IdentKind || sc.Args()[0].AsIdent() != accu {
+		return outside
+	}
+	var op fastOp
+	switch {
+	case bool(b) && sc.FunctionName() == "_&&_":
+		op = opAll
+	case !bool(b) && sc.FunctionName() == "_||_":
+		op = opExists
+	default:
+		return outside
+	}
+	rng := c.expr(cx.IterRange())
+	if rng.op == opUnsure {
+		return outside
+	}
+	c.scope = append(c.scope, cx.IterVar())
+	pred := c.expr(sc.Args()[1])
+	c.scope = c.scope[:len(c.scope)-1]
+	if pred.op == opUnsure {
+		return outside
+	}
+	return &fastExpr{op: op, slot: len(c.scope), kids: []*fastExpr{rng, pred}}
+}
+
+// loopCondition: @not_strictly_false(accu) or @not_strictly_false(!accu).
+func (c *fastRuleCompiler) loopCondition(e ast.Expr, accu string) bool {
+	if e.Kind() != ast.CallKind || e.AsCall().FunctionName() != "@not_strictly_false" || len(e.AsCall().Args()) != 1 {
+		return false
+	}
+	a := e.AsCall().Args()[0]
+	if a.Kind() == ast.CallKind && a.AsCall().FunctionName() == "!_" && len(a.AsCall().Args()) == 1 {
+		a = a.AsCall().Args()[0]
+	}
+	return a.Kind() == ast.IdentKind && a.AsIdent() == accu
+}
+
+// verdict evaluates a rule: yes, no, or ok false when unsure.
+func (n *fastExpr) verdict(f *fastFrame) (pass, ok bool) {
+	v := n.eval(f)
+	return v.b, v.k == kBool
+}
+
+func (n *fastExpr) eval(f *fastFrame) fval {
+	switch n.op {
+	case opConst:
+		return n.k
+	case opRecord:
+		return fromJSON(f.rec)
+	case opSource:
+		return fval{k: kString, s: f.source}
+	case opIter:
+		return fromJSON(f.iter[n.slot])
+	case opSelect, opHas:
+		x := n.kids[0].eval(f)
+		if x.k != kMap {
+			return unsure
+		}
+		v, found := x.m[n.field]
+		if n.op == opHas {
+			return boolVal(found)
+		}
+		if !found {
+			return unsure
+		}
+		return fromJSON(v)
+	case opSize:
+		return size(n.kids[0].eval(f))
+	case opCmp:
+		return compare(n.cmp, n.kids[0].eval(f), n.kids[1].eval(f))
+	case opInSet:
+		return inSet(n.kids[0].eval(f), n.set)
+	case opInList:
+		return inList(n.kids[0].eval(f), n.kids[1].eval(f))
+	case opAnd, opOr:
+		return n.logic(f)
+	case opNot:
+		x := n.kids[0].eval(f)
+		if x.k != kBool {
+			return unsure
+		}
+		return boolVal(!x.b)
+	case opAll, opExists:
+		return n.comprehension(f)
+	case opStrFn, opMatches:
+		return n.strTest(n.kids[0].eval(f))
+	}
+	return unsure
+}
+
+// strTest is a string function with a constant argument; a target
+// other than a string has no such overload.
+func (n *fastExpr) strTest(x fval) fval {
+	if x.k != kString {
+		return unsure
+	}
+	switch {
+	case n.op == opMatches:
+		return boolVal(n.re.MatchString(x.s))
+	case n.cmp == "startsWith":
+		return boolVal(strings.HasPrefix(x.s, n.str))
+	case n.cmp == "endsWith":
+		return boolVal(strings.HasSuffix(x.s, n.str))
+	}
+	return boolVal(strings.Contains(x.s, n.str))
+}
+
+// logic is && and ||: false && anything is false, true || anything is
+// true, whatever the other side (an error included).
+func (n *fastExpr) logic(f *fastFrame) fval {
+	absorbing := n.op == opOr // the value that decides alone
+	x := n.kids[0].eval(f)
+	if x.k == kBool && x.b == absorbing {
+		return x
+	}
+	y := n.kids[1].eval(f)
+	if y.k == kBool && y.b == absorbing {
+		return y
+	}
+	if x.k == kBool && y.k == kBool {
+		return boolVal(!absorbing)
+	}
+	return unsure
+}
+
+// comprehension is all() and exists() over a list: one element that
+// decides alone (false for all, true for exists) decides; else every
+// element must be known.
+func (n *fastExpr) comprehension(f *fastFrame) fval {
+	rng := n.kids[0].eval(f)
+	if rng.k != kList {
+		return unsure
+	}
+	absorbing := n.op == opExists
+	sure := true
+	for _, el := range rng.l {
+		f.iter[n.slot] = el
+		v := n.kids[1].eval(f)
+		switch {
+		case v.k != kBool:
+			sure = false
+		case v.b == absorbing:
+			f.iter[n.slot] = nil
+			return v
+		}
+	}
+	f.iter[n.slot] = nil
+	if !sure {
+		return unsure
+	}
+	return boolVal(!absorbing)
+}
+
+// fromJSON is a decoded value as CEL sees it: cel-go converts a
+// json.Number to an int when strconv.ParseInt takes it, else to a double
+// when strconv.ParseFloat does (else to a string: unsure here).
+func fromJSON(v any) fval {
+	switch x := v.(type) {
+	case nil:
+		return fval{k: kNull}
+	case bool:
+		return boolVal(x)
+	case string:
+		return fval{k: kString, s: x}
+	case json.Number:
+		s := string(x)
+		if !strings.ContainsAny(s, ".eE") { // the only inputs ParseInt may take
+			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+				return fval{k: kInt, i: i}
+			}
+		}
+		if d, err := strconv.ParseFloat(s, 64); err == nil {
+			return fval{k: kDouble, d: d}
+		}
+	case map[string]any:
+		return fval{k: kMap, m: x}
+	case []any:
+		return fval{k: kList, l: x}
+	}
+	return unsure
+}
+
+func size(x fval) fval {
+	switch x.k {
+	case kString:
+		return fval{k: kInt, i: int64(utf8.RuneCountInString(x.s))}
+	case kList:
+		return fval{k: kInt, i: int64(len(x.l))}
+	case kMap:
+		return fval{k: kInt, i: int64(len(x.m))}
+	}
+	return unsure
+}
+
+func isNum(k kind) bool { return k == kInt || k == kUint || k == kDouble }
+
+// equal is CEL's ==: null equals only null, numbers compare across int,
+// uint and double, other values of different types are unequal. Two
+// lists or two maps are left to cel-go.
+func equal(a, b fval) fval {
+	switch {
+	case a.k == kUnsure || b.k == kUnsure:
+		return unsure
+	case a.k == kNull || b.k == kNull:
+		return boolVal(a.k == b.k)
+	case isNum(a.k) && isNum(b.k):
+		c, ok := numCompare(a, b)
+		return boolVal(ok && c == 0) // NaN equals nothing
+	case a.k != b.k:
+		return valFals
+	}
+	switch a.k {
+	case kBool:
+		return boolVal(a.b == b.b)
+	case kString:
+		return boolVal(a.s == b.s)
+	}
+	return unsure
+}
+
+// compare is CEL's comparison operators.
+func compare(op string, a, b fval) fval {
+	switch op {
+	case "_==_":
+		return equal(a, b)
+	case "_!=_":
+		e := equal(a, b)
+		if e.k != kBool {
+			return unsure
+		}
+		return boolVal(!e.b)
+	}
+	var c int
+	switch {
+	case isNum(a.k) && isNum(b.k):
+		var ok bool
+		if c, ok = numCompare(a, b); !ok {
+			return unsure // NaN cannot be ordered
+		}
+	case a.k == kString && b.k == kString:
+		c = strings.Compare(a.s, b.s)
+	case a.k == kBool && b.k == kBool:
+		c = boolCompare(a.b, b.b)
+	default:
+		return unsure // no such overload
+	}
+	switch op {
+	case "_<_":
+		return boolVal(c < 0)
+	case "_<=_":
+		return boolVal(c <= 0)
+	case "_>_":
+		return boolVal(c > 0)
+	default: // "_>=_"
+		return boolVal(c >= 0)
+	}
+}
+
+func boolCompare(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case b:
+		return -1
+	}
+	return 1
+}
+
+// numCompare orders two numbers as cel-go does (common/types/compare.go:
+// a double against an int or uint is compared in float64); ok is false
+// when either is NaN.
+func numCompare(a, b fval) (int, bool) {
+	if a.k == kDouble && math.IsNaN(a.d) || b.k == kDouble && math.IsNaN(b.d) {
+		return 0, false
+	}
+	switch a.k {
+	case kInt:
+		switch b.k {
+		case kInt:
+			return cmp3(a.i < b.i, a.i > b.i), true
+		case kUint:
+			return intUint(a.i, b.u), true
+		default:
+			return -doubleInt(b.d, a.i), true
+		}
+	case kUint:
+		switch b.k {
+		case kInt:
+			return -intUint(b.i, a.u), true
+		case kUint:
+			return cmp3(a.u < b.u, a.u > b.u), true
+		default:
+			return -doubleUint(b.d, a.u), true
+		}
+	}
+	switch b.k {
+	case kInt:
+		return doubleInt(a.d, b.i), true
+	case kUint:
+		return doubleUint(a.d, b.u), true
+	}
+	return cmp3(a.d < b.d, a.d > b.d), true
+}
+
+func cmp3(less, greater bool) int {
+	switch {
+	case less:
+		return -1
+	case greater:
+		return 1
+	}
+	return 0
+}
+
+func doubleInt(d float64, i int64) int {
+	switch {
+	case d < math.MinInt64:
+		return -1
+	case d > math.MaxInt64:
+		return 1
+	}
+	return cmp3(d < float64(i), d > float64(i))
+}
+
+func doubleUint(d float64, u uint64) int {
+	switch {
+	case d < 0:
+		return -1
+	case d > math.MaxUint64:
+		return 1
+	}
+	return cmp3(d < float64(u), d > float64(u))
+}
+
+func intUint(i int64, u uint64) int {
+	if i < 0 || u > math.MaxInt64 {
+		return -1
+	}
+	return cmp3(i < int64(u), i > int64(u))
+}
+
+// inSet is x in a list of constants. cel-go looks x up in a hash set
+// holding each constant and its lossless int, uint and double forms;
+// for numbers below 2^53 in magnitude that is numeric equality, beyond
+// it is left to cel-go. A list or map is never in the set.
+func inSet(x fval, set []fval) fval {
+	switch x.k {
+	case kUnsure, kList, kMap:
+		return unsure
+	case kInt:
+		if x.i <= -1<<53 || x.i >= 1<<53 {
+			return unsure
+		}
+	case kUint:
+		if x.u >= 1<<53 {
+			return unsure
+		}
+	case kDouble:
+		if !(math.Abs(x.d) < 1<<53) {
+			return unsure
+		}
+	}
+	for _, k := range set {
+		if e := equal(x, k); e.k == kBool && e.b {
+			return valTrue
+		}
+	}
+	return valFals
+}
+
+// inList is x in a list value: true when an element equals x (no
+// element can make it an error), false when none does.
+func inList(x, list fval) fval {
+	if list.k != kList || x.k == kUnsure || x.k == kList || x.k == kMap {
+		return unsure
+	}
+	sure := true
+	for _, el := range list.l {
+		e := equal(x, fromJSON(el))
+		switch {
+		case e.k != kBool:
+			sure = false
+		case e.b:
+			return valTrue
+		}
+	}
+	if !sure {
+		return unsure
+	}
+	return valFals
+}
