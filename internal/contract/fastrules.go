@@ -40,11 +40,9 @@ type fastOp uint8
 const (
 	opUnsure  fastOp = iota // outside the fast path: always unsure
 	opConst                 // k
-	opRecord                // the record
+	opMember                // the record (slot -1) or a comprehension variable, then path
 	opSource                // the source's name
-	opIter                  // the comprehension variable in slot
-	opSelect                // kids[0].field
-	opHas                   // has(kids[0].field)
+	opHas                   // has(kids[0].field), kids[0] an opMember
 	opSize                  // size(kids[0])
 	opCmp                   // kids[0] cmp kids[1]
 	opInSet                 // kids[0] in set (a list of constants)
@@ -61,12 +59,13 @@ const (
 type fastExpr struct {
 	op    fastOp
 	kids  []*fastExpr
-	k     fval   // opConst
-	field string // opSelect, opHas
-	slot  int    // opIter, opAll, opExists
-	cmp   string // opCmp: the CEL operator, "_<_" ...; opStrFn: the function
-	set   []fval // opInSet
-	str   string // opStrFn
+	k     fval     // opConst
+	path  []string // opMember: the members selected, in order
+	field string   // opHas
+	slot  int      // opMember, opAll, opExists
+	cmp   string   // opCmp: the CEL operator, "_<_" ...; opStrFn: the function
+	set   []fval   // opInSet
+	str   string   // opStrFn
 	re    *regexp.Regexp
 }
 
@@ -88,14 +87,19 @@ const (
 
 type fval struct {
 	k kind
-	b bool
-	i int64
-	u uint64
-	d float64
-	s string
-	l []any          // kList
-	m map[string]any // kMap
+	b bool   // kBool
+	n uint64 // kInt: int64(n), kUint: n, kDouble: the float64's bits
+	s string // kString
+	// raw is the decoded value of a kList ([]any) or kMap
+	// (map[string]any), as decoded: boxing it anew would allocate.
+	raw any
 }
+
+func intVal(i int64) fval     { return fval{k: kInt, n: uint64(i)} }
+func uintVal(u uint64) fval   { return fval{k: kUint, n: u} }
+func dblVal(d float64) fval   { return fval{k: kDouble, n: math.Float64bits(d)} }
+func (v fval) asInt() int64   { return int64(v.n) }
+func (v fval) asDbl() float64 { return math.Float64frombits(v.n) }
 
 var (
 	unsure  = fval{}
@@ -149,12 +153,14 @@ func (c *fastRuleCompiler) expr(e ast.Expr) *fastExpr {
 		return c.ident(e.AsIdent())
 	case ast.SelectKind:
 		s := e.AsSelect()
-		op := opSelect
-		if s.IsTestOnly() {
-			op = opHas
-		}
-		if x := c.expr(s.Operand()); x.op != opUnsure {
-			return &fastExpr{op: op, kids: []*fastExpr{x}, field: s.FieldName()}
+		x := c.expr(s.Operand())
+		switch {
+		case x.op != opMember:
+		case s.IsTestOnly():
+			return &fastExpr{op: opHas, kids: []*fastExpr{x}, field: s.FieldName()}
+		default:
+			path := append(append([]string(nil), x.path...), s.FieldName())
+			return &fastExpr{op: opMember, slot: x.slot, path: path}
 		}
 	case ast.CallKind:
 		return c.call(e.AsCall())
@@ -167,12 +173,12 @@ func (c *fastRuleCompiler) expr(e ast.Expr) *fastExpr {
 func (c *fastRuleCompiler) ident(name string) *fastExpr {
 	for i := len(c.scope) - 1; i >= 0; i-- {
 		if c.scope[i] == name {
-			return &fastExpr{op: opIter, slot: i}
+			return &fastExpr{op: opMember, slot: i}
 		}
 	}
 	switch name {
 	case "record":
-		return &fastExpr{op: opRecord}
+		return &fastExpr{op: opMember, slot: -1}
 	case "source":
 		return &fastExpr{op: opSource}
 	}
@@ -186,11 +192,11 @@ func constVal(v any) (fval, bool) {
 	case types.Bool:
 		return boolVal(bool(x)), true
 	case types.Int:
-		return fval{k: kInt, i: int64(x)}, true
+		return intVal(int64(x)), true
 	case types.Uint:
-		return fval{k: kUint, u: uint64(x)}, true
+		return uintVal(uint64(x)), true
 	case types.Double:
-		return fval{k: kDouble, d: float64(x)}, true
+		return dblVal(float64(x)), true
 	case types.String:
 		return fval{k: kString, s: string(x)}, true
 	case types.Null:
@@ -381,47 +387,82 @@ func (n *fastExpr) eval(f *fastFrame) fval {
 	switch n.op {
 	case opConst:
 		return n.k
-	case opRecord:
-		return fromJSON(f.rec)
-	case opSource:
-		return fval{k: kString, s: f.source}
-	case opIter:
-		return fromJSON(f.iter[n.slot])
-	case opSelect, opHas:
-		x := n.kids[0].eval(f)
-		if x.k != kMap {
-			return unsure
-		}
-		v, found := x.m[n.field]
-		if n.op == opHas {
-			return boolVal(found)
-		}
-		if !found {
+	case opMember:
+		v, ok := n.member(f)
+		if !ok {
 			return unsure
 		}
 		return fromJSON(v)
-	case opSize:
-		return size(n.kids[0].eval(f))
-	case opCmp:
-		return compare(n.cmp, n.kids[0].eval(f), n.kids[1].eval(f))
-	case opInSet:
-		return inSet(n.kids[0].eval(f), n.set)
-	case opInList:
-		return inList(n.kids[0].eval(f), n.kids[1].eval(f))
+	case opSource:
+		return fval{k: kString, s: f.source}
+	case opHas:
+		return n.has(f)
+	case opCmp, opInList:
+		return n.binary(f)
+	case opSize, opInSet, opNot, opStrFn, opMatches:
+		return n.unary(f)
 	case opAnd, opOr:
 		return n.logic(f)
+	case opAll, opExists:
+		return n.comprehension(f)
+	}
+	return unsure
+}
+
+// Each kind of node has its own method, which keeps eval's stack frame,
+// set up on every call, small.
+
+func (n *fastExpr) has(f *fastFrame) fval {
+	v, ok := n.kids[0].member(f)
+	m, isMap := v.(map[string]any)
+	if !ok || !isMap {
+		return unsure
+	}
+	_, found := m[n.field]
+	return boolVal(found)
+}
+
+func (n *fastExpr) binary(f *fastFrame) fval {
+	x, y := n.kids[0].eval(f), n.kids[1].eval(f)
+	if n.op == opInList {
+		return inList(x, y)
+	}
+	return compare(n.cmp, x, y)
+}
+
+func (n *fastExpr) unary(f *fastFrame) fval {
+	x := n.kids[0].eval(f)
+	switch n.op {
+	case opSize:
+		return size(x)
+	case opInSet:
+		return inSet(x, n.set)
 	case opNot:
-		x := n.kids[0].eval(f)
 		if x.k != kBool {
 			return unsure
 		}
 		return boolVal(!x.b)
-	case opAll, opExists:
-		return n.comprehension(f)
-	case opStrFn, opMatches:
-		return n.strTest(n.kids[0].eval(f))
 	}
-	return unsure
+	return n.strTest(x)
+}
+
+// member is the decoded value of an opMember; false when a member on
+// its path is missing or its parent is not an object (errors in CEL).
+func (n *fastExpr) member(f *fastFrame) (any, bool) {
+	v := f.rec
+	if n.slot >= 0 {
+		v = f.iter[n.slot]
+	}
+	for _, name := range n.path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if v, ok = m[name]; !ok {
+			return nil, false
+		}
+	}
+	return v, true
 }
 
 // strTest is a string function with a constant argument; a target
@@ -469,7 +510,7 @@ func (n *fastExpr) comprehension(f *fastFrame) fval {
 	}
 	absorbing := n.op == opExists
 	sure := true
-	for _, el := range rng.l {
+	for _, el := range rng.raw.([]any) {
 		f.iter[n.slot] = el
 		v := n.kids[1].eval(f)
 		switch {
@@ -502,16 +543,16 @@ func fromJSON(v any) fval {
 		s := string(x)
 		if !strings.ContainsAny(s, ".eE") { // the only inputs ParseInt may take
 			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-				return fval{k: kInt, i: i}
+				return intVal(i)
 			}
 		}
 		if d, err := strconv.ParseFloat(s, 64); err == nil {
-			return fval{k: kDouble, d: d}
+			return dblVal(d)
 		}
 	case map[string]any:
-		return fval{k: kMap, m: x}
+		return fval{k: kMap, raw: v}
 	case []any:
-		return fval{k: kList, l: x}
+		return fval{k: kList, raw: v}
 	}
 	return unsure
 }
@@ -519,11 +560,11 @@ func fromJSON(v any) fval {
 func size(x fval) fval {
 	switch x.k {
 	case kString:
-		return fval{k: kInt, i: int64(utf8.RuneCountInString(x.s))}
+		return intVal(int64(utf8.RuneCountInString(x.s)))
 	case kList:
-		return fval{k: kInt, i: int64(len(x.l))}
+		return intVal(int64(len(x.raw.([]any))))
 	case kMap:
-		return fval{k: kInt, i: int64(len(x.m))}
+		return intVal(int64(len(x.raw.(map[string]any))))
 	}
 	return unsure
 }
@@ -606,36 +647,36 @@ func boolCompare(a, b bool) int {
 // a double against an int or uint is compared in float64); ok is false
 // when either is NaN.
 func numCompare(a, b fval) (int, bool) {
-	if a.k == kDouble && math.IsNaN(a.d) || b.k == kDouble && math.IsNaN(b.d) {
+	if a.k == kDouble && math.IsNaN(a.asDbl()) || b.k == kDouble && math.IsNaN(b.asDbl()) {
 		return 0, false
 	}
 	switch a.k {
 	case kInt:
 		switch b.k {
 		case kInt:
-			return cmp3(a.i < b.i, a.i > b.i), true
+			return cmp3(a.asInt() < b.asInt(), a.asInt() > b.asInt()), true
 		case kUint:
-			return intUint(a.i, b.u), true
+			return intUint(a.asInt(), b.n), true
 		default:
-			return -doubleInt(b.d, a.i), true
+			return -doubleInt(b.asDbl(), a.asInt()), true
 		}
 	case kUint:
 		switch b.k {
 		case kInt:
-			return -intUint(b.i, a.u), true
+			return -intUint(b.asInt(), a.n), true
 		case kUint:
-			return cmp3(a.u < b.u, a.u > b.u), true
+			return cmp3(a.n < b.n, a.n > b.n), true
 		default:
-			return -doubleUint(b.d, a.u), true
+			return -doubleUint(b.asDbl(), a.n), true
 		}
 	}
 	switch b.k {
 	case kInt:
-		return doubleInt(a.d, b.i), true
+		return doubleInt(a.asDbl(), b.asInt()), true
 	case kUint:
-		return doubleUint(a.d, b.u), true
+		return doubleUint(a.asDbl(), b.n), true
 	}
-	return cmp3(a.d < b.d, a.d > b.d), true
+	return cmp3(a.asDbl() < b.asDbl(), a.asDbl() > b.asDbl()), true
 }
 
 func cmp3(less, greater bool) int {
@@ -684,15 +725,15 @@ func inSet(x fval, set []fval) fval {
 	case kUnsure, kList, kMap:
 		return unsure
 	case kInt:
-		if x.i <= -1<<53 || x.i >= 1<<53 {
+		if x.asInt() <= -1<<53 || x.asInt() >= 1<<53 {
 			return unsure
 		}
 	case kUint:
-		if x.u >= 1<<53 {
+		if x.n >= 1<<53 {
 			return unsure
 		}
 	case kDouble:
-		if !(math.Abs(x.d) < 1<<53) {
+		if !(math.Abs(x.asDbl()) < 1<<53) {
 			return unsure
 		}
 	}
@@ -711,7 +752,7 @@ func inList(x, list fval) fval {
 		return unsure
 	}
 	sure := true
-	for _, el := range list.l {
+	for _, el := range list.raw.([]any) {
 		e := equal(x, fromJSON(el))
 		switch {
 		case e.k != kBool:

@@ -238,23 +238,23 @@ func TestFastRulesOutside(t *testing.T) {
 func TestFastNumbersAgree(t *testing.T) {
 	var vals []fval
 	for _, i := range []int64{0, 1, -1, 1<<53 - 1, 1 << 53, 1<<53 + 1, math.MaxInt64, math.MinInt64} {
-		vals = append(vals, fval{k: kInt, i: i})
+		vals = append(vals, intVal(i))
 	}
 	for _, u := range []uint64{0, 1, 1 << 53, 1<<53 + 1, math.MaxInt64, math.MaxInt64 + 1, math.MaxUint64} {
-		vals = append(vals, fval{k: kUint, u: u})
+		vals = append(vals, uintVal(u))
 	}
 	for _, d := range []float64{0, math.Copysign(0, -1), 1, -1, 0.5, 1 << 53, 1<<53 + 2, 1 << 63, -(1 << 63),
 		1 << 64, math.MaxFloat64, math.Inf(1), math.Inf(-1), math.NaN()} {
-		vals = append(vals, fval{k: kDouble, d: d})
+		vals = append(vals, dblVal(d))
 	}
 	celVal := func(v fval) ref.Val {
 		switch v.k {
 		case kInt:
-			return types.Int(v.i)
+			return types.Int(v.asInt())
 		case kUint:
-			return types.Uint(v.u)
+			return types.Uint(v.n)
 		}
-		return types.Double(v.d)
+		return types.Double(v.asDbl())
 	}
 	for _, a := range vals {
 		for _, b := range vals {
