@@ -1,7 +1,6 @@
 package contract_test
 
 import (
-	"syscall"
 	"testing"
 
 	"github.com/weir-io/weir/internal/contract"
@@ -35,21 +34,11 @@ func BenchmarkCheck(b *testing.B) {
 			}
 			b.SetBytes(int64(len(order)))
 			b.ReportAllocs()
-			cpu0 := processCPU(b)
+			cpu0 := contract.ProcessCPU(b)
 			for b.Loop() {
 				c.Check(r)
 			}
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(contract.ProcessCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
-}
-
-// processCPU is the process's user and system CPU time so far, in
-// nanoseconds.
-func processCPU(b *testing.B) int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -20,6 +20,8 @@ var fastRuleExprs = []string{
 	"size(record.items) > 0",
 	"record.items.all(i, i.qty > 0)",
 	"record.channel == 'web' || source == 'socket'",
+	// the system benchmark's other two (internal/systest)
+	"record.customer.startsWith('c-')", "record.amount < 100000.0",
 	// numbers across int, uint and double
 	"record.a == 1", "record.a == 1.0", "record.a != 1", "record.a < 2", "record.a <= 2.5",
 	"record.a > -1", "record.a >= 1u", "0 < record.a", "record.a == -0.0",
@@ -105,6 +107,8 @@ func TestFastRulesEdges(t *testing.T) {
 	for _, tc := range []struct {
 		expr, doc, want string
 	}{
+		{"record.customer.startsWith('c-')", `{"customer":"c-17","amount":17.5}`, "yes"},
+		{"record.amount < 100000.0", `{"customer":"c-17","amount":17.5}`, "yes"},
 		{"record.a == 1", `{"a":1}`, "yes"},
 		{"record.a == 1", `{"a":1.0}`, "yes"},
 		{"record.a == 1", `{"a":1e0}`, "yes"},
