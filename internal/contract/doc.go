@@ -109,9 +109,9 @@
 // FuzzFastSchemaAgrees checks the one property that makes this safe:
 // what the fast path accepts, the library accepts.
 //
-// The rules have a fast path too (fastrules.go). cel-go converts every
-// member a rule reads to a CEL value, on every record. A rule whose
-// checked expression is built from the common shapes — record members,
+// The rules have a fast path too (fastrules.go, fastvalues.go). cel-go
+// converts every member a rule reads to a CEL value, on every record. A
+// rule whose checked expression is built from the common shapes — record members,
 // source, constants, the six comparisons, has(), in, size(), &&, ||, !,
 // all() and exists() over a list, startsWith, endsWith, contains and
 // matches with a constant — is also compiled into a tree evaluated over
