@@ -2,6 +2,8 @@ package contract
 
 import (
 	"math"
+	"reflect"
+	"strconv"
 	"testing"
 
 	"cel.dev/cel-go/cel"
@@ -100,10 +102,51 @@ func agreeRules(t testing.TB, rules []ruleUnderTest, payload []byte, source stri
 	return got
 }
 
+// contractPair is a contract compiled with the rules' fast path and the
+// same contract without it (cel-go alone).
+type contractPair struct{ fast, celOnly *Contract }
+
+// rulesContracts are fastRuleExprs as one contract of warn rules (all
+// run) and one of fail rules (the first failing one decides), each with
+// and without the fast path.
+func rulesContracts(t testing.TB) []contractPair {
+	t.Helper()
+	var out []contractPair
+	for _, sev := range []Severity{Warn, Fail} {
+		spec := Spec{Stream: "s"}
+		for i, e := range fastRuleExprs {
+			spec.Rules = append(spec.Rules, Rule{Name: "r" + strconv.Itoa(i), Expr: e, Severity: sev})
+		}
+		c, err := Compile(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		celOnly := *c
+		celOnly.rules = append([]rule(nil), c.rules...)
+		for i := range celOnly.rules {
+			celOnly.rules[i].fast = nil
+		}
+		out = append(out, contractPair{c, &celOnly})
+	}
+	return out
+}
+
+// agreeChecks fails when Check's result with the fast path differs from
+// cel-go's alone: verdict, failing rule, message and warned rules.
+func agreeChecks(t testing.TB, pairs []contractPair, payload []byte, source string) {
+	r := &sink.Record{Payload: payload, Source: source}
+	for _, p := range pairs {
+		if got, want := p.fast.Check(r), p.celOnly.Check(r); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: with the fast path %+v, cel-go alone %+v", payload, got, want)
+		}
+	}
+}
+
 // TestFastRulesEdges: records at the edges of CEL's semantics; every
 // definite fast verdict must be cel-go's, and the plain cases must be
 // decided (or it would not be a fast path).
 func TestFastRulesEdges(t *testing.T) {
+	pairs := rulesContracts(t)
 	for _, tc := range []struct {
 		expr, doc, want string
 	}{
@@ -204,6 +247,7 @@ func TestFastRulesEdges(t *testing.T) {
 	} {
 		rules := loadFastRules(t, []string{tc.expr})
 		got := agreeRules(t, rules, []byte(tc.doc), "orders")
+		agreeChecks(t, pairs, []byte(tc.doc), "orders")
 		if got == nil {
 			t.Fatalf("%s: not JSON", tc.doc)
 		}
@@ -292,7 +336,8 @@ func TestFastNumbersAgree(t *testing.T) {
 }
 
 // FuzzFastRulesAgree: for any payload, every fast verdict of the rules
-// in fastRuleExprs is cel-go's (go test -fuzz FuzzFastRulesAgree
+// in fastRuleExprs is cel-go's, and Check's results with and without the
+// fast path are the same (go test -fuzz FuzzFastRulesAgree
 // ./internal/contract).
 func FuzzFastRulesAgree(f *testing.F) {
 	for _, s := range []string{
@@ -305,7 +350,9 @@ func FuzzFastRulesAgree(f *testing.F) {
 		f.Add([]byte(s), "orders")
 	}
 	rules := loadFastRules(f, fastRuleExprs)
+	pairs := rulesContracts(f)
 	f.Fuzz(func(t *testing.T, payload []byte, source string) {
 		agreeRules(t, rules, payload, source)
+		agreeChecks(t, pairs, payload, source)
 	})
 }
