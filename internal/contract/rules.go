@@ -2,6 +2,7 @@ package contract
 
 import (
 	"fmt"
+	"sync"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
@@ -15,6 +16,8 @@ import (
 type rule struct {
 	Rule
 	prg cel.Program
+	// fast is the rule's fast path (fastrules.go); nil: none.
+	fast *fastExpr
 	// isFalse is the Error of a record the rule judges false.
 	isFalse string
 }
@@ -54,28 +57,34 @@ func compileRules(rs []Rule) ([]rule, error) {
 			return nil, fmt.Errorf("rule %q: unknown severity %d", r.Name, r.Severity)
 		}
 		seen[r.Name] = true
-		prg, err := compileExpr(env, r.Expr)
+		prg, fast, err := compileExpr(env, r.Expr)
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
 		}
-		out = append(out, rule{Rule: r, prg: prg, isFalse: r.Expr + " is false"})
+		out = append(out, rule{Rule: r, prg: prg, fast: fast, isFalse: r.Expr + " is false"})
 	}
 	return out, nil
 }
 
-func compileExpr(env *cel.Env, expr string) (cel.Program, error) {
+// compileExpr type-checks and plans one expression, and compiles its
+// fast path when it has one.
+func compileExpr(env *cel.Env, expr string) (cel.Program, *fastExpr, error) {
 	ast, iss := env.Compile(expr)
 	if iss.Err() != nil {
-		return nil, iss.Err()
+		return nil, nil, iss.Err()
 	}
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) {
 		hint := ""
 		if t.IsExactType(cel.DynType) {
 			hint = " (compare a record field explicitly, e.g. record.active == true)"
 		}
-		return nil, fmt.Errorf("%s: evaluates to %s, want bool%s", expr, t, hint)
+		return nil, nil, fmt.Errorf("%s: evaluates to %s, want bool%s", expr, t, hint)
 	}
-	return env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return nil, nil, err
+	}
+	return prg, compileFastRule(ast.NativeRep().Expr()), nil
 }
 
 // vars is one record's CEL activation; headers are gathered only when a
@@ -112,14 +121,37 @@ func (v *vars) ResolveName(name string) (any, bool) {
 // Parent is nil: vars is the whole activation.
 func (v *vars) Parent() interpreter.Activation { return nil }
 
+// activations keeps activations from one record to the next; cel-go
+// holds none after Eval returns.
+var activations = sync.Pool{New: func() any { return new(vars) }}
+
 // evalRules runs the rules in order over the decoded record. It stops at
 // the first failing fail rule (res.Code CodeDQ) and lists failing warn
-// rules in res.Warned.
+// rules in res.Warned. A rule's fast path decides when it can; cel-go
+// decides the rest, in an activation taken only then.
 func (c *Contract) evalRules(rec any, r *sink.Record, res *Result) {
-	act := &vars{rec: rec, r: r}
+	fr := fastFrame{rec: rec, source: r.Source}
+	var act *vars
+	defer func() {
+		if act != nil {
+			*act = vars{}
+			activations.Put(act)
+		}
+	}()
 	for i := range c.rules {
 		ru := &c.rules[i]
-		ok, why := eval(ru.prg, act)
+		var ok, sure bool
+		var why string
+		if ru.fast != nil {
+			ok, sure = ru.fast.verdict(&fr)
+		}
+		if !sure {
+			if act == nil {
+				act = activations.Get().(*vars)
+				act.rec, act.r = rec, r
+			}
+			ok, why = eval(ru.prg, act)
+		}
 		if ok {
 			continue
 		}
