@@ -15,6 +15,7 @@ import (
 	"github.com/weir-io/weir/internal/sink/mysqlsink"
 	"github.com/weir-io/weir/internal/sink/parquetsink"
 	"github.com/weir-io/weir/internal/sink/pgsink"
+	"github.com/weir-io/weir/internal/source/arrowipcsrc"
 	"github.com/weir-io/weir/internal/source/filesrc"
 	"github.com/weir-io/weir/internal/source/kafkasrc"
 	"github.com/weir-io/weir/internal/source/natssrc"
@@ -35,6 +36,7 @@ func List() component.List {
 			kafkasrc.Component(),
 			natssrc.Component(),
 			filesrc.Component(),
+			arrowipcsrc.Component(),
 		},
 	}
 }

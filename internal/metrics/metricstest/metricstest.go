@@ -20,6 +20,7 @@ import (
 	"github.com/weir-io/weir/internal/coord/backup"
 	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/metrics"
+	"github.com/weir-io/weir/internal/source/arrowipcsrc"
 )
 
 // RepoFile is the path of the file at rel (slash-separated) from the
@@ -82,6 +83,9 @@ func Registry(t testing.TB) map[string]bool {
 	m.HTTP([]string{"/v1/records"}, []int{200}, []string{"decode"})
 	m.Quality()
 	m.Tap()
+	if _, err := arrowipcsrc.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
 	if err := coord.RegisterMetrics(reg); err != nil {
 		t.Fatal(err)
 	}

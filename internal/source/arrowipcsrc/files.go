@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/weir-io/weir/internal/arrowrec"
 	"github.com/weir-io/weir/internal/vfs"
 	"github.com/weir-io/weir/source"
 )
@@ -37,6 +40,9 @@ type file struct {
 	rd   *reader // positioned at pos (or past messages that yield nothing)
 	pos  pos     // how far reading has got: ahead of the cursor until commit
 	held *held   // the record batch being handed out
+
+	dec       *arrowrec.Decoder // the mapping of the file's schema
+	decSchema *arrow.Schema
 }
 
 // pos is a position in a file: a message offset, the next record batch's
@@ -67,7 +73,7 @@ func (f *file) close() {
 		f.fd.Close()
 		f.fd = nil
 	}
-	f.rd, f.held = nil, nil
+	f.rd, f.held, f.dec, f.decSchema = nil, nil, nil, nil
 }
 
 func (s *Source) find(dev, ino uint64) *file {

@@ -2,30 +2,18 @@ package arrowipcsrc
 
 import (
 	"fmt"
-	"time"
+	"path/filepath"
+	"strconv"
 
-	"github.com/apache/arrow-go/v18/arrow"
-
+	"github.com/weir-io/weir/internal/arrowrec"
 	"github.com/weir-io/weir/source"
 )
 
-// Batch is a decoded record batch of a file, as a RowMapper sees it.
-type Batch struct {
-	Rec    arrow.RecordBatch
-	Source string    // the source's name
-	File   string    // the file generation's key (FileKey): its identity
-	Path   string    // its name, for OriginPos
-	Born   time.Time // its birth time (statx btime; zero where not recorded)
-	Index  int64     // the batch's index in the file
-}
-
-// RowMapper turns a record batch into its records, one per row, in row
-// order, with ids derived from (file identity, batch index, row index).
-type RowMapper func(b Batch) ([]source.Record, error)
-
-// rows maps a decoded batch through Options.Rows and releases it. A panic
-// of the mapping (buffers that contradict the batch's lengths, which the
-// decoder does not check) makes the batch undecodable.
+// rows maps a decoded batch to its records through arrowrec (the one
+// mapping) and releases it. A schema the mapping refuses, a value it
+// cannot write, or a panic of the mapping on buffers that contradict the
+// batch's lengths (which the decoder does not check) makes the batch
+// undecodable.
 func (s *Source) rows(f *file, ev event) (recs []source.Record, err error) {
 	defer ev.rec.Release()
 	defer func() {
@@ -33,12 +21,33 @@ func (s *Source) rows(f *file, ev event) (recs []source.Record, err error) {
 			recs, err = nil, fmt.Errorf("corrupt record batch: %v", p)
 		}
 	}()
-	recs, err = s.opts.Rows(Batch{Rec: ev.rec, Source: s.opts.Name, File: f.key(), Path: f.Path, Born: f.born, Index: ev.batch})
+	if f.dec == nil || !ev.rec.Schema().Equal(f.decSchema) {
+		d, err := arrowrec.NewDecoder(ev.rec.Schema(), s.opts.Columns)
+		if err != nil {
+			return nil, fmt.Errorf("record batch %d: %w", ev.batch, err)
+		}
+		f.dec, f.decSchema = d, ev.rec.Schema()
+	}
+	rows, err := f.dec.Rows(nil, ev.rec)
 	if err != nil {
 		return nil, fmt.Errorf("record batch %d: %w", ev.batch, err)
 	}
-	if len(recs) != int(ev.rec.NumRows()) {
-		return nil, fmt.Errorf("record batch %d: %d records for %d rows", ev.batch, len(recs), ev.rec.NumRows())
+	if len(rows) != int(ev.rec.NumRows()) {
+		return nil, fmt.Errorf("record batch %d: %d rows mapped of %d", ev.batch, len(rows), ev.rec.NumRows())
+	}
+	name, key, born := []byte(s.opts.Name), []byte(f.key()), source.Uint64(uint64(f.born.UnixNano()))
+	base := filepath.Base(f.Path) + "#" + strconv.FormatInt(ev.batch, 10) + ":"
+	recs = make([]source.Record, len(rows))
+	for i, r := range rows {
+		t := r.Time
+		if t.IsZero() {
+			t = f.born
+		}
+		recs[i] = source.Record{
+			ID:      source.TimedID(t, name, key, born, source.Uint64(uint64(ev.batch)), source.Uint64(uint64(i))),
+			Payload: r.Payload, Source: s.opts.Name, Time: r.Time, Key: r.Key, Headers: r.Headers,
+			OriginPos: base + strconv.Itoa(i),
+		}
 	}
 	return recs, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/weir-io/weir/internal/arrowrec"
 	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/source"
 )
@@ -51,9 +52,9 @@ type Options struct {
 	// take no bytes at all (a null column; no column), so its bytes do
 	// not bound them.
 	MaxBatchRows int64
-	// Rows turns a decoded record batch into records (arrowrec's mapping;
-	// see component.go). Required.
-	Rows RowMapper
+	// Columns are the columns that become each record's key, event time
+	// and headers (arrowrec.Columns).
+	Columns arrowrec.Columns
 	// OnCommit, if set, is called before each cursor save for every file
 	// whose position moved: the file's key (FileKey), the index of the
 	// next record batch and how many of its rows are durable.
@@ -82,8 +83,8 @@ var (
 
 // New checks opts and returns a source.
 func New(opts Options) (*Source, error) {
-	if opts.Name == "" || opts.Glob == "" || opts.Rows == nil {
-		return nil, errors.New("arrowipcsrc: Name, Glob and Rows are required")
+	if opts.Name == "" || opts.Glob == "" {
+		return nil, errors.New("arrowipcsrc: Name and Glob are required")
 	}
 	if _, err := filepath.Match(opts.Glob, ""); err != nil {
 		return nil, fmt.Errorf("arrowipcsrc: bad glob %q: %w", opts.Glob, err)
