@@ -23,9 +23,10 @@
 // every offset checked: a message is taken once it lies wholly within the
 // file's current size, so a file being written — without its footer, its
 // last batch torn — is read up to its last complete batch, and the rest
-// at a later poll. The footer is never used: a file is done at the
-// end-of-stream marker once its footer and closing magic follow, a stream
-// at the marker.
+// at a later poll. A file is done at the end-of-stream marker once its
+// footer and closing magic follow, a stream at the marker. The footer is
+// read only for a file whose schema is nowhere else (Arrow JS writes it
+// so; footer.go): its batches wait for it.
 //
 // # Decoding, and what does not decode
 //

@@ -22,6 +22,9 @@ func FuzzIPCReader(f *testing.F) {
 		bad[len(bad)/2] ^= 0xff
 		f.Add(bad, uint16(len(bad)/3))
 	}
+	// The schema only in the footer (Arrow JS).
+	nf := schemaInFooterOnly(f, 2, 3)
+	f.Add(nf, uint16(len(nf)-20))
 	f.Add([]byte{}, uint16(0))
 	f.Add([]byte("ARROW1\x00\x00"), uint16(3))
 	f.Fuzz(func(t *testing.T, b []byte, cut uint16) {

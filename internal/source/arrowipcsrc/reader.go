@@ -102,6 +102,20 @@ func (rd *reader) next(size int64) (event, error) {
 		case frameEOS:
 			return rd.eos(fr, size)
 		}
+		if fr.typ == ipc.MessageRecordBatch && rd.schema == nil && rd.file {
+			// The schema only in the footer (Arrow JS): wait for it.
+			if !fileComplete(rd.r, size) {
+				return event{kind: evIncomplete, off: rd.off}, nil
+			}
+			sch, err := footerSchema(rd.r, size, rd.lim)
+			if errors.Is(err, errFraming) {
+				return rd.undecodableRest(size, err.Error())
+			}
+			if err != nil {
+				return event{}, err
+			}
+			rd.schema = sch
+		}
 		ev, consumed, err := rd.message(fr)
 		if err != nil || consumed {
 			return ev, err

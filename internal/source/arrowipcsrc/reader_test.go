@@ -105,3 +105,33 @@ func TestReaderCorruptBatchIsUndecodableAndReadingGoesOn(t *testing.T) {
 		}
 	}
 }
+
+// schemaInFooterOnly is an IPC file as Arrow JS writes it: the schema in
+// the footer, not as the first message.
+func schemaInFooterOnly(t testing.TB, sizes ...int) []byte {
+	t.Helper()
+	b := writeIPC(t, true, sizes...)
+	fr, err := nextFrame(bytes.NewReader(b), fileHeaderLen, int64(len(b)), fuzzLimits)
+	if err != nil || fr.kind != frameMessage || fr.typ != 1 {
+		t.Fatalf("first message %+v, %v: want the schema", fr, err)
+	}
+	return append(bytes.Clone(b[:fileHeaderLen]), b[fr.end:]...)
+}
+
+// TestReaderSchemaInFooterOnly: a file whose schema is only in its footer
+// is read once the footer is there (before, nothing: its batches cannot
+// be decoded yet), every batch of it.
+func TestReaderSchemaInFooterOnly(t *testing.T) {
+	b := schemaInFooterOnly(t, 3, 0, 5)
+	whole := readAll(t, newReader(bytes.NewReader(b), fuzzLimits), int64(len(b)))
+	if !equalKinds(kinds(whole), []evKind{evBatch, evBatch, evBatch, evDone}) || whole[0].rows != 3 || whole[2].rows != 5 {
+		t.Fatalf("read %v, want 3 batches then done", whole)
+	}
+	rd := newReader(bytes.NewReader(b), fuzzLimits)
+	if part := readAll(t, rd, int64(len(b)-1)); !equalKinds(kinds(part), []evKind{evIncomplete}) {
+		t.Fatalf("without its last byte it read %v, want nothing yet", part)
+	}
+	if rest := readAll(t, rd, int64(len(b))); len(rest) != len(whole) || rest[2] != whole[2] {
+		t.Fatalf("completed it read %v, want %v", rest, whole)
+	}
+}

@@ -236,22 +236,15 @@ func verifyMessage(meta, body []byte, maxBody int64) error {
 	if at := msg(1); at != 0 && at < int64(len(meta)) {
 		typ = meta[at]
 	}
-	h, err := f.table(hdr)
-	if err != nil {
-		return err
-	}
 	rb := hdr
 	switch typ {
 	case 1: // Schema
-		if err := f.tables(h(1), 0, f.field); err != nil {
-			return err
-		}
-		if err := f.tables(h(2), 0, f.keyValue); err != nil {
-			return err
-		}
-		_, _, err := f.vector(h(3), 8)
-		return err
+		return f.schema(hdr)
 	case 2: // DictionaryBatch
+		h, err := f.table(hdr)
+		if err != nil {
+			return err
+		}
 		if rb, err = f.ref(h(1)); err != nil || rb == 0 {
 			return err
 		}
@@ -275,4 +268,20 @@ func verifyMessage(meta, body []byte, maxBody int64) error {
 		}
 	}
 	return nil
+}
+
+// schema checks a Schema table: its fields, custom metadata, features.
+func (f *fbuf) schema(pos int64) error {
+	h, err := f.table(pos)
+	if err != nil {
+		return err
+	}
+	if err := f.tables(h(1), 0, f.field); err != nil {
+		return err
+	}
+	if err := f.tables(h(2), 0, f.keyValue); err != nil {
+		return err
+	}
+	_, _, err = f.vector(h(3), 8)
+	return err
 }
