@@ -32,6 +32,10 @@ type file struct {
 	Done  bool   `json:"done"`  // read to its end
 	FPLen int    `json:"fpl"`   // the fingerprint covers the first FPLen bytes
 	FP    uint64 `json:"fp"`    // FNV-1a of them
+	// DoneSize and DoneMTime are the size and modification time (ns) of
+	// a done file when it was done: a change makes it looked at again.
+	DoneSize  int64 `json:"dsize,omitempty"`
+	DoneMTime int64 `json:"dmtime,omitempty"`
 
 	fd   *os.File
 	born time.Time
@@ -137,16 +141,31 @@ func (s *Source) track(path string) error {
 		s.log.Info("reading arrow file", "path", path, "file", f.key())
 	}
 	f.seen, f.Path, f.size = true, path, fi.Size()
+	why := ""
+	if f.Done && (fi.Size() != f.DoneSize || fi.ModTime().UnixNano() != f.DoneMTime) {
+		// A done file that changed: the same file written on after its
+		// end, or a new file on a reused inode (a file deleted, another
+		// created) — told apart by the fingerprint.
+		if h, ok := hashPrefix(fd, f.FPLen); f.FPLen == 0 || !ok || h != f.FP {
+			why = "replaced (its inode now holds another file)"
+		} else {
+			f.DoneSize, f.DoneMTime = fi.Size(), fi.ModTime().UnixNano()
+			s.log.Warn("arrow file changed after it was read to its end; what follows its end is not read", "path", path, "file", f.key())
+		}
+	}
 	if f.fd == nil && !f.Done {
 		f.fd, f.born = fd, vfs.Birth(fd)
 	} else {
 		fd.Close()
 	}
-	if why := s.replaced(f); why != "" {
+	if why == "" {
+		why = s.replaced(f)
+	}
+	if why != "" {
 		s.log.Warn("arrow file "+why+"; reading it again from the start", "path", f.Path, "file", f.key(), "offset", f.Off, "size", f.size)
 		f.close()
 		f.Gen++
-		f.Off, f.Batch, f.Row, f.Done, f.FPLen, f.FP = 0, 0, 0, false, 0, 0
+		f.Off, f.Batch, f.Row, f.Done, f.FPLen, f.FP, f.DoneSize, f.DoneMTime = 0, 0, 0, false, 0, 0, 0, 0
 		return s.track(path)
 	}
 	if f.Done || f.rd != nil {

@@ -216,6 +216,9 @@ func (s *Source) commit(ctx context.Context, cursors source.CursorStore, moves [
 		s.opts.Metrics.add(s.opts.Name, m)
 		if m.to.done {
 			s.log.Info("arrow file read to its end", "path", m.f.Path, "file", m.f.key(), "batches", m.to.batch)
+			if fi, err := m.f.fd.Stat(); err == nil {
+				m.f.DoneSize, m.f.DoneMTime = fi.Size(), fi.ModTime().UnixNano()
+			}
 			m.f.close()
 		}
 	}

@@ -258,3 +258,30 @@ func TestSourceResumesFromItsCursor(t *testing.T) {
 		t.Fatalf("rows %v, want each file's 0..7 once", got)
 	}
 }
+
+// TestSourceReadsAFileOnAReusedInodeAgain: a file read to its end is
+// deleted and another written — on the same inode, as file systems reuse
+// them — under the same name: the new file is read, not taken for the
+// done one.
+func TestSourceReadsAFileOnAReusedInodeAgain(t *testing.T) {
+	e := newSrcEnv(t)
+	path := filepath.Join(e.dir, "r.arrow")
+	e.write("r.arrow", writeIPC(t, true, 3))
+	run := enginetest.Start(context.Background(), e.source(100), e.gate, e.cursors)
+	e.waitCursor("the first file", done("r.arrow"))
+	// Rewrite the same inode in place with other content: what a reused
+	// inode looks like to the source.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(writeIPC(t, false, 4, 4)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	e.waitCursor("the second file", func(c map[string]*file) bool { return c["r.arrow"] != nil && c["r.arrow"].Gen == 1 && c["r.arrow"].Done })
+	run.Stop(t)
+	if got, want := rowsOf(t, e), append(seq(0, 3), seq(0, 8)...); !slices.Equal(got, want) {
+		t.Fatalf("rows %v, want the first file's 0..2 then the second's 0..7", got)
+	}
+}
