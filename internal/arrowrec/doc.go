@@ -88,8 +88,8 @@
 // IPC stream with no batches; the first row of each batch also carries
 // HeaderSchemaIPC, that serialization itself, which SchemaFromIPC reads
 // back. A columnar sink keeps the schemas it has seen by fingerprint
-// (the Flight source also describes each stream's schema in its
-// FlightInfo).
+// (Schemas); the Flight source also describes each stream's schema in
+// its FlightInfo.
 //
 // # Record ids
 //

@@ -1,8 +1,11 @@
 package arrowrec
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -35,13 +38,18 @@ type Row struct {
 	Headers []sink.Header // the configured columns' (a null one is left out), then the schema's
 }
 
-// Decoder turns the batches of one schema into rows.
+// Decoder turns the batches of one schema into rows. Safe for
+// concurrent use.
 type Decoder struct {
 	schema  *arrow.Schema
 	sch     Schema
 	key     int // -1: none
 	time    int
 	headers []int
+	fp      []byte // the fingerprint header's value, shared by every row
+	fields  []arrow.Field
+	names   [][]byte     // each column's `"name":`
+	perRow  atomic.Int64 // payload bytes a row of the last batch took, to size the next's buffer
 }
 
 // NewDecoder checks schema and cols: a type the mapping refuses, a
@@ -52,6 +60,15 @@ func NewDecoder(schema *arrow.Schema, cols Columns) (*Decoder, error) {
 		return nil, err
 	}
 	d := &Decoder{schema: schema, sch: NewSchema(schema), key: -1, time: -1}
+	d.fp = []byte(d.sch.Fingerprint)
+	d.fields = schema.Fields()
+	for j, f := range d.fields {
+		var sep []byte
+		if j > 0 {
+			sep = []byte{','}
+		}
+		d.names = append(d.names, append(appendString(sep, f.Name), ':'))
+	}
 	find := func(role, name string) (int, error) {
 		idx := schema.FieldIndices(name)
 		if len(idx) != 1 {
@@ -102,27 +119,30 @@ func (d *Decoder) Rows(dst []Row, batch arrow.RecordBatch) ([]Row, error) {
 	n := int(batch.NumRows())
 	cols := batch.Columns()
 	// One buffer holds the batch's payloads; each row's is a slice of it.
-	var buf []byte
+	buf := make([]byte, 0, int64(n)*(d.perRow.Load()+d.perRow.Load()/8+16))
 	ends := make([]int, n)
 	var err error
 	for i := range n {
 		buf = append(buf, '{')
-		for j, f := range d.schema.Fields() {
-			if j > 0 {
-				buf = append(buf, ',')
-			}
-			buf = appendString(buf, f.Name)
-			buf = append(buf, ':')
+		for j := range d.fields {
+			buf = append(buf, d.names[j]...)
 			if buf, err = appendValue(buf, cols[j], i); err != nil {
-				return dst, fmt.Errorf("arrowrec: row %d, column %q: %w", i, f.Name, err)
+				return dst, fmt.Errorf("arrowrec: row %d, column %q: %w", i, d.fields[j].Name, err)
 			}
 		}
 		buf = append(buf, '}')
 		ends[i] = len(buf)
 	}
+	if n > 0 {
+		d.perRow.Store(int64(len(buf) / n))
+	}
+	dst = slices.Grow(dst, n)
+	// The rows' headers share one allocation too.
+	hdrs := make([]sink.Header, 0, n*(len(d.headers)+1)+1)
 	start := 0
 	for i := range n {
 		r := Row{Payload: buf[start:ends[i]:ends[i]]}
+		h0 := len(hdrs)
 		start = ends[i]
 		if d.key >= 0 {
 			if r.Key, err = d.scalar(cols[d.key], i); err != nil {
@@ -138,20 +158,22 @@ func (d *Decoder) Rows(dst []Row, batch arrow.RecordBatch) ([]Row, error) {
 				return dst, err
 			}
 			if v != nil {
-				r.Headers = append(r.Headers, sink.Header{Key: d.schema.Field(h).Name, Value: v})
+				hdrs = append(hdrs, sink.Header{Key: d.schema.Field(h).Name, Value: v})
 			}
 		}
-		r.Headers = append(r.Headers, sink.Header{Key: HeaderSchema, Value: []byte(d.sch.Fingerprint)})
+		hdrs = append(hdrs, sink.Header{Key: HeaderSchema, Value: d.fp})
 		if i == 0 {
-			r.Headers = append(r.Headers, sink.Header{Key: HeaderSchemaIPC, Value: d.sch.IPC})
+			hdrs = append(hdrs, sink.Header{Key: HeaderSchemaIPC, Value: d.sch.IPC})
 		}
+		r.Headers = hdrs[h0:len(hdrs):len(hdrs)]
 		dst = append(dst, r)
 	}
 	return dst, nil
 }
 
 // scalar is a key or header value: a string's or binary's bytes as they
-// are, any other value's JSON text; nil for null.
+// are (copied: the batch's buffers are not the record's), any other
+// value's JSON text; nil for null.
 func (d *Decoder) scalar(arr arrow.Array, i int) ([]byte, error) {
 	if arr.IsNull(i) {
 		return nil, nil
@@ -162,9 +184,9 @@ func (d *Decoder) scalar(arr arrow.Array, i int) ([]byte, error) {
 	case *array.LargeString:
 		return []byte(a.Value(i)), nil
 	case *array.Binary:
-		return a.Value(i), nil
+		return bytes.Clone(a.Value(i)), nil
 	case *array.LargeBinary:
-		return a.Value(i), nil
+		return bytes.Clone(a.Value(i)), nil
 	}
 	return appendValue(nil, arr, i)
 }

@@ -186,3 +186,34 @@ func TestAppendGeneric(t *testing.T) {
 		t.Errorf("generic rows\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestSchemasOf: a sink finds every row's schema once it saw the first
+// row of its batch, and none for an unknown fingerprint or a mismatched
+// schema.
+func TestSchemasOf(t *testing.T) {
+	batch := mustBatch(t, ordersSchema, `[{"id": 1}, {"id": 2}]`)
+	defer batch.Release()
+	d, _ := NewDecoder(ordersSchema, Columns{})
+	rows, err := d.Rows(nil, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Schemas{}
+	if _, ok := s.Of(rows[1].Headers); ok {
+		t.Error("row 1's schema known before row 0 was seen")
+	}
+	for i, r := range rows {
+		sc, ok := s.Of(r.Headers)
+		if !ok || !sc.Arrow.Equal(ordersSchema) {
+			t.Errorf("row %d: schema %v, %v", i, sc.Arrow, ok)
+		}
+	}
+	if _, ok := s.Of(nil); ok {
+		t.Error("a row without a fingerprint has a schema")
+	}
+	other := NewSchema(arrow.NewSchema(ordersSchema.Fields()[:1], nil))
+	lie := []sink.Header{{Key: HeaderSchema, Value: []byte("0123")}, {Key: HeaderSchemaIPC, Value: other.IPC}}
+	if _, ok := s.Of(lie); ok {
+		t.Error("a schema whose fingerprint is not the header's was taken")
+	}
+}

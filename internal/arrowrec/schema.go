@@ -9,6 +9,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/weir-io/weir/sink"
 )
 
 // The headers that keep a row's Arrow schema.
@@ -49,4 +51,43 @@ func SchemaFromIPC(b []byte) (Schema, error) {
 	}
 	defer r.Release()
 	return NewSchema(r.Schema()), nil
+}
+
+// Schemas remembers the schemas rows carry, by fingerprint, so that a
+// columnar sink finds a row's schema from its fingerprint header alone:
+// only the first row of each batch carries the schema itself. Not safe
+// for concurrent use.
+type Schemas map[string]Schema
+
+// Of returns the schema of the row whose headers are hs: the one it
+// carries (HeaderSchemaIPC, remembered), else the one remembered for its
+// fingerprint (HeaderSchema). False when the row has no fingerprint, or
+// one not seen with its schema yet (since a restart, say): a sink then
+// writes the row by GenericSchema, or waits for its batch's first row.
+func (s Schemas) Of(hs []sink.Header) (Schema, bool) {
+	var fp string
+	var ipcBytes []byte
+	for _, h := range hs {
+		switch h.Key {
+		case HeaderSchema:
+			fp = string(h.Value)
+		case HeaderSchemaIPC:
+			ipcBytes = h.Value
+		}
+	}
+	if fp == "" {
+		return Schema{}, false
+	}
+	if sc, ok := s[fp]; ok {
+		return sc, true
+	}
+	if ipcBytes == nil {
+		return Schema{}, false
+	}
+	sc, err := SchemaFromIPC(ipcBytes)
+	if err != nil || sc.Fingerprint != fp {
+		return Schema{}, false
+	}
+	s[fp] = sc
+	return sc, true
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/weir-io/weir/internal/sink/pgsink"
 	"github.com/weir-io/weir/internal/source/arrowipcsrc"
 	"github.com/weir-io/weir/internal/source/filesrc"
+	"github.com/weir-io/weir/internal/source/flightsrc"
 	"github.com/weir-io/weir/internal/source/kafkasrc"
 	"github.com/weir-io/weir/internal/source/natssrc"
 )
@@ -36,6 +37,7 @@ func List() component.List {
 			kafkasrc.Component(),
 			natssrc.Component(),
 			filesrc.Component(),
+			flightsrc.Component(),
 			arrowipcsrc.Component(),
 		},
 	}

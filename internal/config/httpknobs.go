@@ -170,10 +170,4 @@ func checkHTTPStream(ks []knob, c *Config) []error {
 
 // loopback reports whether host (of a listen address) is reachable only
 // from this machine.
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func loopback(host string) bool { return setting.Loopback(host) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/weir-io/weir/internal/component"
 	"github.com/weir-io/weir/internal/config/setting"
+	"github.com/weir-io/weir/source"
 )
 
 // The topology tables, [[secondary]] and [[source]], are arrays of tables:
@@ -792,7 +793,8 @@ func checkOwnRaw(ks []knob, c *Config, path string) []error {
 		own++
 		if sk, ok := c.Components.Source(sc.Type); ok && !sk.Replayable() {
 			errs = append(errs, topoErr(path, where, "own_raw", "true", fmt.Sprintf(
-				"is refused for a %s source: its origin is not replayable (the broker's retention and acknowledgements decide what can be read again), so it cannot be the system of record; leave own_raw unset and it writes through the write-ahead buffer into the [sink]", sc.Type)))
+				"is refused for a %s source: %s, so it cannot be the system of record; leave own_raw unset and it writes through the write-ahead buffer into the [sink]",
+				sc.Type, notReplayable(sk.Caps().Regime))))
 		}
 		if own > 1 {
 			errs = append(errs, topoErr(path, where, "own_raw", "true", "is set on a second source: a node has exactly one primary raw"))
@@ -814,6 +816,14 @@ func checkOwnRaw(ks []knob, c *Config, path string) []error {
 			"must be empty when a source is its own raw: the node accepts no producers (they would need the [sink] as a second primary raw)"))
 	}
 	return errs
+}
+
+// notReplayable says why a source of regime r cannot be read again.
+func notReplayable(r source.Regime) string {
+	if r == source.ProducerManaged {
+		return "its origin is a stream its producers cannot rewind (a Flight DoPut): once a batch is acknowledged the producer drops it and nothing upstream keeps it, so the primary raw is the only replay path of what it took. That holds only because its producers resume — each keeps every batch until its acknowledgement and resends the rest after a reconnect; a producer that does not loses what was in flight when the node stops"
+	}
+	return "its origin is not replayable (the broker's retention and acknowledgements decide what can be read again)"
 }
 
 // checkPrimaryRaw checks the [sink] when it is primary raw — when

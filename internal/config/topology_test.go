@@ -381,6 +381,24 @@ group = "g"
 [[secondary]]
 name = "a"
 type = "file"`, []string{`own_raw = true: is refused for a kafka source: its origin is not replayable`}},
+		{"own raw flight stream", `
+[[source]]
+name = "fl"
+type = "flight"
+own_raw = true
+[source.flight]
+streams = ["orders"]
+[[secondary]]
+name = "a"
+type = "file"`, []string{`own_raw = true: is refused for a flight source: its origin is a stream its producers cannot rewind`,
+			`the primary raw is the only replay path of what it took. That holds only because its producers resume`}},
+		{"flight on a public address without authentication", `
+[[source]]
+name = "fl"
+type = "flight"
+[source.flight]
+listen = "0.0.0.0:8815"
+streams = ["orders"]`, []string{`listen = "0.0.0.0:8815": is not a loopback address and the Flight source has no authentication`}},
 		{"own raw with another source", `
 [[source]]
 name = "f"

@@ -1,16 +1,11 @@
 package daemon
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
 	"slices"
-	"sync"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -152,33 +147,7 @@ func httpTLS(cfg *config.Config, log *slog.Logger) (*tlsconf.Manager, error) {
 // material fresh (every tls_reload_interval and on SIGHUP), until the
 // returned function is called.
 func reloadOnHUP(tokens *httpin.Tokens, m *tlsconf.Manager, cfg *config.Config) func() error {
-	if tokens == nil && m == nil {
-		return func() error { return nil }
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var hups []chan os.Signal
-	watch := func(run func(hup <-chan os.Signal)) {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		hups = append(hups, hup)
-		wg.Add(1)
-		go func() { defer wg.Done(); run(hup) }()
-	}
-	if tokens != nil {
-		watch(func(hup <-chan os.Signal) { tokens.Run(ctx, hup) })
-	}
-	if m != nil {
-		watch(func(hup <-chan os.Signal) { m.Run(ctx, cfg.TLSReloadInterval, hup) })
-	}
-	return func() error {
-		for _, h := range hups {
-			signal.Stop(h)
-		}
-		cancel()
-		wg.Wait()
-		return nil
-	}
+	return httpin.ReloadOnHUP(tokens, m, cfg.TLSReloadInterval)
 }
 
 // httpObserver adds the source counters to the HTTP metrics, and counts

@@ -284,6 +284,16 @@ func Glob() Type[string] {
 	return t
 }
 
+// Loopback reports whether host (of a listen address) is reachable only
+// from this machine: "localhost" or a loopback IP.
+func Loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // Address is a TCP host:port to listen on; empty turns it off.
 func Address() Type[string] {
 	return Type[string]{

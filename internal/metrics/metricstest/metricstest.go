@@ -21,6 +21,7 @@ import (
 	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/metrics"
 	"github.com/weir-io/weir/internal/source/arrowipcsrc"
+	"github.com/weir-io/weir/internal/source/flightsrc"
 )
 
 // RepoFile is the path of the file at rel (slash-separated) from the
@@ -83,6 +84,9 @@ func Registry(t testing.TB) map[string]bool {
 	m.HTTP([]string{"/v1/records"}, []int{200}, []string{"decode"})
 	m.Quality()
 	m.Tap()
+	if _, err := flightsrc.NewMetrics(reg, []string{"s"}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := arrowipcsrc.NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
