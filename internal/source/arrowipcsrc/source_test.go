@@ -279,7 +279,9 @@ func TestSourceReadsAFileOnAReusedInodeAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	e.waitCursor("the second file", func(c map[string]*file) bool { return c["r.arrow"] != nil && c["r.arrow"].Gen == 1 && c["r.arrow"].Done })
+	e.waitCursor("the second file", func(c map[string]*file) bool {
+		return c["r.arrow"] != nil && c["r.arrow"].Gen == 1 && c["r.arrow"].Done
+	})
 	run.Stop(t)
 	if got, want := rowsOf(t, e), append(seq(0, 3), seq(0, 8)...); !slices.Equal(got, want) {
 		t.Fatalf("rows %v, want the first file's 0..2 then the second's 0..7", got)
