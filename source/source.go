@@ -107,6 +107,14 @@ type Record struct {
 	// place. It is stored with the record (record.Meta.OriginPos) and
 	// derives nothing.
 	OriginPos string
+	// Undecodable, when not empty, says why the source could not decode
+	// what it read (a corrupt Arrow batch, say); Payload holds the bytes
+	// as read. The gate does not write such a record: it stores it in its
+	// rejection lane with reason code decode (stage gate), durably before
+	// Write returns, so that the source may move its position past it —
+	// it is never nowhere. A gate without a rejection lane fails the
+	// Write.
+	Undecodable string
 }
 
 // Size is the bytes of r's data — payload, key, header names and values —

@@ -16,6 +16,7 @@ import (
 	"github.com/weir-io/weir/internal/sink/mysqlsink"
 	"github.com/weir-io/weir/internal/sink/parquetsink"
 	"github.com/weir-io/weir/internal/sink/pgsink"
+	"github.com/weir-io/weir/internal/source/arrowipcsrc"
 	"github.com/weir-io/weir/internal/source/filesrc"
 	"github.com/weir-io/weir/internal/source/flightsrc"
 	"github.com/weir-io/weir/internal/source/kafkasrc"
@@ -39,6 +40,7 @@ func List() component.List {
 			natssrc.Component(),
 			filesrc.Component(),
 			flightsrc.Component(),
+			arrowipcsrc.Component(),
 		},
 	}
 }

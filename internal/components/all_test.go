@@ -19,7 +19,7 @@ func TestBuiltinKinds(t *testing.T) {
 	if got, want := r.RawSinkNames(), []string{"file", "parquet", "postgres"}; !slices.Equal(got, want) {
 		t.Errorf("primary-raw sinks %v, want %v", got, want)
 	}
-	if got, want := r.SourceNames(), []string{"kafka", "nats", "file", "flight"}; !slices.Equal(got, want) {
+	if got, want := r.SourceNames(), []string{"kafka", "nats", "file", "flight", "arrow_ipc"}; !slices.Equal(got, want) {
 		t.Errorf("sources %v, want %v", got, want)
 	}
 	if r.DefaultSink() != "file" {
@@ -47,7 +47,7 @@ func TestBuiltinKinds(t *testing.T) {
 			t.Errorf("sink %s: primary raw %v, caps %+v", name, k.PrimaryRaw(), k.Caps())
 		}
 	}
-	regimes := map[string]source.Regime{"kafka": source.BrokerManaged, "nats": source.BrokerManaged, "file": source.StoreManaged, "flight": source.ProducerManaged}
+	regimes := map[string]source.Regime{"kafka": source.BrokerManaged, "nats": source.BrokerManaged, "file": source.StoreManaged, "flight": source.ProducerManaged, "arrow_ipc": source.StoreManaged}
 	for _, k := range r.Sources() {
 		cfg := k.NewConfig()
 		for _, f := range k.Fields() {

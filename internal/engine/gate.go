@@ -46,7 +46,9 @@ type GateOptions struct {
 	// Quarantine).
 	MaxRecordBytes int
 	// Quarantine is the rejection lane for the records the buffer cannot
-	// hold. Write stores them there — reason code oversize, stage gate,
+	// hold, and for those their source could not decode
+	// (source.Record.Undecodable: reason code decode). Write stores them
+	// there — reason code oversize, stage gate,
 	// component Name, one attempt — and only once the lane has made them
 	// durable submits the rest, so that a source may move its position
 	// past them: a rejected record is never nowhere. A lane that cannot
@@ -95,6 +97,11 @@ func (o GateOptions) withDefaults() GateOptions {
 	}
 	return o
 }
+
+// ErrUndecodable is returned (wrapped) by a gate's Write given a record
+// its source could not decode (source.Record.Undecodable) when the gate
+// has no rejection lane to keep it.
+var ErrUndecodable = errors.New("engine: a record the source could not decode, and no rejection lane to keep it")
 
 // ErrGate wraps every error WABGate.Write returns, next to the cause
 // (a wab error such as wab.ErrShardFailed, wab.ErrQueueTimeout,
@@ -281,10 +288,22 @@ func (g *WABGate) settle(done <-chan error, n int, firstErr, ctxErr error, arena
 	return firstErr
 }
 
-// oversized is a record of a Write the buffer cannot hold, and why.
+// oversized is a record of a Write the gate does not write, and why: one
+// the buffer cannot hold (code zero: oversize), or one its source could
+// not decode (source.Record.Undecodable: decode).
 type oversized struct {
 	index int
+	code  record.Code
 	why   string
+}
+
+// refusal is why a gate refuses recs[i] before anything else: its
+// source could not decode it. ok is false for a record to write.
+func refusal(r *source.Record, i int) (o oversized, ok bool) {
+	if r.Undecodable == "" {
+		return oversized{}, false
+	}
+	return oversized{index: i, code: record.CodeDecode, why: r.Undecodable}, true
 }
 
 // tooLarge checks r, the i-th record of a Write, whose encoded meta is
@@ -306,21 +325,25 @@ func (g *WABGate) tooLarge(r *source.Record, metaLen int) string {
 // reject stores the records the buffer cannot hold in the rejection lane,
 // durably, before anything of the Write is submitted.
 func (g *WABGate) reject(ctx context.Context, recs []source.Record, over []oversized) error {
-	return rejectOversize(ctx, g.opts.Quarantine, g.opts.Name, g.opts.Observer, g.opts.QuarantineTap, recs, over, "too large for the buffer")
+	return rejectOversize(ctx, g.opts.Quarantine, g.opts.Name, g.opts.Observer, g.opts.QuarantineTap, recs, over, "too large for the buffer or undecodable")
 }
 
 // rejectOversize stores the records of recs that over names in lane —
-// reason code oversize, stage gate, component name, one attempt — and
-// counts them with obs (if not nil) and shows them at qtap. A nil error
-// means the lane has them durably; what says why they are refused, for
-// the error.
+// reason code oversize (or the entry's own code), stage gate, component
+// name, one attempt — and counts them with obs (if not nil) and shows
+// them at qtap. A nil error means the lane has them durably; what says
+// why they are refused, for the error.
 func rejectOversize(ctx context.Context, into lane.Lane, name string, obs GateObserver, qtap *tap.Point, recs []source.Record, over []oversized, what string) error {
 	now := time.Now()
 	qs := make([]lane.Rejected, len(over))
 	for i, o := range over {
 		r := &recs[o.index]
+		code := o.code
+		if code == record.CodeUnknown {
+			code = record.CodeOversize
+		}
 		qs[i] = lane.Rejected{Sink: name, OriginPos: r.OriginPos, Record: SinkRecord(r, now), Reject: record.Rejection{
-			Code: record.CodeOversize, Stage: record.StageGate, Component: name, Error: o.why,
+			Code: code, Stage: record.StageGate, Component: name, Error: o.why,
 			Attempts: 1, FirstSeen: now.UnixNano()}}
 	}
 	if err := into.Reject(ctx, qs); err != nil {
@@ -328,7 +351,7 @@ func rejectOversize(ctx context.Context, into lane.Lane, name string, obs GateOb
 			ErrGate, len(qs), what, over[0].index, recs[over[0].index].Source, over[0].why, err)
 	}
 	if obs != nil {
-		obs.GateQuarantined(record.CodeOversize, len(qs))
+		lane.CountByCode(qs, obs.GateQuarantined)
 	}
 	if qtap.Active() {
 		offerQuarantined(qtap, qs)
@@ -355,6 +378,13 @@ func (g *WABGate) split(recs []source.Record, arena *[]byte) (out []shardReq, ov
 	buf := (*arena)[:0]
 	for i := range recs {
 		r := &recs[i]
+		if o, ok := refusal(r, i); ok {
+			if g.opts.Quarantine == nil {
+				return nil, nil, fmt.Errorf("%w: record %d of %q: %w: %s", ErrGate, i, r.Source, ErrUndecodable, o.why)
+			}
+			over = append(over, o)
+			continue
+		}
 		m := metaOf(r)
 		start := len(buf)
 		buf = record.Append(buf, &m)

@@ -50,7 +50,9 @@ type SinkGateOptions struct {
 // records are in the system of record. Records the sink refuses are
 // stored in the quarantine (with the sink's reason and reason code, stage
 // gate, one attempt: a failed commit is not retried here but returned, and
-// the source writes again) before Write returns;
+// the source writes again) before Write returns, as are the records the
+// source could not decode (source.Record.Undecodable; code decode),
+// before the rest is committed;
 // a quarantine that cannot take them fails Write, and the source stops
 // short of them.
 //
@@ -75,8 +77,9 @@ func NewSinkGate(snk sink.Sink, opts SinkGateOptions) *SinkGate {
 
 // Write implements source.Gate.
 func (g *SinkGate) Write(ctx context.Context, recs []source.Record) error {
-	if len(recs) == 0 {
-		return nil
+	recs, err := g.refuseUndecodable(ctx, recs)
+	if err != nil || len(recs) == 0 {
+		return err
 	}
 	now := time.Now()
 	records := make([]sink.Record, len(recs))
@@ -98,6 +101,35 @@ func (g *SinkGate) Write(ctx context.Context, recs []source.Record) error {
 		}
 	}
 	return nil
+}
+
+// refuseUndecodable stores the records of recs their source could not
+// decode (source.Record.Undecodable) in the quarantine — reason code
+// decode, stage gate — and returns the others, those to commit.
+func (g *SinkGate) refuseUndecodable(ctx context.Context, recs []source.Record) ([]source.Record, error) {
+	var refused []oversized
+	for i := range recs {
+		if o, ok := refusal(&recs[i], i); ok {
+			refused = append(refused, o)
+		}
+	}
+	if len(refused) == 0 {
+		return recs, nil
+	}
+	if g.opts.Quarantine == nil {
+		o := refused[0]
+		return nil, fmt.Errorf("engine: gate: record %d of %q: %w: %s", o.index, recs[o.index].Source, ErrUndecodable, o.why)
+	}
+	if err := rejectOversize(ctx, g.opts.Quarantine, g.opts.Name, g.opts.Observer, g.opts.QuarantineTap, recs, refused, "undecodable"); err != nil {
+		return nil, err
+	}
+	keep := make([]source.Record, 0, len(recs)-len(refused))
+	for i := range recs {
+		if recs[i].Undecodable == "" {
+			keep = append(keep, recs[i])
+		}
+	}
+	return keep, nil
 }
 
 func (g *SinkGate) commit(ctx context.Context, records []sink.Record) error {

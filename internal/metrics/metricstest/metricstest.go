@@ -20,6 +20,7 @@ import (
 	"github.com/weir-io/weir/internal/coord/backup"
 	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/metrics"
+	"github.com/weir-io/weir/internal/source/arrowipcsrc"
 	"github.com/weir-io/weir/internal/sink/flightsink"
 	"github.com/weir-io/weir/internal/source/flightsrc"
 )
@@ -85,6 +86,9 @@ func Registry(t testing.TB) map[string]bool {
 	m.Quality()
 	m.Tap()
 	if _, err := flightsrc.NewMetrics(reg, []string{"s"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := arrowipcsrc.NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	if err := coord.RegisterMetrics(reg); err != nil {
