@@ -20,8 +20,8 @@ import (
 	"github.com/weir-io/weir/internal/coord/backup"
 	"github.com/weir-io/weir/internal/flow"
 	"github.com/weir-io/weir/internal/metrics"
-	"github.com/weir-io/weir/internal/source/arrowipcsrc"
 	"github.com/weir-io/weir/internal/sink/flightsink"
+	"github.com/weir-io/weir/internal/source/arrowipcsrc"
 	"github.com/weir-io/weir/internal/source/flightsrc"
 )
 
