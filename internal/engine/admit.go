@@ -110,10 +110,10 @@ func (g *admitGate) refuseOversize(ctx context.Context, recs []source.Record, si
 	if g.a.Estimator.Estimate(slices.Max(sizes)) <= grantable {
 		return recs, sizes, nil // the common case, at the cost of one estimate
 	}
-	var over []oversized
+	var over []gateRefusal
 	for i, n := range sizes {
 		if est := g.a.Estimator.Estimate(n); est > grantable {
-			over = append(over, oversized{index: i, why: fmt.Sprintf(
+			over = append(over, gateRefusal{index: i, why: fmt.Sprintf(
 				"estimated %d bytes in memory (%d bytes of data), more than the %d the memory budget can grant now", est, n, grantable)})
 		}
 	}
@@ -124,7 +124,7 @@ func (g *admitGate) refuseOversize(ctx context.Context, recs []source.Record, si
 		o := over[0]
 		return nil, nil, fmt.Errorf("%w: record %d of %q: %w: %s", ErrGate, o.index, recs[o.index].Source, flow.ErrOversize, o.why)
 	}
-	if err := rejectOversize(ctx, g.into, g.name, g.obs, g.qtap, recs, over, "larger than the memory budget grants"); err != nil {
+	if err := rejectAtGate(ctx, g.into, g.name, g.obs, g.qtap, recs, over, "larger than the memory budget grants"); err != nil {
 		return nil, nil, err
 	}
 	if g.a.OnOversize != nil {

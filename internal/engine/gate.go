@@ -215,12 +215,12 @@ func (g *WABGate) Write(ctx context.Context, recs []source.Record) error {
 }
 
 // offerRecords shows a Write's records at p but those over names.
-func offerRecords(p *tap.Point, recs []source.Record, over []oversized) {
+func offerRecords(p *tap.Point, recs []source.Record, over []gateRefusal) {
 	keep := recs
 	if len(over) > 0 {
 		keep = make([]source.Record, 0, len(recs)-len(over))
 		for i := range recs {
-			if !slices.ContainsFunc(over, func(o oversized) bool { return o.index == i }) {
+			if !slices.ContainsFunc(over, func(o gateRefusal) bool { return o.index == i }) {
 				keep = append(keep, recs[i])
 			}
 		}
@@ -288,10 +288,10 @@ func (g *WABGate) settle(done <-chan error, n int, firstErr, ctxErr error, arena
 	return firstErr
 }
 
-// oversized is a record of a Write the gate does not write, and why: one
+// gateRefusal is a record of a Write the gate does not write, and why: one
 // the buffer cannot hold (code zero: oversize), or one its source could
 // not decode (source.Record.Undecodable: decode).
-type oversized struct {
+type gateRefusal struct {
 	index int
 	code  record.Code
 	why   string
@@ -299,11 +299,11 @@ type oversized struct {
 
 // refusal is why a gate refuses recs[i] before anything else: its
 // source could not decode it. ok is false for a record to write.
-func refusal(r *source.Record, i int) (o oversized, ok bool) {
+func refusal(r *source.Record, i int) (o gateRefusal, ok bool) {
 	if r.Undecodable == "" {
-		return oversized{}, false
+		return gateRefusal{}, false
 	}
-	return oversized{index: i, code: record.CodeDecode, why: r.Undecodable}, true
+	return gateRefusal{index: i, code: record.CodeDecode, why: r.Undecodable}, true
 }
 
 // tooLarge checks r, the i-th record of a Write, whose encoded meta is
@@ -324,16 +324,16 @@ func (g *WABGate) tooLarge(r *source.Record, metaLen int) string {
 
 // reject stores the records the buffer cannot hold in the rejection lane,
 // durably, before anything of the Write is submitted.
-func (g *WABGate) reject(ctx context.Context, recs []source.Record, over []oversized) error {
-	return rejectOversize(ctx, g.opts.Quarantine, g.opts.Name, g.opts.Observer, g.opts.QuarantineTap, recs, over, "too large for the buffer or undecodable")
+func (g *WABGate) reject(ctx context.Context, recs []source.Record, over []gateRefusal) error {
+	return rejectAtGate(ctx, g.opts.Quarantine, g.opts.Name, g.opts.Observer, g.opts.QuarantineTap, recs, over, "too large for the buffer or undecodable")
 }
 
-// rejectOversize stores the records of recs that over names in lane —
+// rejectAtGate stores the records of recs that over names in lane —
 // reason code oversize (or the entry's own code), stage gate, component
 // name, one attempt — and counts them with obs (if not nil) and shows
 // them at qtap. A nil error means the lane has them durably; what says
 // why they are refused, for the error.
-func rejectOversize(ctx context.Context, into lane.Lane, name string, obs GateObserver, qtap *tap.Point, recs []source.Record, over []oversized, what string) error {
+func rejectAtGate(ctx context.Context, into lane.Lane, name string, obs GateObserver, qtap *tap.Point, recs []source.Record, over []gateRefusal, what string) error {
 	now := time.Now()
 	qs := make([]lane.Rejected, len(over))
 	for i, o := range over {
@@ -369,7 +369,7 @@ type shardReq struct {
 // arena, which the requests then refer to. A record the buffer cannot hold
 // is left out and returned in over; without a rejection lane it fails the
 // split.
-func (g *WABGate) split(recs []source.Record, arena *[]byte) (out []shardReq, over []oversized, err error) {
+func (g *WABGate) split(recs []source.Record, arena *[]byte) (out []shardReq, over []gateRefusal, err error) {
 	now := time.Now().UnixNano()
 	open := map[int]int{} // shard -> index in out of the request being filled
 	var openBytes = map[int]int64{}
@@ -394,7 +394,7 @@ func (g *WABGate) split(recs []source.Record, arena *[]byte) (out []shardReq, ov
 				return nil, nil, fmt.Errorf("%w: record %d of %q: %w: %s", ErrGate, i, r.Source, wab.ErrRecordTooLarge, why)
 			}
 			buf = buf[:start]
-			over = append(over, oversized{index: i, why: why})
+			over = append(over, gateRefusal{index: i, why: why})
 			continue
 		}
 		shard := lastShard

@@ -107,7 +107,7 @@ func (g *SinkGate) Write(ctx context.Context, recs []source.Record) error {
 // decode (source.Record.Undecodable) in the quarantine — reason code
 // decode, stage gate — and returns the others, those to commit.
 func (g *SinkGate) refuseUndecodable(ctx context.Context, recs []source.Record) ([]source.Record, error) {
-	var refused []oversized
+	var refused []gateRefusal
 	for i := range recs {
 		if o, ok := refusal(&recs[i], i); ok {
 			refused = append(refused, o)
@@ -120,7 +120,7 @@ func (g *SinkGate) refuseUndecodable(ctx context.Context, recs []source.Record) 
 		o := refused[0]
 		return nil, fmt.Errorf("engine: gate: record %d of %q: %w: %s", o.index, recs[o.index].Source, ErrUndecodable, o.why)
 	}
-	if err := rejectOversize(ctx, g.opts.Quarantine, g.opts.Name, g.opts.Observer, g.opts.QuarantineTap, recs, refused, "undecodable"); err != nil {
+	if err := rejectAtGate(ctx, g.opts.Quarantine, g.opts.Name, g.opts.Observer, g.opts.QuarantineTap, recs, refused, "undecodable"); err != nil {
 		return nil, err
 	}
 	keep := make([]source.Record, 0, len(recs)-len(refused))
