@@ -204,6 +204,6 @@ func TestHTTPHostileClients(t *testing.T) {
 		t.Errorf("the well-behaved client's p99 is %v, over 1 s", p99)
 	}
 	if hwm > bound {
-		t.Errorf("VmHWM %d MiB over the bound %d MiB (1.3 × memory_budget + 64 MiB)", hwm>>20, bound>>20)
+		t.Errorf("VmHWM %d MiB over the bound %d MiB (1.3 × memory_budget + 80 MiB)", hwm>>20, bound>>20)
 	}
 }
